@@ -1,0 +1,188 @@
+package ring
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// BufRing is a provided-buffer ring (IORING_REGISTER_PBUF_RING, Linux 5.19)
+// with its buffers: entries buffers of bufSize bytes, buffer id i being the
+// i-th. An SQE with SQEBufferSelect and BufIndex = Group() (see
+// SQE.SetBufferGroup) lets the kernel pick a buffer; the CQE then carries
+// CQEFBuffer and the id (CQE.BufferID), and the buffer belongs to the caller
+// until it is given back with Recycle (or Add and Advance).
+//
+// The ring and the buffers live in one anonymous mapping off the Go heap,
+// page aligned as the kernel requires; Close (or the Ring's Close)
+// unregisters the group and unmaps it.
+//
+// Layout of the mapping:
+//
+//	[0, ringBytes)              entries × struct io_uring_buf (16 bytes);
+//	                            the ring tail is the resv field of entry 0
+//	[ringBytes, +entries×size)  the buffers, id i at ringBytes + i×bufSize
+//
+// A BufRing is not safe for concurrent use; it belongs to its Ring's owner.
+type BufRing struct {
+	r        *Ring
+	mem      unsafe.Pointer
+	memSize  uintptr
+	ring     []BufRingEntry
+	bufs     unsafe.Pointer // first buffer
+	tailWord *uint32        // the 32-bit word holding entry 0's bid and the tail
+	bufSize  uint32
+	mask     uint16 // entries-1; entries is a power of two ≤ 32768
+	tail     uint16 // tail as last published to the kernel
+	bgid     uint16
+	closed   bool
+}
+
+// NewBufRing allocates entries buffers of bufSize bytes, registers them as
+// buffer group bgid, and hands every buffer to the kernel. entries must be a
+// power of two in [1, 32768] and bufSize in [1, 1<<30].
+// Must be called by the goroutine that owns the ring.
+func (r *Ring) NewBufRing(bgid uint16, entries uint32, bufSize uint32) (*BufRing, error) {
+	if r.closed {
+		return nil, ErrClosed
+	}
+	if entries == 0 || entries > MaxEntries || entries&(entries-1) != 0 {
+		return nil, fmt.Errorf("ring: buffer ring entries %d not a power of two in [1, %d]", entries, MaxEntries)
+	}
+	if bufSize == 0 || bufSize > 1<<30 {
+		return nil, fmt.Errorf("ring: buffer size %d outside [1, 1<<30]", bufSize)
+	}
+	page := uintptr(unix.Getpagesize())
+	ringBytes := roundUp(uintptr(entries)*unsafe.Sizeof(BufRingEntry{}), page)
+	total := roundUp(ringBytes+uintptr(entries)*uintptr(bufSize), page)
+	mem, err := mmapAnon(total)
+	if err != nil {
+		return nil, wrapSyscall("mmap buffer ring", err)
+	}
+	b := &BufRing{
+		r:        r,
+		mem:      mem,
+		memSize:  total,
+		ring:     unsafe.Slice((*BufRingEntry)(mem), entries),
+		bufs:     unsafe.Add(mem, ringBytes),
+		tailWord: (*uint32)(unsafe.Add(mem, unsafe.Offsetof(BufRingEntry{}.Bid))),
+		bufSize:  bufSize,
+		mask:     uint16(entries - 1),
+		bgid:     bgid,
+	}
+	reg := BufReg{RingAddr: uint64(uintptr(mem)), RingEntries: entries, Bgid: bgid}
+	if _, err := r.register("PBUF_RING", registerPbufRing, unsafe.Pointer(&reg), 1); err != nil {
+		munmap(mem, total)
+		return nil, err
+	}
+	for i := range entries {
+		b.Add(uint16(i), int(i))
+	}
+	b.Advance(int(entries))
+	r.bufRings = append(r.bufRings, b)
+	return b, nil
+}
+
+func roundUp(n, to uintptr) uintptr { return (n + to - 1) &^ (to - 1) }
+
+// Group returns the buffer group id.
+func (b *BufRing) Group() uint16 { return b.bgid }
+
+// Entries returns the number of buffers.
+func (b *BufRing) Entries() int { return int(b.mask) + 1 }
+
+// BufSize returns the size of each buffer.
+func (b *BufRing) BufSize() int { return int(b.bufSize) }
+
+// Buf returns buffer bid, all BufSize bytes of it. The slice aliases the
+// mapping: it must not be used after Close, nor after the buffer is given
+// back to the kernel.
+func (b *BufRing) Buf(bid uint16) []byte {
+	if b.closed || bid > b.mask {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(b.bufs, uintptr(bid)*uintptr(b.bufSize))), b.bufSize)
+}
+
+// Data returns the bytes a completion placed in this group's buffer, and
+// the buffer id. ok is false when the CQE carries no buffer (an error, or
+// a zero-length read) or names an id outside this ring.
+func (b *BufRing) Data(c *CQE) (data []byte, bid uint16, ok bool) {
+	if c.Res < 0 || c.Flags&CQEFBuffer == 0 {
+		return nil, 0, false
+	}
+	bid = uint16(c.Flags >> CQEBufferShift)
+	buf := b.Buf(bid)
+	if buf == nil || int(c.Res) > len(buf) {
+		return nil, bid, false
+	}
+	return buf[:c.Res], bid, true
+}
+
+// Add writes buffer bid into the ring slot offset places past the published
+// tail. It is invisible to the kernel until Advance. Add several buffers
+// with offsets 0, 1, … and publish them with one Advance.
+func (b *BufRing) Add(bid uint16, offset int) {
+	if b.closed || bid > b.mask {
+		return
+	}
+	e := &b.ring[(b.tail+uint16(offset))&b.mask]
+	// Field by field: entry 0's resv is the ring tail and must not be
+	// overwritten with a plain store.
+	e.Addr = uint64(uintptr(b.bufs) + uintptr(bid)*uintptr(b.bufSize))
+	e.Len = b.bufSize
+	e.Bid = bid
+}
+
+// Advance publishes n buffers added since the last Advance.
+func (b *BufRing) Advance(n int) {
+	if b.closed || n == 0 {
+		return
+	}
+	b.tail += uint16(n)
+	b.storeTail(b.tail)
+}
+
+// Recycle gives buffer bid back to the kernel: Add(bid, 0) then Advance(1).
+func (b *BufRing) Recycle(bid uint16) {
+	b.Add(bid, 0)
+	b.Advance(1)
+}
+
+// storeTail publishes the 16-bit tail (io_uring_buf_ring.tail, which
+// overlays bufs[0].resv) with release order. Go has no 16-bit atomics, so it
+// stores the aligned 32-bit word made of bufs[0].bid and the tail. Both
+// halves are ours: the kernel only reads that word, and bufs[0].bid is
+// rewritten with the value it already holds.
+func (b *BufRing) storeTail(tail uint16) {
+	// liburing: io_uring_buf_ring_advance, io_uring_smp_store_release(&br->tail, ...):
+	// the entries written by Add must be visible before the new tail.
+	var w [4]byte
+	bo := binary.NativeEndian
+	bo.PutUint16(w[0:2], b.ring[0].Bid)
+	bo.PutUint16(w[2:4], tail)
+	atomic.StoreUint32(b.tailWord, bo.Uint32(w[:]))
+}
+
+// Close unregisters the buffer group and unmaps its memory. The kernel
+// must have no op in flight that selects from this group. Idempotent.
+// Must be called by the goroutine that owns the ring.
+func (b *BufRing) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	reg := BufReg{Bgid: b.bgid}
+	_, err := sysRegister(b.r.fd, unregisterPbufRing, unsafe.Pointer(&reg), 1)
+	err = wrapSyscall("io_uring_register(UNREGISTER_PBUF_RING)", err)
+	if uerr := munmap(b.mem, b.memSize); err == nil && uerr != nil {
+		err = wrapSyscall("munmap buffer ring", uerr)
+	}
+	b.mem, b.bufs, b.ring = nil, nil, nil
+	b.r.bufRings = slices.DeleteFunc(b.r.bufRings, func(x *BufRing) bool { return x == b })
+	return err
+}

@@ -1,0 +1,246 @@
+package ring
+
+import (
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	errEINTR = unix.EINTR
+	errETIME = unix.ETIME
+)
+
+// enter calls io_uring_enter on the ring, through the registered ring index
+// when RegisterRingFd succeeded.
+func (r *Ring) enter(toSubmit, minComplete, flags uint32, arg unsafe.Pointer, argSz uintptr) (int, error) {
+	return sysEnter(r.enterFd, toSubmit, minComplete, flags|r.enterFlags, arg, argSz)
+}
+
+// Submit publishes the SQEs prepared since the last Submit and tells the
+// kernel about them, without waiting for completions. It returns the number
+// of SQEs the kernel consumed. With SetupSQPoll it enters the kernel only
+// when the poller thread sleeps (SQNeedWakeup).
+//
+// When the kernel holds overflowed CQEs, the same system call also flushes
+// them into the CQ (EnterGetEvents with min_complete 0), so no completion
+// waits for a later Peek to be noticed.
+// Must be called by the goroutine that owns the ring.
+func (r *Ring) Submit() (int, error) { return r.submit(0) }
+
+// SubmitAndWait is Submit, then waits until at least n CQEs are ready
+// (n = 0: do not wait). It returns the number of SQEs consumed.
+//
+// EINTR: a signal (the Go runtime sends SIGURG to preempt goroutines) can
+// interrupt the wait. The kernel reports EINTR only when it consumed no SQE;
+// either way SubmitAndWait resubmits what is still pending and waits again,
+// so the caller never sees EINTR. Errors are bare errnos from
+// io_uring_enter(2): EBUSY or EAGAIN mean the kernel is short of resources
+// or of CQ room, and the caller should reap before retrying.
+// Must be called by the goroutine that owns the ring.
+func (r *Ring) SubmitAndWait(n uint32) (int, error) { return r.submit(n) }
+
+func (r *Ring) submit(waitNr uint32) (int, error) {
+	if r.closed {
+		return 0, ErrClosed
+	}
+	submitted := 0
+	for {
+		pending := r.flushSQ()
+		var flags uint32
+		needEnter := pending > 0
+		if r.flags&SetupSQPoll != 0 {
+			// The poller thread consumes the SQ; enter only to wake it.
+			submitted += int(pending)
+			needEnter = false
+			if r.sqFlags()&SQNeedWakeup != 0 {
+				flags |= EnterSQWakeup
+				needEnter = true
+			}
+			pending = 0
+		}
+		if waitNr > 0 || r.cqNeedsFlush() {
+			flags |= EnterGetEvents
+			needEnter = true
+		}
+		if !needEnter {
+			return submitted, nil
+		}
+		n, err := r.enter(pending, waitNr, flags, nil, 0)
+		switch {
+		case err == errEINTR:
+			continue // nothing consumed; resubmit and wait again
+		case err != nil:
+			return submitted, wrapSyscall("io_uring_enter", err)
+		}
+		submitted += n
+		if waitNr == 0 || r.CQReady() >= waitNr {
+			return submitted, nil
+		}
+		// The kernel consumed SQEs and returned before the wait was
+		// satisfied (a signal cut the wait short); wait again.
+	}
+}
+
+// SubmitAndWaitTimeout is SubmitAndWait bounded by d. If fewer than n CQEs
+// are ready when d elapses it returns an error matching unix.ETIME. d <= 0
+// submits and flushes without waiting.
+//
+// With FeatExtArg (Linux 5.11) the timeout travels in IORING_ENTER_EXT_ARG
+// and nothing is added to the rings. Without it, the ring queues an
+// IORING_OP_TIMEOUT SQE with a reserved user_data (see ReservedUserData),
+// which takes one SQ slot and whose CQE is consumed by the ring, never
+// returned by PeekCQE, PeekBatch or the Wait methods.
+//
+// EINTR is handled as in SubmitAndWait, the wait resuming with the time
+// that remains until the deadline.
+// Must be called by the goroutine that owns the ring.
+func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
+	if r.closed {
+		return 0, ErrClosed
+	}
+	if d <= 0 || n == 0 {
+		submitted, err := r.submit(0)
+		if err == nil && r.userReady() < n {
+			err = errETIME
+		}
+		return submitted, err
+	}
+	if r.noExtArg {
+		return r.waitTimeoutSQE(n, d)
+	}
+	deadline := time.Now().Add(d)
+	submitted := 0
+	for {
+		r.waitTs = durationTimespec(d)
+		r.waitArg = GetEventsArg{Ts: uint64(uintptr(unsafe.Pointer(&r.waitTs)))}
+		pending := r.flushSQ()
+		got, err := r.enter(pending, n, EnterGetEvents|EnterExtArg,
+			unsafe.Pointer(&r.waitArg), unsafe.Sizeof(r.waitArg))
+		submitted += got
+		if r.userReady() >= n {
+			return submitted, nil
+		}
+		switch {
+		case err == errETIME:
+			return submitted, errETIME
+		case err != nil && err != errEINTR:
+			return submitted, wrapSyscall("io_uring_enter", err)
+		}
+		// EINTR, or the kernel consumed SQEs and hid the wait's result:
+		// wait again for what remains of d.
+		if d = time.Until(deadline); d <= 0 {
+			return submitted, errETIME
+		}
+	}
+}
+
+// waitTimeoutSQE is SubmitAndWaitTimeout for kernels without EnterExtArg: a
+// TIMEOUT SQE counting n completions or d, whichever comes first.
+func (r *Ring) waitTimeoutSQE(n uint32, d time.Duration) (int, error) {
+	sqe, err := r.GetSQE()
+	if err == ErrSQFull {
+		// Make room: push the caller's SQEs first.
+		if _, err = r.submit(0); err != nil {
+			return 0, err
+		}
+		sqe, err = r.GetSQE()
+	}
+	if err != nil {
+		return 0, err
+	}
+	r.timeoutSeq++
+	r.timeoutHit = false
+	// The kernel copies the timespec while it prepares the SQE (during the
+	// enter below), so reusing r.waitTs for the next wait is safe.
+	r.waitTs = durationTimespec(d)
+	sqe.PrepTimeout(&r.waitTs, n, 0)
+	sqe.UserData = ReservedUserData | uint64(r.timeoutSeq)
+	submitted := 0
+	for {
+		pending := r.flushSQ()
+		// Ask for one more CQE than is already posted, so a stale internal
+		// CQE at the head cannot satisfy min_complete and spin this loop.
+		got, err := r.enter(pending, r.CQReady()+1, EnterGetEvents, nil, 0)
+		submitted += got
+		if err != nil && err != errEINTR {
+			return submitted, wrapSyscall("io_uring_enter", err)
+		}
+		if r.userReady() >= n {
+			return submitted, nil
+		}
+		if r.timeoutHit {
+			return submitted, errETIME
+		}
+	}
+}
+
+// userReady counts the ready CQEs that belong to the caller, consuming
+// internal CQEs at the head of the CQ and noting internal ones further in.
+func (r *Ring) userReady() uint32 {
+	if c, ok := r.PeekCQE(); !ok || c == nil {
+		return 0
+	}
+	head := *r.cq.head
+	tail := atomic.LoadUint32(r.cq.tail) // liburing: load-acquire of cq->ktail
+	var n uint32
+	for i := head; i != tail; i++ {
+		c := &r.cq.cqes[i&r.cq.mask]
+		if c.UserData >= ReservedUserData {
+			r.reapInternal(c)
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// WaitCQE returns the oldest CQE, waiting for one if none is ready. Release
+// it with CQESeen. EINTR is retried; see SubmitAndWait.
+// Must be called by the goroutine that owns the ring.
+func (r *Ring) WaitCQE() (*CQE, error) { return r.WaitCQENr(1) }
+
+// WaitCQENr waits until at least n CQEs are ready and returns the oldest.
+// Release it with CQESeen, or peek the rest with PeekBatch.
+// Must be called by the goroutine that owns the ring.
+func (r *Ring) WaitCQENr(n uint32) (*CQE, error) {
+	if r.closed {
+		return nil, ErrClosed
+	}
+	n = max(n, 1)
+	for {
+		ready := r.userReady()
+		if ready >= n {
+			c, _ := r.PeekCQE()
+			return c, nil
+		}
+		// min_complete counts every posted CQE, internal ones included.
+		internal := r.CQReady() - ready
+		_, err := r.enter(0, n+internal, EnterGetEvents, nil, 0)
+		if err != nil && err != errEINTR {
+			return nil, wrapSyscall("io_uring_enter", err)
+		}
+	}
+}
+
+// WaitCQETimeout submits pending SQEs and returns the oldest CQE, waiting at
+// most d for one. When d elapses first the error matches unix.ETIME.
+// Release the CQE with CQESeen.
+// Must be called by the goroutine that owns the ring.
+func (r *Ring) WaitCQETimeout(d time.Duration) (*CQE, error) {
+	if _, err := r.SubmitAndWaitTimeout(1, d); err != nil {
+		return nil, err
+	}
+	c, ok := r.PeekCQE()
+	if !ok {
+		return nil, errETIME
+	}
+	return c, nil
+}
+
+// durationTimespec converts d (> 0) to a relative kernel timespec.
+func durationTimespec(d time.Duration) Timespec {
+	return Timespec{Sec: int64(d / time.Second), Nsec: int64(d % time.Second)}
+}

@@ -1,0 +1,25 @@
+package ring
+
+import "unsafe"
+
+// SetSysSetup replaces io_uring_setup for New (and the setup-flag probe)
+// and returns a function restoring the real one. Tests use it to force an
+// errno. Not safe for concurrent use with New.
+func SetSysSetup(f func(entries uint32, p *Params) (int, error)) (restore func()) {
+	old := sysSetupFn
+	sysSetupFn = f
+	return func() { sysSetupFn = old }
+}
+
+// ForceTimeoutSQE makes timed waits use the TIMEOUT SQE fallback, as on
+// kernels without IORING_FEAT_EXT_ARG.
+func (r *Ring) ForceTimeoutSQE(on bool) { r.noExtArg = on }
+
+// MemAddr returns the start of the buffer ring's mapping.
+func (b *BufRing) MemAddr() uintptr { return uintptr(b.mem) }
+
+// SQFlags returns the SQ ring flags word.
+func (r *Ring) SQFlags() uint32 { return r.sqFlags() }
+
+// SQEAddr returns the address a Prep helper would store for p.
+func SQEAddr(p *Timespec) uint64 { return uint64(uintptr(unsafe.Pointer(p))) }
