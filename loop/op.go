@@ -1,0 +1,92 @@
+package loop
+
+import (
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// The op record and its states. See docs/op-lifecycle.md for the diagram:
+//
+//	opFree ─prepare─► opQueued ─enter─► opInFlight ─final completion─► opFree (gen++)
+//	                     │                  │  ▲
+//	                     │ cancel           │  └─ completion with F_MORE: deliver, keep slot
+//	                     ▼                  ▼
+//	                  opCanceling ◄─────────┘
+//	                     └─ final completion ─► opFree (gen++)
+
+// opState is the lifecycle state of an op record.
+type opState uint8
+
+const (
+	opFree      opState = iota // on the free list
+	opQueued                   // SQE written (or waiter registered) but not yet seen by the kernel
+	opInFlight                 // the kernel owns it
+	opCanceling                // a cancel was requested; waiting for the final completion
+)
+
+// A Completion is what a Completer receives for each completion of its op.
+type Completion struct {
+	// Res is the result: >= 0 on success (bytes, a new fd, …), -errno on
+	// failure. A canceled op reports -ECANCELED.
+	Res int32
+	// Flags are the completion flags (ring.CQEFMore, ring.CQEFSockNonempty,
+	// …), identical on both backends.
+	Flags uint32
+	// Data holds the bytes received by a provided-buffer receive. It is
+	// valid only during the Complete call: the buffer returns to the loop
+	// right after.
+	Data []byte
+}
+
+// More reports whether a multishot op stays armed after this completion.
+func (c *Completion) More() bool { return c.Flags&ring.CQEFMore != 0 }
+
+// A Completer receives the completions of the ops it started. Complete runs
+// on the loop goroutine and must not block. For multishot ops it is called
+// once per completion, with ring.CQEFMore on every one but the last.
+type Completer interface {
+	Complete(c *Completion)
+}
+
+// op is one record of the op table. Every piece of memory whose address is
+// handed to the kernel lives here (or is referenced from here) until the
+// op's final completion; the table is a slab of fixed chunks, so a record
+// never moves.
+type op struct {
+	slot  uint32
+	gen   uint32
+	tag   opTag
+	state opState
+
+	multishot bool
+	zcNotif   bool // a SEND_ZC whose notification is still due
+
+	fd int32
+	c  Completer
+
+	buf  []byte   // recv/send buffer
+	bufs [][]byte // sendmsg buffers
+	iov  []unix.Iovec
+	msg  unix.Msghdr
+
+	sa    unix.RawSockaddrAny // connect target / accept peer
+	saLen uint32
+
+	ts ring.Timespec // timeout
+
+	arg uint32 // op-specific: recv/send flags, poll mask, shutdown how
+
+	// next links free records (free list) or records of one fd.
+	next uint32
+}
+
+// userData returns the op's packed user_data.
+func (o *op) userData() uint64 { return packUserData(o.tag, o.gen, o.slot) }
+
+// reset drops every reference so the garbage collector can reclaim the
+// buffers, keeping slot and generation.
+func (o *op) reset() {
+	slot, gen := o.slot, o.gen
+	iov := o.iov[:0]
+	*o = op{slot: slot, gen: gen, iov: iov}
+}

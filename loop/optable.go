@@ -1,0 +1,103 @@
+package loop
+
+// opChunk is the number of records per slab chunk. Chunks are allocated
+// once and never moved, so an address inside a record stays valid while the
+// kernel holds it.
+const opChunk = 256
+
+// noSlot terminates free lists.
+const noSlot = ^uint32(0)
+
+// opTable is a loop's slab of op records. It is owned by the loop goroutine.
+type opTable struct {
+	chunks   [][]op
+	free     uint32 // head of the free list, noSlot when empty
+	inFlight int    // records not free
+	maxSlots uint32 // hard cap on records (0: 1<<32-1)
+}
+
+func newOpTable(maxSlots uint32) *opTable {
+	return &opTable{free: noSlot, maxSlots: maxSlots}
+}
+
+// at returns the record at slot i, which must exist.
+func (t *opTable) at(i uint32) *op {
+	return &t.chunks[i/opChunk][i%opChunk]
+}
+
+// len reports how many slots exist.
+func (t *opTable) len() uint32 { return uint32(len(t.chunks)) * opChunk }
+
+// alloc takes a free record, growing the table by one chunk when none is
+// free. It returns nil when the table is at its cap.
+func (t *opTable) alloc(tag opTag) *op {
+	if t.free == noSlot {
+		if !t.grow() {
+			return nil
+		}
+	}
+	o := t.at(t.free)
+	t.free = o.next
+	o.next = noSlot
+	o.tag = tag
+	o.state = opQueued
+	t.inFlight++
+	return o
+}
+
+func (t *opTable) grow() bool {
+	base := t.len()
+	if t.maxSlots != 0 && base+opChunk > t.maxSlots {
+		return false
+	}
+	c := make([]op, opChunk)
+	for i := range c {
+		c[i].slot = base + uint32(i)
+		c[i].gen = 1
+		if i+1 < opChunk {
+			c[i].next = base + uint32(i) + 1
+		} else {
+			c[i].next = t.free
+		}
+	}
+	t.chunks = append(t.chunks, c)
+	t.free = base
+	return true
+}
+
+// lookup returns the live record a user_data names, or nil if the
+// completion is stale (slot out of range, record free, or generation
+// mismatch).
+func (t *opTable) lookup(ud uint64) *op {
+	tag, gen, slot := unpackUserData(ud)
+	if slot >= t.len() {
+		return nil
+	}
+	o := t.at(slot)
+	if o.state == opFree || o.gen != gen || o.tag != tag {
+		return nil
+	}
+	return o
+}
+
+// release frees a record after its final completion: references are
+// dropped, the generation advances, and the slot returns to the free list.
+func (t *opTable) release(o *op) {
+	o.reset()
+	o.gen = nextGen(o.gen)
+	o.state = opFree
+	o.next = t.free
+	t.free = o.slot
+	t.inFlight--
+}
+
+// each calls f for every live record.
+func (t *opTable) each(f func(o *op)) {
+	for _, c := range t.chunks {
+		for i := range c {
+			if c[i].state != opFree {
+				f(&c[i])
+			}
+		}
+	}
+}
