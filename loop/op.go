@@ -48,7 +48,24 @@ type Completer interface {
 	Complete(c *Completion)
 }
 
-// op is one record of the op table. Every piece of memory whose address is
+// op is one record of the op table.
+//
+// Fields each tag uses (set by the op API before driver.submit):
+//
+//	tagAccept   fd; multishot. Res: the new fd (SOCK_NONBLOCK|SOCK_CLOEXEC).
+//	tagRecv     fd, buf, arg = recv flags. Res: bytes, 0 at EOF.
+//	tagRecvBuf  fd, arg = recv flags; always multishot, provided buffers;
+//	            Completion.Data holds the bytes.
+//	tagSend     fd, buf, arg = send flags (MSG_NOSIGNAL is always added).
+//	tagSendmsg  fd, bufs (iov and msg are built from them), arg = flags.
+//	tagSendZC   fd, buf, arg = flags; final completion is the notification.
+//	tagConnect  fd, sa, saLen.
+//	tagClose    fd.
+//	tagShutdown fd, arg = how.
+//	tagPoll     fd, arg = poll mask; multishot.
+//	tagTimeout  ts (relative). Res: -ETIME when it fires.
+//	tagNop      nothing. Res: 0. Every piece of memory whose address is
+//
 // handed to the kernel lives here (or is referenced from here) until the
 // op's final completion; the table is a slab of fixed chunks, so a record
 // never moves.

@@ -1,0 +1,129 @@
+package loop
+
+import (
+	"log/slog"
+	"time"
+)
+
+// driver is a loop's I/O backend: one io_uring ring (driver_uring.go) or one
+// epoll instance (driver_epoll.go). Both run the same op contract
+// (docs/op-lifecycle.md), so nothing above the loop can tell them apart.
+//
+// Every method but wake is called on the loop goroutine only.
+type driver interface {
+	// backend names the implementation.
+	backend() Backend
+
+	// start runs once on the loop goroutine, after it locked its OS
+	// thread and before the first turn: the uring driver enables its ring
+	// there (the enabling thread becomes the single issuer) and arms the
+	// eventfd read.
+	start() error
+
+	// submit hands a prepared op (state opQueued, every field the op
+	// needs already set in the record) to the backend. The uring driver
+	// writes the SQE (flushing the SQ when it is full); the epoll driver
+	// registers a waiter and may perform the syscall at once. A non-nil
+	// error means the op was not accepted and no completion will follow.
+	submit(o *op) error
+
+	// cancel asks the backend to stop o. o's final completion still
+	// follows through poll: its real result if it finished first, else
+	// -ECANCELED. The op stays referenced until then.
+	cancel(o *op) error
+
+	// poll flushes pending submissions, waits up to timeout for at least
+	// one completion or a wakeup (timeout 0: do not block), and delivers
+	// every available completion, at most max, to sink. Completions of
+	// loop-internal ops (the eventfd read, cancels) are handled inside the
+	// driver and never reach sink, but a consumed wakeup is reported.
+	poll(timeout time.Duration, max int, sink completionSink) (pollResult, error)
+
+	// wake makes the current or the next poll return. Safe for concurrent
+	// use; cheap when a wakeup is already pending.
+	wake() error
+
+	// rebuild replaces the ring (or epoll instance) and moves every live
+	// op of t to it without losing, duplicating or reordering a result
+	// (the stalled-ring recovery). It returns how many ops were migrated.
+	rebuild(t *opTable, sink completionSink) (migrated int, err error)
+
+	// close releases the backend. The loop calls it after every op reached
+	// its final completion, or after the drain deadline passed (the
+	// remaining ops are then orphaned, never freed).
+	close() error
+
+	// features reports what the backend found in the kernel.
+	features() Features
+
+	// injectStall is a test seam: the next n polls return at once with
+	// nothing delivered and timedOut false, as a stalled ring would. The
+	// stalled-ring detector must then fire. Safe for concurrent use.
+	injectStall(n int)
+}
+
+// driverConfig is what a driver needs from the group's options.
+type driverConfig struct {
+	name        string       // loop name, "ringloop-<group>-<index>", for logs
+	ringEntries uint32       // SQ entries (uring); CQ is twice that
+	bufCount    uint32       // provided buffers per loop (power of two)
+	bufSize     uint32       // bytes per provided buffer
+	bufGroup    uint16       // provided-buffer group id
+	logger      *slog.Logger // never nil
+}
+
+// completionSink receives the completions a driver reaps. The loop
+// implements it: it looks the op up in its table (counting stale user_data),
+// calls the op's Completer and frees the slot on the final completion.
+// data is non-nil only for provided-buffer receives and is valid only during
+// the call; the driver recycles the buffer afterwards.
+type completionSink interface {
+	complete(ud uint64, res int32, flags uint32, data []byte)
+}
+
+// pollResult is what one poll observed.
+type pollResult struct {
+	completions int  // completions delivered to the sink
+	woken       bool // a wakeup (eventfd) was consumed
+	timedOut    bool // the wait ran to its full timeout
+	interrupted bool // EINTR: a signal, not a stall; retry without counting
+}
+
+// Backend selects the I/O backend of a group.
+type Backend int
+
+const (
+	// BackendAuto uses io_uring and falls back to epoll, with one log
+	// line naming the reason, when io_uring is unusable.
+	BackendAuto Backend = iota
+	// BackendUring forces io_uring; NewGroup fails where it cannot work.
+	BackendUring
+	// BackendEpoll forces epoll.
+	BackendEpoll
+)
+
+// String returns "auto", "uring" or "epoll".
+func (b Backend) String() string {
+	switch b {
+	case BackendAuto:
+		return "auto"
+	case BackendUring:
+		return "uring"
+	case BackendEpoll:
+		return "epoll"
+	}
+	return "unknown"
+}
+
+// Features describes what a loop's backend found in the kernel.
+type Features struct {
+	Backend         Backend // BackendUring or BackendEpoll
+	RingFeatures    uint32  // io_uring IORING_FEAT_* bits (uring only)
+	SetupFlags      uint32  // io_uring setup flags in use (uring only)
+	ExtArg          bool    // waits use IORING_ENTER_EXT_ARG (else a TIMEOUT SQE)
+	MultishotAccept bool    // accept is multishot (else re-armed single shots)
+	MultishotRecv   bool    // recv is multishot with provided buffers
+	BufRing         bool    // a provided-buffer ring is registered
+	SendZC          bool    // SEND_ZC is available
+	FallbackReason  string  // why auto fell back to epoll, if it did
+}
