@@ -94,6 +94,10 @@ func (r *Ring) flushCQ() error {
 // ready. The CQE is in the ring: read it, then call CQESeen (or CQAdvance)
 // before the next Peek or Wait call. When the CQ is empty but the kernel
 // holds overflowed or deferred completions, PeekCQE flushes them first.
+//
+// With SetupDeferTaskrun, completions are posted only while the owner is in
+// io_uring_enter with GETEVENTS (the Wait methods, SubmitAndWait); add
+// SetupTaskrunFlag so that PeekCQE and PeekBatch notice pending ones.
 // Must be called by the goroutine that owns the ring.
 func (r *Ring) PeekCQE() (*CQE, bool) {
 	for retried := false; ; retried = true {
@@ -153,7 +157,7 @@ func (r *Ring) PeekBatch(dst []CQE) int {
 
 // reapInternal handles a CQE of an SQE the ring submitted for itself.
 func (r *Ring) reapInternal(c *CQE) {
-	if c.UserData == ReservedUserData|uint64(r.timeoutSeq) && c.Res == -int32(errETIME) {
-		r.timeoutHit = true
+	if c.UserData == ReservedUserData|uint64(r.timeoutSeq) {
+		r.timeoutDone = true // the current wait's TIMEOUT SQE completed
 	}
 }

@@ -52,12 +52,12 @@
 //
 // # Kernel
 //
-// The floor is Linux 5.11 (IORING_FEAT_EXT_ARG is used when present and
-// emulated with a TIMEOUT SQE otherwise, so older 5.x kernels work for the
-// basics); the design leans on 6.1 (multishot accept and receive, provided
-// buffer rings, SINGLE_ISSUER, DEFER_TASKRUN). Newer features are probed,
-// never assumed. docs/kernel-support.md lists each feature, its first
-// release, how it is probed and what happens without it. On systems other
+// The basics (setup, the network opcodes, the opcode probe) need Linux 5.6;
+// timed waits use IORING_FEAT_EXT_ARG (5.11) when present and a TIMEOUT SQE
+// otherwise. The design leans on 6.1 (multishot accept and receive,
+// provided-buffer rings, SINGLE_ISSUER, DEFER_TASKRUN). Newer features are
+// probed, never assumed. docs/kernel-support.md lists each feature, its
+// first release, how it is probed and what happens without it. On systems other
 // than Linux the package compiles and New returns an error matching
 // ErrNotSupported.
 package ring

@@ -76,11 +76,11 @@ func (r *Ring) submit(waitNr uint32) (int, error) {
 			return submitted, wrapSyscall("io_uring_enter", err)
 		}
 		submitted += n
-		if waitNr == 0 || r.CQReady() >= waitNr {
+		if waitNr == 0 || n == 0 || r.CQReady() >= waitNr {
 			return submitted, nil
 		}
-		// The kernel consumed SQEs and returned before the wait was
-		// satisfied (a signal cut the wait short); wait again.
+		// The kernel consumed SQEs and may have hidden an interrupted wait
+		// behind that count; wait once more (nothing left to submit).
 	}
 }
 
@@ -152,7 +152,7 @@ func (r *Ring) waitTimeoutSQE(n uint32, d time.Duration) (int, error) {
 		return 0, err
 	}
 	r.timeoutSeq++
-	r.timeoutHit = false
+	r.timeoutDone = false
 	// The kernel copies the timespec while it prepares the SQE (during the
 	// enter below), so reusing r.waitTs for the next wait is safe.
 	r.waitTs = durationTimespec(d)
@@ -171,7 +171,9 @@ func (r *Ring) waitTimeoutSQE(n uint32, d time.Duration) (int, error) {
 		if r.userReady() >= n {
 			return submitted, nil
 		}
-		if r.timeoutHit {
+		if r.timeoutDone {
+			// Expired, or satisfied by completions that were not the
+			// caller's: either way the bound is reached.
 			return submitted, errETIME
 		}
 	}

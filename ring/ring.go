@@ -61,10 +61,10 @@ type Ring struct {
 	// Arguments of timed waits, kept in the Ring so they are heap memory that
 	// outlives the system call (and, for the TIMEOUT SQE fallback, the SQE)
 	// without allocating per call.
-	waitTs     Timespec
-	waitArg    GetEventsArg
-	timeoutSeq uint16 // sequence of the fallback timeout in flight
-	timeoutHit bool   // the current fallback timeout expired
+	waitTs      Timespec
+	waitArg     GetEventsArg
+	timeoutSeq  uint16 // sequence of the fallback timeout in flight
+	timeoutDone bool   // the current fallback timeout completed
 
 	// dead is what the index pointers point at after Close, so a stray call
 	// on a closed Ring reads zeros instead of unmapped memory.
