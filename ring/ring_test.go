@@ -79,6 +79,7 @@ func expectNoCQE(t *testing.T, r *ring.Ring, d time.Duration) {
 
 func TestNewValidation(t *testing.T) {
 	testutil.SkipIfNoUring(t)
+	testutil.Watchdog(t, 20*time.Second)
 	cases := []struct {
 		name    string
 		entries uint32
