@@ -38,6 +38,8 @@
 //     user_data of the timeout to remove and fails the op with EINVAL when
 //     len != 0 (io_timeout_remove_prep), as liburing's
 //     io_uring_prep_timeout_remove(sqe, user_data, flags) encodes it.
+//   - POLL_ADD OpFlags, on big-endian machines only: giouring stores the
+//     mask as is; the kernel swaps the halves of poll32_events on read.
 //   - CONNECT: giouring types the address as *syscall.Sockaddr, a pointer to
 //     a Go interface value; the bytes agree only when that pointer is really
 //     a raw sockaddr, which the test arranges (see TestGiouringConnectAddr).
@@ -189,6 +191,27 @@ type oracleCase struct {
 	// asserts what each side holds there and returns the problems found.
 	differ []sqeField
 	check  func(fx *oracleFixture, in *oracleInput, ours, theirs *SQE) []string
+}
+
+// On big-endian machines giouring stores the poll mask as is, while the
+// kernel swaps the 16-bit halves of poll32_events when reading it
+// (liburing's io_uring_prep_poll_add pre-swaps, as ours does). On
+// little-endian machines nothing differs.
+var pollDiffer = func() []sqeField {
+	if bigEndian {
+		return []sqeField{fieldOpFlags}
+	}
+	return nil
+}()
+
+func pollCheck(fx *oracleFixture, in *oracleInput, o, g *SQE) (bad []string) {
+	if kernelPoll32(o.OpFlags) != in.flags {
+		bad = append(bad, fmt.Sprintf("ours poll32_events %#x decodes to %#x, want %#x", o.OpFlags, kernelPoll32(o.OpFlags), in.flags))
+	}
+	if g.OpFlags != in.flags {
+		bad = append(bad, fmt.Sprintf("giouring poll32_events %#x, expected the raw mask %#x", g.OpFlags, in.flags))
+	}
+	return bad
 }
 
 func oracleCases() []oracleCase {
@@ -364,12 +387,12 @@ func oracleCases() []oracleCase {
 				}
 				return bad
 			}},
-		{name: "poll_add",
+		{name: "poll_add", differ: pollDiffer, check: pollCheck,
 			prep: func(fx *oracleFixture, in *oracleInput, o *SQE, g *gSQE) {
 				o.PrepPollAdd(in.fd, in.flags)
 				g.PreparePollAdd(in.fd, in.flags)
 			}},
-		{name: "poll_multishot",
+		{name: "poll_multishot", differ: pollDiffer, check: pollCheck,
 			prep: func(fx *oracleFixture, in *oracleInput, o *SQE, g *gSQE) {
 				o.PrepPollMultishot(in.fd, in.flags)
 				g.PreparePollMultishot(in.fd, in.flags)

@@ -1,6 +1,10 @@
 package ring
 
-import "golang.org/x/sys/unix"
+import (
+	"encoding/binary"
+
+	"golang.org/x/sys/unix"
+)
 
 // SQE preparation. Each Prep method overwrites every field of the entry
 // except UserData, which the caller sets after preparing (or before, since
@@ -168,8 +172,23 @@ func (e *SQE) PrepLinkTimeout(ts *Timespec, flags uint32) {
 // events in mask (unix.POLLIN, …). The CQE's res is the ready mask.
 func (e *SQE) PrepPollAdd(fd int, mask uint32) {
 	e.prepRW(OpPollAdd, int32(fd), 0, 0, 0)
-	e.OpFlags = mask
+	e.OpFlags = poll32Events(mask)
 }
+
+// poll32Events encodes a poll(2) mask for the poll32_events field. On
+// big-endian machines the kernel swaps its 16-bit halves when reading it
+// (io_uring/poll.c, swahw32, so that the old 16-bit poll_events field
+// still lines up), hence the swap here, as liburing's
+// io_uring_prep_poll_add does; on little-endian machines it is the mask.
+func poll32Events(mask uint32) uint32 {
+	if bigEndian {
+		return mask<<16 | mask>>16
+	}
+	return mask
+}
+
+// bigEndian reports whether this machine stores the high byte first.
+var bigEndian = binary.NativeEndian.Uint16([]byte{0, 1}) == 1
 
 // PrepPollMultishot prepares a multishot IORING_OP_POLL_ADD (Linux 5.13):
 // one CQE with CQEFMore per readiness event until removed.

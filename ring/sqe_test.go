@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -21,6 +22,16 @@ import (
 // testAddr is the address the kernel must receive for p; computed here
 // with unsafe directly rather than through ptr.go's helpers under test.
 func testAddr[T any](p *T) uint64 { return uint64(uintptr(unsafe.Pointer(p))) }
+
+// kernelPoll32 is the poll32_events value the kernel turns into mask: it
+// reads the field natively and, on big-endian machines, swaps its 16-bit
+// halves (io_uring/poll.c); the swap is its own inverse.
+func kernelPoll32(mask uint32) uint32 {
+	if binary.NativeEndian.Uint16([]byte{0, 1}) == 1 {
+		return mask<<16 | mask>>16
+	}
+	return mask
+}
 
 // prepCase is one prep helper call and the entry it must produce (with
 // UserData left as the test put it).
@@ -118,9 +129,9 @@ func prepCases(fx *prepFixture) []prepCase {
 			SQE{Opcode: OpLinkTimeout, Fd: -1, Addr: tsA, Len: 1, OpFlags: TimeoutRealtime}},
 		{"PollAdd", func(e *SQE) { e.PrepPollAdd(fd, unix.POLLIN) },
 			// poll32_events; len carries IORING_POLL_* and is 0 for one-shot.
-			SQE{Opcode: OpPollAdd, Fd: fd, OpFlags: unix.POLLIN}},
+			SQE{Opcode: OpPollAdd, Fd: fd, OpFlags: kernelPoll32(unix.POLLIN)}},
 		{"PollMultishot", func(e *SQE) { e.PrepPollMultishot(fd, unix.POLLIN|unix.POLLRDHUP) },
-			SQE{Opcode: OpPollAdd, Fd: fd, Len: PollAddMulti, OpFlags: unix.POLLIN | unix.POLLRDHUP}},
+			SQE{Opcode: OpPollAdd, Fd: fd, Len: PollAddMulti, OpFlags: kernelPoll32(unix.POLLIN | unix.POLLRDHUP)}},
 		{"PollRemove", func(e *SQE) { e.PrepPollRemove(ud) },
 			SQE{Opcode: OpPollRemove, Fd: -1, Addr: ud}},
 		{"Cancel64", func(e *SQE) { e.PrepCancel64(ud, AsyncCancelAll) },
@@ -229,6 +240,21 @@ func TestPrepLeavesUserData(t *testing.T) {
 			if e.UserData != ud {
 				t.Errorf("%s: UserData %#x became %#x", c.name, ud, e.UserData)
 			}
+		}
+	}
+}
+
+// TestPrepPollEvents checks the poll mask as the kernel decodes it, for
+// every single-bit mask and the 16-bit boundary (EPOLLEXCLUSIVE and
+// friends live in the upper half).
+func TestPrepPollEvents(t *testing.T) {
+	for bit := range 32 {
+		mask := uint32(1) << bit
+		var e SQE
+		e.PrepPollAdd(3, mask)
+		raw := sqeBytes(&e)[unsafe.Offsetof(e.OpFlags):][:4]
+		if got := kernelPoll32(binary.NativeEndian.Uint32(raw)); got != mask {
+			t.Errorf("PrepPollAdd(mask %#x): kernel reads %#x", mask, got)
 		}
 	}
 }
