@@ -178,3 +178,13 @@ func (r *Ring) UnregisterRingFd() error {
 	}
 	return wrapSyscall("io_uring_register(UNREGISTER_RING_FDS)", err)
 }
+
+// EnableRings starts a ring created with SetupRDisabled
+// (IORING_REGISTER_ENABLE_RINGS, Linux 5.10); until then submissions fail
+// with EBADFD. Registrations made while disabled (restrictions, buffers,
+// files) are in place before the first submission.
+// Must be called by the goroutine that owns the ring.
+func (r *Ring) EnableRings() error {
+	_, err := r.register("ENABLE_RINGS", registerEnableRings, nil, 0)
+	return err
+}

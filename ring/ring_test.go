@@ -696,3 +696,16 @@ func nopBatch(r *ring.Ring, cqes []ring.CQE) {
 		got += n
 	}
 }
+
+func TestRDisabledEnableRings(t *testing.T) {
+	testutil.RequireSetupFlags(t, ring.SetupRDisabled)
+	r := newRing(t, 4, &ring.Params{Flags: ring.SetupRDisabled})
+	getSQE(t, r).PrepNop()
+	if _, err := r.Submit(); !errors.Is(err, unix.EBADFD) {
+		t.Fatalf("Submit on a disabled ring: %v, want EBADFD", err)
+	}
+	if err := r.EnableRings(); err != nil {
+		t.Fatal(err)
+	}
+	reap(t, r, 1, 5*time.Second)
+}
