@@ -1,16 +1,28 @@
 package sched
 
-import "sync/atomic"
+import (
+	"runtime"
+	"sync/atomic"
+)
 
-// chunkLen is the number of slots per queue chunk. 1024 slots of 24 bytes make
-// a 24 KiB chunk: large enough that a chunk boundary (one allocation, one CAS)
-// is rare on the hot path, small enough that an idle queue costs little.
-const chunkLen = 1024
-
-// cacheLine separates the producer-side and consumer-side words of a Queue so
-// that producers claiming positions do not keep invalidating the consumer's
-// line. 64 bytes is the line size of amd64 and of most arm64 cores.
+// cacheLine separates the producers' words of a Queue from the consumer's,
+// so that producers appending do not keep invalidating the consumer's line.
+// 64 bytes is the line size of amd64 and of most arm64 cores.
 const cacheLine = 64
+
+// drainPublishEvery bounds how many tasks the consumer takes before it
+// publishes the freed space, so producers of a bounded queue are not refused
+// for the whole of a long batch.
+const drainPublishEvery = 64
+
+// chunkLen is the number of tasks per queue chunk: 256 interface values, a
+// 4 KiB array, so that growing the queue never copies and a chunk is cheap to
+// keep for reuse.
+const chunkLen = 256
+
+// maxSpareChunks bounds the chunks a queue keeps for reuse after a burst;
+// beyond it, emptied chunks are left to the garbage collector.
+const maxSpareChunks = 4
 
 // A Queue is an unbounded or bounded multi-producer, single-consumer FIFO of
 // tasks: the task queue of an event loop.
@@ -18,171 +30,176 @@ const cacheLine = 64
 // Any goroutine may [Queue.Push]; exactly one goroutine at a time, the
 // consumer, may [Queue.Pop] or [Queue.Drain]. Tasks pushed by one goroutine
 // come out in the order it pushed them; tasks from different goroutines are
-// ordered by the moment each claimed its position.
+// ordered by the moment each acquired the producers' lock.
 //
-// Protocol. The queue is an endless array of positions cut into chunks of
-// chunkLen slots linked in position order:
+// Protocol: producers fill a chain of fixed-size chunks; the consumer takes
+// the whole chain at once and runs it privately.
 //
-//	headChunk                                 tailChunk (a hint)
-//	    │                                          │
-//	    ▼                                          ▼
-//	[ chunk base 0 ] ──next──► [ chunk base 1024 ] ──next──► nil
-//	  consumed ▲ head                claimed ▲ tail
+//		producers ─append under mu─► head chunk ─► … ─► tail chunk
+//		consumer  ◄─ takes head…tail under mu, leaves a fresh chunk, once per batch
 //
-// The rules that keep it correct without a lock:
-//
-//   - A producer claims position p by incrementing tail (a CAS against the
-//     limit when the queue is bounded), finds the chunk holding p by walking
-//     next pointers from the tailChunk it loaded before claiming (so
-//     tailChunk.base <= p), links a new chunk when next is nil (the loser of
-//     that CAS drops its chunk), then writes the task and sets the slot's
-//     full flag. The flag's atomic store publishes the task.
-//   - The consumer reads slots from head in order. A slot whose flag is still
-//     clear was claimed but not yet written: the consumer stops there, even if
-//     later slots are full, so a producer's order is never broken. The
-//     producer wakes the loop after Push returns, so the loop never sleeps on
-//     a task it could not see.
-//   - Chunks are never reused: a producer may hold a stale chunk pointer for
-//     as long as it likes, and the garbage collector frees a chunk once the
-//     consumer and every producer have moved past it. Allocation is thus one
-//     24 KiB chunk per 1024 pushes, nothing per push.
-//   - consumed is the head published for producers: the bound check reads
-//     tail - consumed, and the consumer stores it once per batch, not per task.
+//	  - A producer holds mu for one slot write (and, when bounded, one check of
+//	    pushed - consumed against the limit); when the tail chunk is full it
+//	    links a spare or new chunk. Growth never copies.
+//	  - The consumer runs tasks from the chain it took without any lock or
+//	    atomic per task. When the chain is used up and the ready flag says a
+//	    task is pending, it locks mu once, takes the pending chain, returns
+//	    the chunks it emptied to the spare list, and unlocks: one lock per
+//	    batch, however many tasks it holds. The flag is set by the push that
+//	    makes the pending chain non-empty, so an idle consumer polls one
+//	    read-mostly word instead of the producers' lock.
+//	  - Up to maxSpareChunks emptied chunks are reused, so a queue in steady
+//	    state allocates nothing.
+//	  - consumed counts tasks taken by the consumer and is published every
+//	    drainPublishEvery tasks and at the end of each Pop or Drain; the bound
+//	    is checked against it, so a bounded queue holds at most limit tasks
+//	    that the consumer has not taken.
 type Queue struct {
-	limit uint64 // maximum tail - consumed; 0 means unbounded; immutable
+	limit uint64 // maximum pushed - consumed; 0 means unbounded; immutable
 
-	_         [cacheLine]byte
-	tail      atomic.Uint64         // next position to claim
-	tailChunk atomic.Pointer[chunk] // some chunk with base <= tail; only moves forward
+	_      [cacheLine]byte
+	mu     spinLock
+	head   *taskChunk  // first pending chunk; under mu
+	tail   *taskChunk  // chunk producers append to; under mu
+	spare  *taskChunk  // emptied chunks for reuse, linked by next; under mu
+	nspare int         // chunks on spare; under mu
+	pushed uint64      // tasks accepted since creation; under mu
+	ready  atomic.Bool // head holds a task; written under mu, read by the consumer without it
 
-	_         [cacheLine]byte
-	consumed  atomic.Uint64 // head as last published by the consumer
-	head      uint64        // next position to consume; consumer only
-	headChunk *chunk        // chunk holding head (or ending at it); consumer only
+	_        [cacheLine]byte
+	consumed atomic.Uint64 // tasks taken, as last published by the consumer; read by producers
+
+	_       [cacheLine]byte // keeps the consumer's per-task writes off consumed's line
+	taken   uint64          // tasks taken; consumer only
+	cur     *taskChunk      // chunk being consumed, first of the taken chain; consumer only
+	next    int             // index of the next task in cur; consumer only
+	emptied *taskChunk      // consumed chunks to hand back at the next swap; consumer only
 }
 
-// chunk is one segment of the queue: the slots for positions
-// [base, base+chunkLen).
-type chunk struct {
-	base  uint64
-	next  atomic.Pointer[chunk]
-	slots [chunkLen]slot
+// taskChunk is one link of the chain. n only grows while producers append
+// and is reset when the chunk is reused.
+type taskChunk struct {
+	tasks [chunkLen]Task
+	n     int
+	next  *taskChunk
 }
 
-// slot holds one task. full goes 0 → 1 exactly once, after task is written;
-// the consumer reads task only after seeing full == 1 and then clears task so
-// the chunk does not keep a finished closure alive.
-type slot struct {
-	task Task
-	full atomic.Uint32
-}
-
-// NewQueue returns an empty queue holding at most limit unconsumed tasks; a
-// limit <= 0 means unbounded (Netty's default maxPendingTasks). Safe for
-// concurrent use.
+// NewQueue returns an empty queue holding at most limit tasks not yet taken
+// by the consumer; a limit <= 0 means unbounded (Netty's default
+// maxPendingTasks). Safe for concurrent use.
 func NewQueue(limit int) *Queue {
 	q := &Queue{}
 	if limit > 0 {
 		q.limit = uint64(limit)
 	}
-	c := &chunk{}
-	q.tailChunk.Store(c)
-	q.headChunk = c
+	q.head = &taskChunk{}
+	q.tail = q.head
 	return q
 }
 
 // Push appends t. It returns [ErrNilTask] for a nil task and [ErrQueueFull]
 // when the queue is bounded and full; either way nothing is queued, and every
-// task accepted earlier stays queued. Push never blocks and allocates only
-// when it opens a new chunk. Safe for concurrent use.
+// task accepted earlier stays queued. Push never waits for the consumer and
+// allocates only when no spare chunk is left. Safe for concurrent use.
 func (q *Queue) Push(t Task) error {
 	if isNil(t) {
 		return ErrNilTask
 	}
-	// Load the chunk hint before claiming: the hint never passes tail, so the
-	// chunk loaded here starts at or before the position claimed below.
-	c := q.tailChunk.Load()
-	var p uint64
-	if q.limit == 0 {
-		p = q.tail.Add(1) - 1
-	} else {
-		for {
-			// consumed first: tail read later is then at least consumed.
-			done := q.consumed.Load()
-			p = q.tail.Load()
-			if p-done >= q.limit {
-				return ErrQueueFull
-			}
-			if q.tail.CompareAndSwap(p, p+1) {
-				break
-			}
+	q.mu.Lock()
+	if q.limit != 0 && q.pushed-q.consumed.Load() >= q.limit {
+		q.mu.Unlock()
+		return ErrQueueFull
+	}
+	c := q.tail
+	if c.n == chunkLen {
+		c = q.spare
+		if c != nil {
+			q.spare, c.next = c.next, nil
+			q.nspare--
+		} else {
+			c = &taskChunk{}
 		}
+		q.tail.next = c
+		q.tail = c
 	}
-	for p >= c.base+chunkLen {
-		c = q.nextChunk(c)
+	if q.head.n == 0 {
+		q.ready.Store(true) // once per batch, not per task
 	}
-	s := &c.slots[p-c.base]
-	s.task = t
-	s.full.Store(1)
+	c.tasks[c.n] = t
+	c.n++
+	q.pushed++
+	q.mu.Unlock()
 	return nil
 }
 
-// nextChunk returns the chunk after c, linking a new one if there is none
-// yet, and moves the tail hint from c to it.
-func (q *Queue) nextChunk(c *chunk) *chunk {
-	n := c.next.Load()
-	if n == nil {
-		n = &chunk{base: c.base + chunkLen}
-		if !c.next.CompareAndSwap(nil, n) {
-			n = c.next.Load()
-		}
+// refill takes the pending chain and reports whether it holds a task.
+// Consumer only, with cur used up.
+func (q *Queue) refill() bool {
+	if !q.ready.Load() {
+		return false // nothing pending: do not contend with producers
 	}
-	q.tailChunk.CompareAndSwap(c, n)
-	return n
+	q.mu.Lock()
+	chain := q.head
+	fresh := q.spare
+	if fresh != nil {
+		q.spare, fresh.next = fresh.next, nil
+		q.nspare--
+	}
+	for c := q.emptied; c != nil && q.nspare < maxSpareChunks; {
+		next := c.next
+		c.next, q.spare = q.spare, c
+		q.nspare++
+		c = next
+	}
+	if fresh == nil {
+		fresh = &taskChunk{} // rare: spares exhausted by a burst
+	}
+	q.head, q.tail = fresh, fresh
+	q.ready.Store(false)
+	q.mu.Unlock()
+	q.emptied = nil
+	q.cur, q.next = chain, 0
+	return true
 }
 
-// Pop removes and returns the oldest visible task, or nil if there is none.
-// It publishes the freed space at once. Must be called on the consumer
+// take removes the next task, or returns nil if none is queued. It clears
+// each slot it reads so a finished task is not kept alive. Consumer only.
+func (q *Queue) take() Task {
+	for {
+		if c := q.cur; c != nil {
+			if q.next < c.n {
+				t := c.tasks[q.next]
+				c.tasks[q.next] = nil
+				q.next++
+				q.taken++
+				return t
+			}
+			q.cur, q.next = c.next, 0
+			c.n, c.next, q.emptied = 0, q.emptied, c
+			continue
+		}
+		if !q.refill() {
+			return nil
+		}
+	}
+}
+
+// Pop removes and returns the oldest task, or nil if there is none. It
+// publishes the freed space at once. Must be called on the consumer
 // goroutine.
 func (q *Queue) Pop() Task {
 	t := q.take()
 	if t != nil {
-		q.consumed.Store(q.head)
+		q.consumed.Store(q.taken)
 	}
 	return t
 }
 
-// take removes the task at head if it is visible, without publishing the
-// new head to producers. Consumer only.
-func (q *Queue) take() Task {
-	c := q.headChunk
-	i := q.head - c.base
-	if i == chunkLen {
-		n := c.next.Load()
-		if n == nil {
-			return nil
-		}
-		q.headChunk, c, i = n, n, 0
-	}
-	s := &c.slots[i]
-	if s.full.Load() == 0 {
-		return nil
-	}
-	t := s.task
-	s.task = nil
-	q.head++
-	return t
-}
-
-// drainPublishEvery bounds how many tasks Drain runs before it publishes the
-// freed space, so producers of a bounded queue are not refused for a whole
-// long batch.
-const drainPublishEvery = 64
-
-// Drain removes up to max visible tasks (every visible task, including those
-// pushed while it runs, if max <= 0) and passes each to fn in queue order. It
-// returns how many it removed. Drain takes no lock and publishes the freed
-// space once per 64 tasks and at the end.
+// Drain removes up to max tasks (every task, including those pushed while it
+// runs, if max <= 0) and passes each to fn in queue order. It returns how
+// many it removed. Drain takes the producers' lock once per batch of pushed
+// tasks, never per task, and publishes the freed space once per 64 tasks and
+// at the end.
 //
 // fn must not panic; pass the task to [Run] inside fn to contain panics. A
 // task is removed before fn sees it, so it is never handed out twice.
@@ -196,24 +213,42 @@ func (q *Queue) Drain(max int, fn func(Task)) int {
 		}
 		n++
 		if n%drainPublishEvery == 0 {
-			q.consumed.Store(q.head)
+			q.consumed.Store(q.taken)
 		}
 		fn(t)
 	}
 	if n > 0 {
-		q.consumed.Store(q.head)
+		q.consumed.Store(q.taken)
 	}
 	return n
 }
 
-// Len returns the number of tasks claimed by producers and not yet removed by
-// the consumer. It counts tasks whose Push is still in progress, so Drain may
-// see fewer. Safe for concurrent use.
+// Len returns the number of tasks accepted and not yet taken by the
+// consumer, as of the consumer's last publication. Safe for concurrent use.
 func (q *Queue) Len() int {
-	done := q.consumed.Load() // first, so the later tail is at least done
-	return int(q.tail.Load() - done)
+	done := q.consumed.Load() // first, so pushed read later is at least done
+	q.mu.Lock()
+	n := q.pushed - done
+	q.mu.Unlock()
+	return int(n)
 }
 
 // Limit returns the queue's bound, or 0 if it is unbounded. Safe for
 // concurrent use.
 func (q *Queue) Limit() int { return int(q.limit) }
+
+// spinLock is the producers' lock. Its critical sections are a few
+// instructions long (one append), so a waiter yields its processor instead of
+// parking on a futex as sync.Mutex does under contention: parking and waking
+// cost far more than the section it protects.
+type spinLock struct {
+	held atomic.Bool
+}
+
+func (l *spinLock) Lock() {
+	for !l.held.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+}
+
+func (l *spinLock) Unlock() { l.held.Store(false) }
