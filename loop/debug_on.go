@@ -1,0 +1,17 @@
+//go:build uringdebug
+
+package loop
+
+import "golang.org/x/sys/unix"
+
+// debugChecks turns invariant breaks into panics a test can see: stale
+// completions, and loop-only methods called off the loop goroutine.
+const debugChecks = true
+
+// assertLoop panics unless the caller runs on the loop goroutine (its
+// locked OS thread).
+func (l *Loop) assertLoop() {
+	if tid := l.tid.Load(); tid == 0 || int32(unix.Gettid()) != tid {
+		panic("loop: " + l.name + ": loop-only method called off the loop goroutine")
+	}
+}

@@ -1,0 +1,89 @@
+package loop
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error string of this package starts with "loop: ".
+var (
+	// ErrRejected is returned when a task, timer or hook cannot be accepted:
+	// the loop is shut down (or terminated), or its bounded task queue is
+	// full. The returned error wraps ErrRejected and the reason, so both
+	// errors.Is(err, ErrRejected) and errors.Is(err, ErrShutdown) (or
+	// errors.Is(err, ErrQueueFull)) hold.
+	ErrRejected = errors.New("loop: task rejected")
+
+	// ErrShutdown is the reason of an ErrRejected returned after the loop
+	// left the shutting-down state.
+	ErrShutdown = errors.New("loop: shut down")
+
+	// ErrShuttingDown is the reason of an ErrRejected for timers scheduled
+	// once a graceful shutdown began: pending timers are canceled then, so a
+	// new one could never run.
+	ErrShuttingDown = errors.New("loop: shutting down")
+
+	// ErrQueueFull is the reason of an ErrRejected when the task queue holds
+	// WithMaxPendingTasks tasks.
+	ErrQueueFull = errors.New("loop: task queue full")
+
+	// ErrClosed is returned by the op API once the loop is shut down: no new
+	// op is accepted while in-flight ops are canceled and reaped.
+	ErrClosed = errors.New("loop: closed")
+
+	// ErrNilTask is returned for a nil task, hook or timer function.
+	ErrNilTask = errors.New("loop: nil task")
+
+	// ErrNilCompleter is returned by the op API for a nil Completer.
+	ErrNilCompleter = errors.New("loop: nil completer")
+
+	// ErrInvalidOption is wrapped by every option validation error of
+	// NewGroup and by invalid arguments of setters such as SetIORatio.
+	ErrInvalidOption = errors.New("loop: invalid option")
+
+	// ErrInvalidArgument is wrapped by op API errors for bad arguments
+	// (negative fd, empty buffer list, unsupported address family …).
+	ErrInvalidArgument = errors.New("loop: invalid argument")
+
+	// ErrTooManyOps is returned by the op API when the op table is full.
+	ErrTooManyOps = errors.New("loop: too many ops in flight")
+
+	// ErrUnknownOp is returned by Cancel for an OpID that names no live op:
+	// it already completed, or never existed.
+	ErrUnknownOp = errors.New("loop: unknown op")
+
+	// ErrInLoop is returned by Shutdown when it is called on a loop
+	// goroutine of the group it would wait for: waiting there would
+	// deadlock. The shutdown is started anyway; wait for Done elsewhere.
+	ErrInLoop = errors.New("loop: cannot wait for the group's termination from one of its loops")
+)
+
+// rejected returns an ErrRejected wrapping why.
+func rejected(why error) error {
+	return &rejectedError{why: why}
+}
+
+// rejectedError is ErrRejected with its reason.
+type rejectedError struct{ why error }
+
+func (e *rejectedError) Error() string { return ErrRejected.Error() + ": " + e.why.Error() }
+
+func (e *rejectedError) Unwrap() []error { return []error{ErrRejected, e.why} }
+
+// Preallocated rejections, so a full queue or a shut-down loop never makes
+// Execute allocate.
+var (
+	errRejectedShutdown     = rejected(ErrShutdown)
+	errRejectedShuttingDown = rejected(ErrShuttingDown)
+	errRejectedFull         = rejected(ErrQueueFull)
+)
+
+// invalidOption returns an ErrInvalidOption naming the option and the value.
+func invalidOption(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+}
+
+// invalidArgument returns an ErrInvalidArgument with a description.
+func invalidArgument(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}

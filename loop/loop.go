@@ -1,0 +1,384 @@
+package loop
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringloop/ringloop/sched"
+	"golang.org/x/sys/unix"
+)
+
+// A Loop is one event loop: one goroutine, locked to one OS thread for its
+// whole life, that owns one backend (an io_uring ring or an epoll instance),
+// a task queue, a timer wheel and an op table. Everything a Loop runs (tasks,
+// timers, completions, hooks) runs on that goroutine, one at a time.
+//
+// Methods documented "Safe for concurrent use" may be called from any
+// goroutine; the op API (Accept, Recv, Send, …) must be called on the loop
+// goroutine, i.e. from a task, a timer or a completion callback.
+//
+// The goroutine starts on first use (Execute, Schedule, …), not when the
+// group is created.
+type Loop struct {
+	// Immutable after NewGroup.
+	group    *Group
+	index    int
+	name     string
+	cfg      *config
+	logger   *slog.Logger
+	clock    sched.Clock
+	drv      driver
+	fallback string // why auto chose epoll, if it did
+
+	// Shared with other goroutines.
+	state      atomic.Int32 // State
+	nextWakeup atomic.Int64 // awake, or the clock instant the loop's wait ends (wake.go)
+	submitters atomic.Int64 // producers between their state check and the end of their push + wake
+	ioRatio    atomic.Int32
+	tid        atomic.Int32 // the loop thread's id while it runs, else 0
+	quiet      atomic.Int64 // graceful shutdown quiet period, ns
+	timeout    atomic.Int64 // graceful shutdown timeout, ns
+	shutdownAt atomic.Int64 // clock instant ShutdownGracefully was called
+	stats      counters
+	tasks      *sched.Queue // immediate tasks and timers on their way to the wheel
+	tail       *sched.Queue // tasks run once at the end of a turn
+	wheel      *sched.Wheel // owned by the loop goroutine; NewTimer is concurrent-safe
+	done       chan struct{}
+
+	hooksMu sync.Mutex
+	hooks   []*hook
+
+	// Loop goroutine only.
+	ops         *opTable
+	cpl         Completion // reused for every delivery (valid during the call only)
+	ioStarted   bool       // a completion was dispatched during the current poll
+	ioStart     int64      // clock instant of the first completion of the current poll
+	stallCount  int        // consecutive empty early returns
+	lastExec    int64      // clock instant tasks or hooks last ran
+	confirming  bool       // confirmShutdown ran at least once
+	sinkRefused bool       // the last timer move hit a full queue
+	runTaskFn   func(sched.Task)
+	timerSinkFn func(*sched.Timer) bool
+}
+
+// hook is a shutdown hook; removed is set by its removal function.
+type hook struct {
+	f       func()
+	removed atomic.Bool
+}
+
+func newLoop(g *Group, index int, drv driver, fallback string) (*Loop, error) {
+	c := g.cfg
+	w, err := sched.NewWheel(sched.WheelConfig{Tick: c.tick, Clock: c.clock})
+	if err != nil {
+		return nil, err
+	}
+	l := &Loop{
+		group:    g,
+		index:    index,
+		name:     loopName(g, index),
+		cfg:      c,
+		logger:   c.logger,
+		clock:    c.clock,
+		drv:      drv,
+		fallback: fallback,
+		tasks:    sched.NewQueue(c.maxPending),
+		tail:     sched.NewQueue(0),
+		wheel:    w,
+		done:     make(chan struct{}),
+		ops:      newOpTable(c.maxOps),
+	}
+	l.state.Store(int32(StateNotStarted))
+	l.nextWakeup.Store(awake)
+	l.ioRatio.Store(int32(c.ioRatio))
+	l.runTaskFn = l.runTask
+	l.timerSinkFn = l.timerSink
+	return l, nil
+}
+
+func loopName(g *Group, index int) string { return fmt.Sprintf("%s-%d", g.name, index) }
+
+// String returns the loop's name, "<name>-<group id>-<index>" (for example
+// "ringloop-1-0"), which is also its OS thread's name (first 15 bytes), its
+// pprof label and its log attribute. Safe for concurrent use.
+func (l *Loop) String() string { return l.name }
+
+// Index returns the loop's position in its group. Safe for concurrent use.
+func (l *Loop) Index() int { return l.index }
+
+// Group returns the loop's group. Safe for concurrent use.
+func (l *Loop) Group() *Group { return l.group }
+
+// State returns the loop's lifecycle state. Safe for concurrent use.
+func (l *Loop) State() State { return State(l.state.Load()) }
+
+// Done returns a channel closed when the loop has terminated: its tasks
+// ran, its ops were reaped and its backend closed. Safe for concurrent use.
+func (l *Loop) Done() <-chan struct{} { return l.done }
+
+// Backend returns the backend the loop runs on (BackendUring or
+// BackendEpoll). Safe for concurrent use.
+func (l *Loop) Backend() Backend { return l.drv.backend() }
+
+// Features reports what the loop's backend found in the kernel, and why
+// BackendAuto fell back to epoll if it did. Safe for concurrent use.
+func (l *Loop) Features() Features {
+	f := l.drv.features()
+	f.Backend = l.drv.backend()
+	if f.FallbackReason == "" {
+		f.FallbackReason = l.fallback
+	}
+	return f
+}
+
+// InLoop reports whether the caller runs on this loop's goroutine.
+//
+// Go has no goroutine identity, but a loop goroutine is locked to its OS
+// thread for life and no other goroutine ever runs on a locked thread, so
+// the thread id identifies it: InLoop compares gettid(2) with the id the
+// loop recorded when it started (one system call, tens of nanoseconds).
+// Callbacks that already know they run on the loop need not ask. Safe for
+// concurrent use.
+func (l *Loop) InLoop() bool {
+	tid := l.tid.Load()
+	return tid != 0 && int32(unix.Gettid()) == tid
+}
+
+// Execute queues f to run on the loop and wakes the loop if it is waiting
+// (at most one eventfd write per wait, and none from the loop itself). The
+// first call starts the loop goroutine. It returns ErrNilTask for a nil f,
+// and an error wrapping ErrRejected once the loop is shut down or when its
+// bounded queue is full. Tasks run in the order each goroutine queued them.
+// Safe for concurrent use.
+func (l *Loop) Execute(f func()) error {
+	if f == nil {
+		return ErrNilTask
+	}
+	return l.submit(l.tasks, sched.TaskFunc(f), true)
+}
+
+// LazyExecute queues f like Execute but never wakes the loop: f runs when
+// the loop next wakes for another reason (I/O, a timer, an Execute, or its
+// idle timeout of at most one second). Safe for concurrent use.
+func (l *Loop) LazyExecute(f func()) error {
+	if f == nil {
+		return ErrNilTask
+	}
+	return l.submit(l.tasks, sched.TaskFunc(f), false)
+}
+
+// ExecuteAfterTurn queues f as a tail task: it runs once, at the end of the
+// current (or next) loop turn, after the turn's tasks, also on turns that
+// ran no task (Netty's executeAfterEventLoopIteration). A pending tail task
+// keeps the loop from blocking. Safe for concurrent use.
+func (l *Loop) ExecuteAfterTurn(f func()) error {
+	if f == nil {
+		return ErrNilTask
+	}
+	return l.submit(l.tail, sched.TaskFunc(f), true)
+}
+
+// Schedule runs f once on the loop after d (d <= 0: as soon as possible).
+// The returned timer can be stopped (Stop) and observed (Future). Timers
+// with equal deadlines run in the order they were scheduled. A timer
+// scheduled from another goroutine wakes the loop only if it is due before
+// the loop's current wait ends. Once a graceful shutdown began, Schedule
+// returns an error wrapping ErrRejected. Safe for concurrent use.
+func (l *Loop) Schedule(d time.Duration, f func()) (*sched.Timer, error) {
+	if f == nil {
+		return nil, ErrNilTask
+	}
+	t, err := l.wheel.NewTimer(l.deadline(d), f)
+	if err != nil {
+		return nil, err
+	}
+	return l.scheduleTimer(t)
+}
+
+// ScheduleAtFixedRate runs f first after initial and then every period,
+// counted from the first deadline, so the schedule never drifts; after a
+// stall the missed runs follow one per turn. A panic in f stops the timer
+// and fails its future. period must be positive. Safe for concurrent use.
+func (l *Loop) ScheduleAtFixedRate(initial, period time.Duration, f func()) (*sched.Timer, error) {
+	if f == nil {
+		return nil, ErrNilTask
+	}
+	t, err := l.wheel.NewFixedRate(l.deadline(initial), period, f)
+	if err != nil {
+		return nil, invalidArgument("period %v: %w", period, err)
+	}
+	return l.scheduleTimer(t)
+}
+
+// ScheduleWithFixedDelay runs f first after initial and then delay after
+// each run ends. A panic in f stops the timer and fails its future. delay
+// must be positive. Safe for concurrent use.
+func (l *Loop) ScheduleWithFixedDelay(initial, delay time.Duration, f func()) (*sched.Timer, error) {
+	if f == nil {
+		return nil, ErrNilTask
+	}
+	t, err := l.wheel.NewFixedDelay(l.deadline(initial), delay, f)
+	if err != nil {
+		return nil, invalidArgument("delay %v: %w", delay, err)
+	}
+	return l.scheduleTimer(t)
+}
+
+func (l *Loop) deadline(d time.Duration) int64 {
+	now := l.clock.Now()
+	if d <= 0 {
+		return now
+	}
+	return now + int64(d)
+}
+
+// SetIORatio sets the percentage of loop time given to I/O (1..100); it
+// takes effect from the next turn. Safe for concurrent use.
+func (l *Loop) SetIORatio(r int) error {
+	if err := checkIORatio(r); err != nil {
+		return err
+	}
+	l.ioRatio.Store(int32(r))
+	return nil
+}
+
+// IORatio returns the loop's current ioRatio. Safe for concurrent use.
+func (l *Loop) IORatio() int { return int(l.ioRatio.Load()) }
+
+// RebuildRing asks the loop to replace its ring (or epoll instance) and
+// migrate every live op to the new one, as the stalled-ring detector does.
+// The work always runs on the loop goroutine, as a task queued by this call,
+// which returns once it is queued. It is counted in Stats.Rebuilds.
+// Safe for concurrent use.
+func (l *Loop) RebuildRing() error {
+	return l.submit(l.tasks, sched.TaskFunc(l.rebuildRequested), true)
+}
+
+func (l *Loop) rebuildRequested() { l.rebuild("requested") }
+
+// AddShutdownHook registers f to run on the loop during its graceful
+// shutdown, after the quiet period's tasks. Hooks run in registration order,
+// each under recover; hooks added by hooks run too, until none is left. The
+// returned function removes f if it has not run yet. Safe for concurrent use.
+func (l *Loop) AddShutdownHook(f func()) (remove func(), err error) {
+	if f == nil {
+		return nil, ErrNilTask
+	}
+	l.submitters.Add(1)
+	defer l.submitters.Add(-1)
+	if State(l.state.Load()) >= StateShutdown {
+		return nil, errRejectedShutdown
+	}
+	h := &hook{f: f}
+	l.hooksMu.Lock()
+	l.hooks = append(l.hooks, h)
+	l.hooksMu.Unlock()
+	return func() { h.removed.Store(true) }, nil
+}
+
+// ShutdownGracefully starts the loop's graceful shutdown and returns at once
+// (wait on Done): tasks are still accepted and run until no task ran for
+// quiet, or until timeout passed since this call, whichever comes first;
+// then hooks run, timers are canceled, ops are canceled and reaped, and the
+// backend is closed. A loop that never started terminates at once. Calling it
+// again has no effect. quiet must be >= 0 and timeout >= quiet.
+// Safe for concurrent use.
+func (l *Loop) ShutdownGracefully(quiet, timeout time.Duration) error {
+	if err := checkShutdownArgs(quiet, timeout); err != nil {
+		return err
+	}
+	l.shutdownGracefully(quiet, timeout)
+	return nil
+}
+
+// Stats returns a snapshot of the loop's counters. Safe for concurrent use.
+func (l *Loop) Stats() Stats {
+	var s Stats
+	l.stats.snapshot(&s)
+	s.Name = l.name
+	s.State = l.State()
+	s.Backend = l.drv.backend()
+	s.PendingTasks = l.tasks.Len()
+	return s
+}
+
+// submit is the common path of Execute, LazyExecute, ExecuteAfterTurn and
+// the posting of timers and internal tasks.
+//
+// The submitters count brackets the state check, the push, the start and the
+// wake. A terminating loop sets its state to StateShutdown and then waits for
+// submitters to reach zero before its last drain and before it closes the
+// backend, so a task is either rejected or run, never silently dropped, and
+// no eventfd write can race with the eventfd's close (the Dekker pattern:
+// producer increments then reads the state, the loop writes the state then
+// reads the count; sequentially consistent atomics make one see the other).
+func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
+	l.submitters.Add(1)
+	if State(l.state.Load()) >= StateShutdown {
+		l.submitters.Add(-1)
+		l.stats.rejected.Add(1)
+		return errRejectedShutdown
+	}
+	if err := q.Push(t); err != nil {
+		l.submitters.Add(-1)
+		l.stats.rejected.Add(1)
+		return errRejectedFull
+	}
+	err := l.ensureStarted()
+	if wake && err == nil {
+		l.wakeup()
+	}
+	l.submitters.Add(-1)
+	return err
+}
+
+// scheduleTimer posts a new timer to the loop (Timer.Run inserts it into the
+// wheel on the loop goroutine) and wakes the loop only if the timer is due
+// before the loop's published wait deadline.
+func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
+	l.submitters.Add(1)
+	if s := State(l.state.Load()); s >= StateShuttingDown {
+		l.submitters.Add(-1)
+		l.stats.rejected.Add(1)
+		if s == StateShuttingDown {
+			return nil, errRejectedShuttingDown
+		}
+		return nil, errRejectedShutdown
+	}
+	if err := l.tasks.Push(t); err != nil {
+		l.submitters.Add(-1)
+		l.stats.rejected.Add(1)
+		return nil, errRejectedFull
+	}
+	err := l.ensureStarted()
+	if err == nil {
+		l.wakeupBefore(t.When())
+	}
+	l.submitters.Add(-1)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// ensureStarted starts the loop goroutine if it has not started: exactly
+// one caller wins the NotStarted → Started CAS and waits until the goroutine
+// has locked its thread and started the backend, so a start failure is
+// reported to that caller.
+func (l *Loop) ensureStarted() error {
+	if State(l.state.Load()) != StateNotStarted {
+		return nil
+	}
+	if !l.state.CompareAndSwap(int32(StateNotStarted), int32(StateStarted)) {
+		return nil
+	}
+	errc := make(chan error, 1)
+	go l.main(errc)
+	if err := <-errc; err != nil {
+		return rejected(fmt.Errorf("start %s: %w", l.name, err))
+	}
+	return nil
+}

@@ -1,0 +1,373 @@
+package loop
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// The op API: asynchronous operations with a completion callback, identical
+// on both backends (docs/op-lifecycle.md). Every method here must be called
+// on the loop goroutine (from a task, a timer or a completion); built with
+// the uringdebug tag they check it. Each returns the op's OpID, for Cancel,
+// or an error, in which case no completion will follow.
+//
+// Memory: a buffer passed to an op belongs to the loop until the op's final
+// completion (for SendZC: its notification); the op table keeps it
+// referenced until then. Do not modify or reuse it before.
+
+// An OpID names one in-flight op of a loop: its packed user_data (slot,
+// generation and tag; never a pointer). It is unique among the loop's live
+// ops, and a stale OpID (of an op that completed) is recognised as such.
+type OpID uint64
+
+// maxIovecs is the kernel's UIO_MAXIOV, the most buffers one sendmsg takes.
+const maxIovecs = 1024
+
+// newOp checks the common arguments and allocates a record.
+func (l *Loop) newOp(tag opTag, fd int, c Completer) (*op, error) {
+	l.assertLoop()
+	if c == nil {
+		return nil, ErrNilCompleter
+	}
+	if State(l.state.Load()) >= StateShutdown {
+		return nil, ErrClosed
+	}
+	if fd < 0 || fd > 1<<31-1 {
+		return nil, invalidArgument("%s: fd %d", tag, fd)
+	}
+	o := l.ops.alloc(tag)
+	if o == nil {
+		return nil, ErrTooManyOps
+	}
+	o.fd = int32(fd)
+	o.c = c
+	return o, nil
+}
+
+// startOp hands a filled record to the backend.
+func (l *Loop) startOp(o *op) (OpID, error) {
+	id := OpID(o.userData())
+	if err := l.drv.submit(o); err != nil {
+		l.ops.release(o)
+		return 0, err
+	}
+	l.stats.submitted.Add(1)
+	return id, nil
+}
+
+// Accept accepts connections on the listening socket fd. With multishot it
+// stays armed and completes once per connection (ring.CQEFMore set while it
+// stays armed; re-arm after a completion without it); the backend re-arms
+// single shots itself where the kernel lacks multishot accept. Res is the new
+// fd (non-blocking, close-on-exec) or -errno. Must be called on the loop
+// goroutine.
+func (l *Loop) Accept(fd int, multishot bool, c Completer) (OpID, error) {
+	o, err := l.newOp(tagAccept, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.multishot = multishot
+	return l.startOp(o)
+}
+
+// Recv receives into buf (single shot). Res is the byte count, 0 at end of
+// stream, or -errno. flags are recv(2) flags. Must be called on the loop
+// goroutine.
+func (l *Loop) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
+	if len(buf) == 0 {
+		return 0, invalidArgument("recv: empty buffer")
+	}
+	o, err := l.newOp(tagRecv, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.buf = buf
+	o.arg = uint32(flags)
+	return l.startOp(o)
+}
+
+// RecvProvided receives into the loop's provided buffers, multishot: each
+// completion's Data holds the bytes received (valid only during Complete),
+// Res their count (0 at end of stream) or -errno. ring.CQEFMore is set while
+// the op stays armed; -ENOBUFS means the buffers ran out (re-arm later).
+// Must be called on the loop goroutine.
+func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
+	o, err := l.newOp(tagRecvBuf, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.multishot = true
+	o.arg = uint32(flags)
+	return l.startOp(o)
+}
+
+// Send sends buf (MSG_NOSIGNAL is always added to flags). Res is the byte
+// count, possibly short, or -errno. Must be called on the loop goroutine.
+func (l *Loop) Send(fd int, buf []byte, flags int, c Completer) (OpID, error) {
+	if len(buf) == 0 {
+		return 0, invalidArgument("send: empty buffer")
+	}
+	o, err := l.newOp(tagSend, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.buf = buf
+	o.arg = uint32(flags)
+	return l.startOp(o)
+}
+
+// Sendmsg sends bufs in order as one gathered write (at most 1024 buffers).
+// Res is the byte count, possibly short, or -errno. Must be called on the
+// loop goroutine.
+func (l *Loop) Sendmsg(fd int, bufs [][]byte, flags int, c Completer) (OpID, error) {
+	if len(bufs) == 0 || len(bufs) > maxIovecs {
+		return 0, invalidArgument("sendmsg: %d buffers (expected 1..%d)", len(bufs), maxIovecs)
+	}
+	o, err := l.newOp(tagSendmsg, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.bufs = bufs
+	o.arg = uint32(flags)
+	return l.startOp(o)
+}
+
+// SendZC sends buf without copying it where the backend can (io_uring
+// SEND_ZC; the epoll backend copies). The first completion carries the
+// result, with ring.CQEFMore if a notification follows; buf belongs to the
+// kernel until the completion with ring.CQEFNotif (or a first completion
+// without CQEFMore). Must be called on the loop goroutine.
+func (l *Loop) SendZC(fd int, buf []byte, flags int, c Completer) (OpID, error) {
+	if len(buf) == 0 {
+		return 0, invalidArgument("send-zc: empty buffer")
+	}
+	o, err := l.newOp(tagSendZC, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.buf = buf
+	o.arg = uint32(flags)
+	return l.startOp(o)
+}
+
+// Connect connects the non-blocking socket fd to sa (IPv4, IPv6 or Unix).
+// Res is 0 or -errno (-ECONNREFUSED …). Must be called on the loop
+// goroutine.
+func (l *Loop) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
+	if sa == nil {
+		return 0, invalidArgument("connect: nil address")
+	}
+	o, err := l.newOp(tagConnect, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	n, err := putSockaddr(&o.sa, sa)
+	if err != nil {
+		l.ops.release(o)
+		return 0, err
+	}
+	o.saLen = n
+	return l.startOp(o)
+}
+
+// Close closes fd. Cancel fd's other ops and wait for their final
+// completions first: an fd is closed only when no op still names it. Res is 0
+// or -errno. Must be called on the loop goroutine.
+func (l *Loop) Close(fd int, c Completer) (OpID, error) {
+	o, err := l.newOp(tagClose, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	return l.startOp(o)
+}
+
+// Shutdown shuts down part of a full-duplex connection (how is unix.SHUT_RD,
+// SHUT_WR or SHUT_RDWR). Res is 0 or -errno. Must be called on the loop
+// goroutine. (It is the socket operation; the loop's own shutdown is
+// ShutdownGracefully.)
+func (l *Loop) Shutdown(fd int, how int, c Completer) (OpID, error) {
+	if how != unix.SHUT_RD && how != unix.SHUT_WR && how != unix.SHUT_RDWR {
+		return 0, invalidArgument("shutdown: how %d", how)
+	}
+	o, err := l.newOp(tagShutdown, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.arg = uint32(how)
+	return l.startOp(o)
+}
+
+// Poll waits for events (unix.POLLIN, POLLOUT, …) on fd. Res is the ready
+// mask or -errno. With multishot it stays armed (ring.CQEFMore) until
+// canceled. Must be called on the loop goroutine.
+func (l *Loop) Poll(fd int, events uint32, multishot bool, c Completer) (OpID, error) {
+	if events == 0 {
+		return 0, invalidArgument("poll: empty event mask")
+	}
+	o, err := l.newOp(tagPoll, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.arg = events
+	o.multishot = multishot
+	return l.startOp(o)
+}
+
+// Timeout completes after d with Res -ETIME (or -ECANCELED if canceled
+// first). It is an op, not a timer: it goes through the backend like I/O.
+// Timers for user code are Schedule's. Must be called on the loop
+// goroutine.
+func (l *Loop) Timeout(d time.Duration, c Completer) (OpID, error) {
+	o, err := l.newOp(tagTimeout, 0, c)
+	if err != nil {
+		return 0, err
+	}
+	d = max(d, 0)
+	o.ts = ring.Timespec{Sec: int64(d / time.Second), Nsec: int64(d % time.Second)}
+	return l.startOp(o)
+}
+
+// Nop completes with Res 0 at the next poll, doing nothing: a round trip
+// through the op table and the backend. Must be called on the loop
+// goroutine.
+func (l *Loop) Nop(c Completer) (OpID, error) {
+	o, err := l.newOp(tagNop, 0, c)
+	if err != nil {
+		return 0, err
+	}
+	return l.startOp(o)
+}
+
+// Cancel asks the backend to stop op id. Its final completion still
+// follows: its real result if it finished first, else -ECANCELED. Canceling
+// an op twice is harmless. It returns ErrUnknownOp if id names no live op
+// (it already completed). Must be called on the loop goroutine.
+func (l *Loop) Cancel(id OpID) error {
+	l.assertLoop()
+	o := l.ops.lookup(uint64(id))
+	if o == nil {
+		return ErrUnknownOp
+	}
+	if o.state == opCanceling {
+		return nil
+	}
+	if err := l.drv.cancel(o); err != nil {
+		return err
+	}
+	o.state = opCanceling
+	return nil
+}
+
+// OpsInFlight returns the number of ops not yet at their final completion.
+// Must be called on the loop goroutine.
+func (l *Loop) OpsInFlight() int {
+	l.assertLoop()
+	return l.ops.inFlight
+}
+
+// complete implements completionSink: the backend delivers every
+// completion of a table op here, on the loop goroutine. The record is looked
+// up by user_data (a stale one is counted and dropped; uringdebug panics),
+// released on its final completion (the one without ring.CQEFMore; for
+// SEND_ZC the notification, or a first completion without CQEFMore), and
+// the Completer is called under recover.
+func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
+	if !l.ioStarted {
+		l.ioStarted = true
+		l.ioStart = l.clock.Now()
+	}
+	o := l.ops.lookup(ud)
+	if o == nil {
+		l.stats.stale.Add(1)
+		if debugChecks {
+			tag, gen, slot := unpackUserData(ud)
+			panic("loop: stale completion: tag " + tag.String() + " gen " + strconv.Itoa(int(gen)) + " slot " + strconv.Itoa(int(slot)) + " res " + strconv.Itoa(int(res)))
+		}
+		return
+	}
+	final := flags&ring.CQEFMore == 0
+	if o.tag == tagSendZC {
+		switch {
+		case flags&ring.CQEFNotif != 0:
+			final = true
+		case !final:
+			o.zcNotif = true
+		}
+	}
+	c := o.c
+	if final {
+		l.ops.release(o)
+	}
+	l.stats.completions.Add(1)
+	l.deliver(c, res, flags, data)
+}
+
+// deliver calls c.Complete under recover: a panicking completer is logged
+// and counted, and the loop goes on.
+func (l *Loop) deliver(c Completer, res int32, flags uint32, data []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			l.stats.panics.Add(1)
+			l.logger.Error("loop: completion callback panicked", "loop", l.name, "panic", r)
+		}
+	}()
+	l.cpl = Completion{Res: res, Flags: flags, Data: data}
+	c.Complete(&l.cpl)
+}
+
+// putSockaddr encodes sa as the kernel's struct sockaddr in raw and returns
+// its length, without unsafe: the bytes are laid out by hand (family in host
+// order, port in network order) and copied into the RawSockaddrAny fields.
+func putSockaddr(raw *unix.RawSockaddrAny, sa unix.Sockaddr) (uint32, error) {
+	var b [unix.SizeofSockaddrAny]byte
+	var n int
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		if a.Port < 0 || a.Port > 0xffff {
+			return 0, invalidArgument("connect: port %d", a.Port)
+		}
+		binary.NativeEndian.PutUint16(b[0:], unix.AF_INET)
+		binary.BigEndian.PutUint16(b[2:], uint16(a.Port))
+		copy(b[4:8], a.Addr[:])
+		n = unix.SizeofSockaddrInet4
+	case *unix.SockaddrInet6:
+		if a.Port < 0 || a.Port > 0xffff {
+			return 0, invalidArgument("connect: port %d", a.Port)
+		}
+		binary.NativeEndian.PutUint16(b[0:], unix.AF_INET6)
+		binary.BigEndian.PutUint16(b[2:], uint16(a.Port))
+		copy(b[8:24], a.Addr[:])
+		binary.NativeEndian.PutUint32(b[24:], a.ZoneId)
+		n = unix.SizeofSockaddrInet6
+	case *unix.SockaddrUnix:
+		name := a.Name
+		if len(name) == 0 || len(name) > len(unix.RawSockaddrUnix{}.Path)-1 {
+			return 0, invalidArgument("connect: unix socket path of %d bytes", len(name))
+		}
+		binary.NativeEndian.PutUint16(b[0:], unix.AF_UNIX)
+		copy(b[2:], name)
+		n = 2 + len(name) + 1 // with the terminating NUL
+		if name[0] == '@' {
+			b[2] = 0 // abstract socket: no NUL terminator counted
+			n--
+		}
+	default:
+		return 0, invalidArgument("connect: unsupported address type %T", sa)
+	}
+	*raw = unix.RawSockaddrAny{}
+	raw.Addr.Family = binary.NativeEndian.Uint16(b[0:])
+	for i := range raw.Addr.Data {
+		raw.Addr.Data[i] = int8(b[2+i])
+	}
+	for i := range raw.Pad {
+		raw.Pad[i] = int8(b[2+len(raw.Addr.Data)+i])
+	}
+	return uint32(n), nil
+}
+
+func isEINTR(err error) bool { return errors.Is(err, unix.EINTR) }

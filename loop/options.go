@@ -1,0 +1,231 @@
+package loop
+
+import (
+	"log/slog"
+	"math/bits"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ringloop/ringloop/ring"
+	"github.com/ringloop/ringloop/sched"
+)
+
+// An Option configures a Group. Options are applied in order; later ones
+// win. Zero values mean "the default", so a zero config behaves; values that
+// cannot work are reported by NewGroup as errors wrapping ErrInvalidOption,
+// never by a panic.
+type Option func(*config)
+
+// config holds every setting of a group. defaultConfig is the only place
+// defaults live.
+type config struct {
+	loops          int
+	name           string
+	backend        Backend
+	ioRatio        int
+	ringEntries    uint32
+	maxPending     int
+	stallThreshold int
+	tick           time.Duration
+	logger         *slog.Logger
+	bufCount       uint32
+	bufSize        uint32
+	clock          sched.Clock
+	maxOps         uint32
+	drainTimeout   time.Duration
+}
+
+// Defaults.
+const (
+	// DefaultIORatio is Netty's default: I/O and tasks get equal time.
+	DefaultIORatio = 50
+	// DefaultStallThreshold is Netty's SELECTOR_AUTO_REBUILD_THRESHOLD.
+	DefaultStallThreshold = 512
+	// DefaultRingEntries is the SQ size of each ring; the CQ is twice that.
+	DefaultRingEntries = 4096
+	// DefaultBufCount and DefaultBufSize size each loop's provided-buffer
+	// ring: 256 buffers of 4 KiB (1 MiB per loop).
+	DefaultBufCount = 256
+	DefaultBufSize  = 4096
+	// DefaultDrainTimeout bounds how long a terminating loop waits for the
+	// final completions of the ops it canceled.
+	DefaultDrainTimeout = 5 * time.Second
+)
+
+func defaultConfig() config {
+	return config{
+		loops:          runtime.GOMAXPROCS(0),
+		name:           "ringloop",
+		backend:        BackendAuto,
+		ioRatio:        DefaultIORatio,
+		ringEntries:    DefaultRingEntries,
+		stallThreshold: DefaultStallThreshold,
+		tick:           sched.DefaultTick,
+		logger:         slog.Default(),
+		bufCount:       DefaultBufCount,
+		bufSize:        DefaultBufSize,
+		clock:          sched.SystemClock(),
+		drainTimeout:   DefaultDrainTimeout,
+	}
+}
+
+// WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0):
+// one loop per P, because each loop is a goroutine locked to an OS thread
+// that competes with the Go scheduler's Ps for CPU; Netty's 2 × cores
+// oversubscribes to cover JVM threads blocked in GC and safepoints, which Go
+// loops do not need. Negative values are rejected. A power of two makes
+// Group.Next a masked increment; any other count uses a modulo.
+func WithLoops(n int) Option { return func(c *config) { c.loops = n } }
+
+// WithName sets the group's name prefix. Loops are named
+// "<name>-<group id>-<index>" (the OS thread shows the first 15 bytes).
+// Empty means "ringloop"; names with spaces, '/' or control characters are
+// rejected.
+func WithName(name string) Option { return func(c *config) { c.name = name } }
+
+// WithBackend selects the I/O backend: BackendAuto (default: io_uring, epoll
+// when io_uring is unusable), BackendUring or BackendEpoll.
+func WithBackend(b Backend) Option { return func(c *config) { c.backend = b } }
+
+// WithIORatio sets the percentage of loop time given to I/O, 1..100
+// (default 50). After dispatching completions for ioTime, a loop runs tasks
+// for ioTime*(100-ratio)/ratio; 100 runs every queued task each turn.
+// Values outside 1..100 are rejected. See also Loop.SetIORatio.
+func WithIORatio(r int) Option { return func(c *config) { c.ioRatio = r } }
+
+// WithRingEntries sets the SQ size of each loop's ring (uring backend).
+// 0 means 4096; the CQ is twice the SQ. Values above 32768 are rejected; the
+// kernel rounds others up to a power of two.
+func WithRingEntries(n uint32) Option {
+	return func(c *config) { c.ringEntries = n }
+}
+
+// WithMaxPendingTasks bounds each loop's task queue: beyond n unrun tasks,
+// Execute returns an error wrapping ErrRejected and ErrQueueFull. 0 (the
+// default) means unbounded, like Netty; negative values are rejected.
+func WithMaxPendingTasks(n int) Option {
+	return func(c *config) { c.maxPending = n }
+}
+
+// WithStallThreshold sets how many consecutive empty early returns of a
+// loop's wait make the stalled-ring detector rebuild the ring (default 512,
+// Netty's SELECTOR_AUTO_REBUILD_THRESHOLD). 0 disables the detector;
+// negative values are rejected.
+func WithStallThreshold(n int) Option {
+	return func(c *config) { c.stallThreshold = n }
+}
+
+// WithTick sets the timer wheel's resolution. 0 means 1 ms; negative values
+// are rejected, as are ticks above one second.
+func WithTick(d time.Duration) Option { return func(c *config) { c.tick = d } }
+
+// WithLogger sets the logger for warnings (fallback, stalls, panics). nil
+// means slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithBufferRing sizes each loop's provided-buffer ring used by
+// RecvProvided: count buffers (a power of two, at most 32768) of size bytes
+// (1..1 MiB). 0 for either means its default (256 buffers of 4 KiB).
+func WithBufferRing(count, size uint32) Option {
+	return func(c *config) { c.bufCount, c.bufSize = count, size }
+}
+
+// WithClock replaces the monotonic clock that drives timers, the ioRatio
+// budget and the shutdown quiet period. nil means sched.SystemClock(). It
+// exists for deterministic tests.
+func WithClock(clk sched.Clock) Option { return func(c *config) { c.clock = clk } }
+
+// WithMaxOps caps each loop's op table (ops in flight at once). 0 means no
+// cap beyond 2^32-1.
+func WithMaxOps(n uint32) Option { return func(c *config) { c.maxOps = n } }
+
+// WithDrainTimeout bounds how long a terminating loop waits for the final
+// completions of the ops it canceled (default 5 s). Ops still in flight then
+// are orphaned: their records and buffers are kept forever rather than freed
+// while the kernel may still write to them. Negative values are rejected.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(c *config) { c.drainTimeout = d }
+}
+
+// validate checks every setting and fills zero values with defaults.
+func (c *config) validate() error {
+	d := defaultConfig()
+	if c.loops < 0 {
+		return invalidOption("loops %d (expected >= 0; 0 means GOMAXPROCS)", c.loops)
+	}
+	if c.loops == 0 {
+		c.loops = d.loops
+	}
+	if c.loops > 1<<16 {
+		return invalidOption("loops %d (expected <= 65536)", c.loops)
+	}
+	if c.name == "" {
+		c.name = d.name
+	}
+	if len(c.name) > 64 || strings.ContainsFunc(c.name, func(r rune) bool {
+		return r <= ' ' || r == '/' || r == 0x7f
+	}) {
+		return invalidOption("name %q (expected up to 64 printable characters without spaces or '/')", c.name)
+	}
+	switch c.backend {
+	case BackendAuto, BackendUring, BackendEpoll:
+	default:
+		return invalidOption("backend %d (expected BackendAuto, BackendUring or BackendEpoll)", int(c.backend))
+	}
+	if err := checkIORatio(c.ioRatio); err != nil {
+		return err
+	}
+	if c.ringEntries == 0 {
+		c.ringEntries = d.ringEntries
+	}
+	if c.ringEntries > ring.MaxEntries {
+		return invalidOption("ring entries %d (expected <= %d)", c.ringEntries, ring.MaxEntries)
+	}
+	if c.maxPending < 0 {
+		return invalidOption("max pending tasks %d (expected >= 0; 0 means unbounded)", c.maxPending)
+	}
+	if c.stallThreshold < 0 {
+		return invalidOption("stall threshold %d (expected >= 0; 0 disables)", c.stallThreshold)
+	}
+	if c.tick < 0 || c.tick > time.Second {
+		return invalidOption("tick %v (expected 0 < tick <= 1s; 0 means 1ms)", c.tick)
+	}
+	if c.tick == 0 {
+		c.tick = d.tick
+	}
+	if c.logger == nil {
+		c.logger = d.logger
+	}
+	if c.bufCount == 0 {
+		c.bufCount = d.bufCount
+	}
+	if c.bufSize == 0 {
+		c.bufSize = d.bufSize
+	}
+	if bits.OnesCount32(c.bufCount) != 1 || c.bufCount > 1<<15 {
+		return invalidOption("buffer count %d (expected a power of two <= 32768)", c.bufCount)
+	}
+	if c.bufSize > 1<<20 {
+		return invalidOption("buffer size %d (expected 1..1048576)", c.bufSize)
+	}
+	if c.clock == nil {
+		c.clock = d.clock
+	}
+	if c.drainTimeout < 0 {
+		return invalidOption("drain timeout %v (expected >= 0)", c.drainTimeout)
+	}
+	if c.drainTimeout == 0 {
+		c.drainTimeout = d.drainTimeout
+	}
+	return nil
+}
+
+// checkIORatio validates an ioRatio, as Netty does ("expected: 0 < ioRatio
+// <= 100").
+func checkIORatio(r int) error {
+	if r <= 0 || r > 100 {
+		return invalidOption("ioRatio %d (expected 1..100)", r)
+	}
+	return nil
+}

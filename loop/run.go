@@ -1,0 +1,216 @@
+package loop
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"time"
+
+	"github.com/ringloop/ringloop/sched"
+	"golang.org/x/sys/unix"
+)
+
+// maxCompletionsPerPoll bounds the completions one poll dispatches, so a
+// burst of I/O cannot postpone the task phase indefinitely (hard-coded; the
+// CQ holds twice the ring entries, 8192 by default, and what is left stays
+// there for the next turn).
+const maxCompletionsPerPoll = 1024
+
+// taskCheckInterval is how many tasks run between two clock reads in the
+// task phase (Netty's runAllTasks checks nanoTime every 0x3F+1 tasks,
+// because reading the clock costs more than a small task).
+const taskCheckInterval = 64
+
+// shutdownPollInterval bounds a wait while shutting down, so the quiet
+// period and the timeout are checked at least this often (Netty sleeps
+// 100 ms in confirmShutdown; here a new task ends the wait at once).
+const shutdownPollInterval = 100 * time.Millisecond
+
+// main is the loop goroutine.
+func (l *Loop) main(errc chan<- error) {
+	// Never unlocked: the goroutine owns this thread for life, the ring's
+	// single issuer (IORING_SETUP_SINGLE_ISSUER) is this thread, and when the
+	// goroutine returns still locked the runtime ends the thread with it.
+	runtime.LockOSThread()
+	l.tid.Store(int32(unix.Gettid()))
+	setThreadName(l.name)
+	labels := pprof.Labels("ringloop.group", l.group.name, "ringloop.loop", strconv.Itoa(l.index))
+	pprof.Do(context.Background(), labels, func(context.Context) { l.body(errc) })
+}
+
+// setThreadName names the calling OS thread, as prctl(PR_SET_NAME) does,
+// so top -H, perf and /proc show which loop is which. It writes
+// /proc/thread-self/comm (the same kernel field; the prctl form would need
+// unsafe, which loop does not import). The kernel keeps 15 bytes.
+func setThreadName(name string) {
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	_ = os.WriteFile("/proc/thread-self/comm", []byte(name), 0)
+}
+
+func (l *Loop) body(errc chan<- error) {
+	if err := l.drv.start(); err != nil {
+		errc <- err
+		l.logger.Error("loop: backend start failed", "loop", l.name, "err", err)
+		l.forceState(StateShutdown)
+		l.finish()
+		return
+	}
+	errc <- nil
+	l.lastExec = l.clock.Now()
+	for {
+		l.safeTurn()
+		if State(l.state.Load()) >= StateShuttingDown && l.safeConfirmShutdown() {
+			break
+		}
+	}
+	l.finish()
+}
+
+// safeTurn runs one turn; a panic escaping it (a backend bug: tasks and
+// completions have their own recover) is logged and counted, and the loop
+// goes on, as Netty's handleLoopException does.
+func (l *Loop) safeTurn() {
+	defer func() {
+		if r := recover(); r != nil {
+			l.stats.panics.Add(1)
+			l.logger.Error("loop: unexpected panic in the run cycle", "loop", l.name, "panic", r)
+			time.Sleep(time.Millisecond) // do not spin on a persistent failure
+		}
+	}()
+	l.turn()
+}
+
+// turn is one run-cycle iteration:
+//
+//  1. wait: a non-blocking poll if tasks or tail tasks are queued or a timer
+//     is due, else a blocking one until the wheel's next deadline (<= 1 s),
+//     published through nextWakeup (wake.go);
+//  2. dispatch up to maxCompletionsPerPoll completions (inside poll), timing
+//     them from the first completion to the end of the poll: ioTime;
+//  3. feed the stalled-ring detector (stall.go);
+//  4. move due timers to the task queue, run tasks for
+//     ioTime*(100-ioRatio)/ioRatio (all of them at ioRatio 100), reading the
+//     clock every 64 tasks;
+//  5. run the tail tasks queued so far, once.
+func (l *Loop) turn() {
+	l.stats.turns.Add(1)
+	var timeout time.Duration
+	sleeping := false
+	if !l.hasWork() {
+		now := l.clock.Now()
+		timeout = l.wheel.Delay(now)
+		if State(l.state.Load()) >= StateShuttingDown {
+			timeout = min(timeout, l.shutdownWait(now))
+		}
+		if timeout > 0 {
+			sleeping = l.publishWait(now + int64(timeout))
+			if !sleeping {
+				timeout = 0
+			}
+		}
+	}
+	if sleeping {
+		l.stats.sleeps.Add(1)
+	}
+	l.ioStarted = false
+	res, err := l.drv.poll(timeout, maxCompletionsPerPoll, l)
+	if sleeping {
+		l.nextWakeup.Store(awake)
+	}
+	now := l.clock.Now()
+	var ioTime int64
+	if l.ioStarted {
+		ioTime = max(now-l.ioStart, 0)
+		l.stats.ioNanos.Add(uint64(ioTime))
+	}
+	if res.woken {
+		l.stats.wakeups.Add(1)
+	}
+	l.observeWait(timeout, res, err, now)
+	l.runTasks(now, ioTime)
+	l.stats.opsInFlight.Store(int64(l.ops.inFlight))
+}
+
+// runTasks is the task phase of a turn (Netty's runAllTasks(timeout), and
+// runAllTasks() at ioRatio 100), followed by the tail tasks.
+func (l *Loop) runTasks(now, ioTime int64) {
+	start := now
+	ran := 0
+	l.moveDueTimers(now)
+	ratio := int64(l.ioRatio.Load())
+	switch {
+	case ratio == 100 && State(l.state.Load()) < StateShuttingDown:
+		// Run everything, including what tasks queue meanwhile, and timers
+		// that did not fit in a full queue, until nothing is left.
+		for {
+			ran += l.tasks.Drain(0, l.runTaskFn)
+			if !l.sinkRefused {
+				break
+			}
+			l.moveDueTimers(l.clock.Now())
+		}
+	case ratio == 100:
+		// Shutting down: bounded by what is queued now, so the shutdown
+		// timeout is checked even if producers never stop.
+		ran += l.tasks.Drain(l.tasks.Len(), l.runTaskFn)
+	default:
+		deadline := start + ioTime*(100-ratio)/ratio
+		for {
+			n := l.tasks.Drain(taskCheckInterval, l.runTaskFn)
+			ran += n
+			if n < taskCheckInterval || l.clock.Now() >= deadline {
+				break
+			}
+		}
+	}
+	ran += l.runTail()
+	if ran > 0 {
+		end := l.clock.Now()
+		l.stats.tasks.Add(uint64(ran))
+		l.stats.taskNanos.Add(uint64(max(end-start, 0)))
+		l.lastExec = end
+	}
+}
+
+// runTail runs the tail tasks queued before it started, once each.
+func (l *Loop) runTail() int {
+	n := l.tail.Len()
+	if n == 0 {
+		return 0
+	}
+	return l.tail.Drain(n, l.runTaskFn)
+}
+
+// runTask runs one task under recover: a panic is logged with its stack and
+// counted, and the loop carries on with the next task.
+func (l *Loop) runTask(t sched.Task) {
+	if err := sched.Run(t); err != nil {
+		l.stats.panics.Add(1)
+		if pe, ok := err.(*sched.PanicError); ok {
+			l.logger.Error("loop: task panicked", "loop", l.name, "panic", pe.Value, "stack", string(pe.Stack))
+		} else {
+			l.logger.Error("loop: task panicked", "loop", l.name, "err", err)
+		}
+	}
+}
+
+// moveDueTimers hands due timers to the task queue. It reports whether
+// every due timer fit; those that did not stay in the wheel, in order, for
+// the next call (Netty's fetchFromScheduledTaskQueue).
+func (l *Loop) moveDueTimers(now int64) bool {
+	l.sinkRefused = false
+	l.wheel.Advance(now, l.timerSinkFn)
+	return !l.sinkRefused
+}
+
+func (l *Loop) timerSink(t *sched.Timer) bool {
+	if l.tasks.Push(t) != nil {
+		l.sinkRefused = true
+		return false
+	}
+	return true
+}

@@ -1,0 +1,106 @@
+package loop
+
+import "sync/atomic"
+
+// Stats is a snapshot of one loop's counters. Counters only grow; gauges
+// (PendingTasks, OpsInFlight) are read at snapshot time. Values are read one
+// by one, so a snapshot of a running loop is not atomic as a whole.
+type Stats struct {
+	Name    string  // the loop's name, as String()
+	State   State   // lifecycle state
+	Backend Backend // BackendUring or BackendEpoll
+
+	Turns        uint64 // run-cycle turns
+	Tasks        uint64 // tasks run (due timers and tail tasks included)
+	Panics       uint64 // tasks, timers, completers and hooks that panicked (recovered)
+	Rejected     uint64 // Execute/Schedule calls refused (ErrRejected)
+	PendingTasks int    // tasks queued and not yet run
+
+	Sleeps     uint64 // blocking waits: the loop published a wait deadline and waited
+	WakeWrites uint64 // eventfd writes made by other goroutines to end a wait; at most one per sleep
+	Wakeups    uint64 // waits ended by a wakeup
+
+	OpsSubmitted     uint64 // ops handed to the backend
+	Completions      uint64 // completions delivered to Completers
+	StaleCompletions uint64 // completions naming no live op (dropped; uringdebug panics)
+	OpsInFlight      int    // op-table records not yet at their final completion (as of the last turn)
+
+	EarlyReturns    uint64 // waits that returned early with nothing to do (stall-detector input)
+	Interrupts      uint64 // waits interrupted by a signal (EINTR; never a stall)
+	PollErrors      uint64 // failed waits (other than EINTR)
+	Rebuilds        uint64 // ring (or epoll instance) replacements, detector- or RebuildRing-triggered
+	RebuildFailures uint64 // replacements that failed (the old ring was kept)
+	MigratedOps     uint64 // ops moved to a new ring by rebuilds
+
+	IONanos   uint64 // time spent dispatching completions (the ioRatio numerator's input)
+	TaskNanos uint64 // time spent in the task phase (tasks, due timers, tail tasks)
+
+	Orphaned uint64 // ops still in flight when the drain deadline passed at termination
+}
+
+// GroupStats is a snapshot of every loop of a group plus their sum.
+type GroupStats struct {
+	Loops []Stats // by loop index
+	Total Stats   // counters and gauges summed over the loops (Name, State and Backend left zero)
+}
+
+// counters are a loop's live statistics. The loop goroutine updates most of
+// them (single writer); WakeWrites and Rejected are also written by other
+// goroutines. Every field is atomic so Stats can read them from anywhere.
+type counters struct {
+	turns, tasks, panics, rejected          atomic.Uint64
+	sleeps, wakeWrites, wakeups             atomic.Uint64
+	submitted, completions, stale           atomic.Uint64
+	earlyReturns, interrupts, pollErrors    atomic.Uint64
+	rebuilds, rebuildFailures, migrated     atomic.Uint64
+	ioNanos, taskNanos, orphaned            atomic.Uint64
+	opsInFlight                             atomic.Int64
+}
+
+func (c *counters) snapshot(s *Stats) {
+	s.Turns = c.turns.Load()
+	s.Tasks = c.tasks.Load()
+	s.Panics = c.panics.Load()
+	s.Rejected = c.rejected.Load()
+	s.Sleeps = c.sleeps.Load()
+	s.WakeWrites = c.wakeWrites.Load()
+	s.Wakeups = c.wakeups.Load()
+	s.OpsSubmitted = c.submitted.Load()
+	s.Completions = c.completions.Load()
+	s.StaleCompletions = c.stale.Load()
+	s.OpsInFlight = int(c.opsInFlight.Load())
+	s.EarlyReturns = c.earlyReturns.Load()
+	s.Interrupts = c.interrupts.Load()
+	s.PollErrors = c.pollErrors.Load()
+	s.Rebuilds = c.rebuilds.Load()
+	s.RebuildFailures = c.rebuildFailures.Load()
+	s.MigratedOps = c.migrated.Load()
+	s.IONanos = c.ioNanos.Load()
+	s.TaskNanos = c.taskNanos.Load()
+	s.Orphaned = c.orphaned.Load()
+}
+
+// add sums the counters and gauges of o into s.
+func (s *Stats) add(o *Stats) {
+	s.Turns += o.Turns
+	s.Tasks += o.Tasks
+	s.Panics += o.Panics
+	s.Rejected += o.Rejected
+	s.PendingTasks += o.PendingTasks
+	s.Sleeps += o.Sleeps
+	s.WakeWrites += o.WakeWrites
+	s.Wakeups += o.Wakeups
+	s.OpsSubmitted += o.OpsSubmitted
+	s.Completions += o.Completions
+	s.StaleCompletions += o.StaleCompletions
+	s.OpsInFlight += o.OpsInFlight
+	s.EarlyReturns += o.EarlyReturns
+	s.Interrupts += o.Interrupts
+	s.PollErrors += o.PollErrors
+	s.Rebuilds += o.Rebuilds
+	s.RebuildFailures += o.RebuildFailures
+	s.MigratedOps += o.MigratedOps
+	s.IONanos += o.IONanos
+	s.TaskNanos += o.TaskNanos
+	s.Orphaned += o.Orphaned
+}
