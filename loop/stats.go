@@ -48,13 +48,13 @@ type GroupStats struct {
 // them (single writer); WakeWrites and Rejected are also written by other
 // goroutines. Every field is atomic so Stats can read them from anywhere.
 type counters struct {
-	turns, tasks, panics, rejected          atomic.Uint64
-	sleeps, wakeWrites, wakeups             atomic.Uint64
-	submitted, completions, stale           atomic.Uint64
-	earlyReturns, interrupts, pollErrors    atomic.Uint64
-	rebuilds, rebuildFailures, migrated     atomic.Uint64
-	ioNanos, taskNanos, orphaned            atomic.Uint64
-	opsInFlight                             atomic.Int64
+	turns, tasks, panics, rejected       atomic.Uint64
+	sleeps, wakeWrites, wakeups          atomic.Uint64
+	submitted, completions, stale        atomic.Uint64
+	earlyReturns, interrupts, pollErrors atomic.Uint64
+	rebuilds, rebuildFailures, migrated  atomic.Uint64
+	ioNanos, taskNanos, orphaned         atomic.Uint64
+	opsInFlight                          atomic.Int64
 }
 
 func (c *counters) snapshot(s *Stats) {
