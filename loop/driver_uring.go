@@ -1,0 +1,752 @@
+//go:build linux
+
+package loop
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringloop/ringloop/ring"
+)
+
+// The io_uring backend: one ring per loop, created R_DISABLED by NewGroup on
+// whatever thread calls it and enabled by start() on the loop's locked OS
+// thread, which SINGLE_ISSUER then makes the ring's only submitter. Every
+// method but wake and injectStall runs on that thread.
+//
+// Memory the kernel touches asynchronously is either in the op record (the
+// op table's slab never moves or frees a record), in this struct (the
+// eventfd read target), or in mmap'd memory (the rings, the provided-buffer
+// ring). The driver is referenced by its loop for the loop's whole life.
+
+// uringCQEBatch is how many CQEs one PeekBatch copies out of the CQ; the
+// array lives in the driver so reaping never allocates. Hard-coded: 256
+// CQEs are 4 KiB, one page, and far more than a turn usually reaps.
+const uringCQEBatch = 256
+
+// uringRebuildTimeout bounds how long rebuild reaps the old ring for the
+// final completions of the ops it canceled.
+const uringRebuildTimeout = time.Second
+
+// acceptFlags are the accept4(2) flags of every accepted fd: the loop never
+// blocks on an fd and never leaks one into a child process.
+const acceptFlags = unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC
+
+// errDriverClosed is returned by a driver's methods after close.
+var errDriverClosed = errors.New("loop: uring backend: closed")
+
+// newRingFn is ring.New; tests (and the loop's fallback tests) replace it to
+// make io_uring unavailable, e.g. returning &ring.SetupError{Errno: EPERM}.
+var newRingFn = ring.New
+
+// eventfdOne is the 8-byte value wake writes: a counter increment of 1 in
+// the machine's byte order, as eventfd(2) requires. It is never written
+// after init, so concurrent wake calls may share it.
+var eventfdOne = func() (b [8]byte) {
+	binary.NativeEndian.PutUint64(b[:], 1)
+	return b
+}()
+
+// wakeKind is how the eventfd is watched.
+type wakeKind uint8
+
+const (
+	// wakeRead: an IORING_OP_READ of 8 bytes, whose completion consumes
+	// the counter. The kernel turns a READ of a pollable O_NONBLOCK file
+	// that would block into an internal poll (Linux 5.x onward).
+	wakeRead wakeKind = iota
+	// wakePoll: a POLL_ADD for POLLIN, then a read(2) on the loop thread.
+	// Used if a READ of the non-blocking eventfd ever completes with
+	// -EAGAIN (kernels that do not arm an internal poll for it).
+	wakePoll
+)
+
+// requiredOps are the opcodes the op contract cannot do without, with the
+// first Linux release that has each (docs/kernel-support.md).
+var requiredOps = []struct {
+	op        ring.Opcode
+	name, min string
+}{
+	{ring.OpNop, "IORING_OP_NOP", "5.1"},
+	{ring.OpPollAdd, "IORING_OP_POLL_ADD", "5.1"},
+	{ring.OpSendmsg, "IORING_OP_SENDMSG", "5.3"},
+	{ring.OpTimeout, "IORING_OP_TIMEOUT", "5.4"},
+	{ring.OpAccept, "IORING_OP_ACCEPT", "5.5"},
+	{ring.OpAsyncCancel, "IORING_OP_ASYNC_CANCEL", "5.5"},
+	{ring.OpConnect, "IORING_OP_CONNECT", "5.5"},
+	{ring.OpClose, "IORING_OP_CLOSE", "5.6"},
+	{ring.OpRead, "IORING_OP_READ", "5.6"},
+	{ring.OpSend, "IORING_OP_SEND", "5.6"},
+	{ring.OpRecv, "IORING_OP_RECV", "5.6"},
+	{ring.OpShutdown, "IORING_OP_SHUTDOWN", "5.11"},
+}
+
+// uringDriver implements driver on one io_uring ring.
+type uringDriver struct {
+	cfg driverConfig
+
+	// Loop-thread state.
+	r         *ring.Ring
+	br        *ring.BufRing // nil when no provided-buffer ring is registered
+	entries   uint32        // SQ entries asked for
+	flags     uint32        // setup flags of the current ring (without R_DISABLED once enabled)
+	feat      Features
+	started   bool
+	closed    bool
+	cancelAny bool // ASYNC_CANCEL_ANY (5.19): rebuild cancels with one SQE
+
+	// The eventfd wakeup. wakeBuf is the READ's 8-byte target: a field of
+	// this long-lived heap object, so it outlives every READ armed on it.
+	wakeBuf      [8]byte
+	wakeArmed    bool     // a READ (or POLL_ADD) of the eventfd is in the ring
+	wakeKind     wakeKind // how the armed wake op watches the eventfd
+	pendingWoken bool     // a wakeup consumed by rebuild, reported by the next poll
+
+	// cqes receives PeekBatch copies; reaping never allocates.
+	cqes [uringCQEBatch]ring.CQE
+
+	// Timeout deadlines by slot, in nanoseconds since timeBase, so a
+	// rebuild resubmits a TIMEOUT with the time it has left rather than
+	// its full duration. Grown with the op table, never shrunk.
+	timeBase  time.Time
+	deadlines []int64
+
+	// connWait holds the connects a rebuild continued as a POLL_ADD for
+	// POLLOUT (user_data → fd): re-issuing CONNECT on a socket whose
+	// connect is under way fails with EALREADY, so the new ring waits for
+	// writability instead and the result is read from SO_ERROR.
+	connWait map[uint64]int32
+
+	// Counters (loop thread).
+	cancelCQEs   uint64 // completions of our own ASYNC_CANCELs
+	lostCQEs     uint64 // CQEs the kernel reports as dropped (cq overflow counter)
+	lastOverflow uint32 // cq overflow counter at the last poll
+
+	// Test seams.
+	rebuildTimeout    time.Duration // how long rebuild reaps the old ring
+	rebuildSkipCancel bool          // rebuild does not cancel the old ring's ops
+
+	// stall counts the polls injectStall still wants to return empty.
+	stall atomic.Int64
+
+	// wakeMu guards efd against close while wake writes to it: without it
+	// a wake racing with close could write into an fd number reused by
+	// someone else.
+	wakeMu sync.RWMutex
+	efd    int
+}
+
+// newUringDriver creates the ring (R_DISABLED when the kernel allows it, so
+// that start can make the loop thread its single issuer) and the eventfd.
+// It may run on any thread. Errors keep the errno; when io_uring is unusable
+// here (io_uring_setup refused with ENOSYS, EPERM or ENOMEM, or an opcode
+// the op contract needs is missing) they match ring.ErrNotSupported, so the
+// auto backend can fall back to epoll.
+func newUringDriver(cfg driverConfig) (*uringDriver, error) {
+	entries := cfg.ringEntries
+	if entries == 0 {
+		entries = 256
+	}
+	d := &uringDriver{
+		cfg:            cfg,
+		entries:        entries,
+		efd:            -1,
+		timeBase:       time.Now(),
+		rebuildTimeout: uringRebuildTimeout,
+	}
+	r, err := d.newRing(true)
+	if err != nil {
+		return nil, fmt.Errorf("loop: uring backend: %w", err)
+	}
+	probe, err := ring.GetProbe()
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("loop: uring backend: opcode probe: %w", err)
+	}
+	for _, req := range requiredOps {
+		if !probe.Supported(req.op) {
+			r.Close()
+			return nil, fmt.Errorf("loop: uring backend: %w",
+				&ring.UnsupportedError{Op: req.name, MinKernel: req.min})
+		}
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("loop: uring backend: %w", wrapSyscallErr("eventfd", err))
+	}
+	d.r = r
+	d.efd = efd
+	d.flags = r.Flags()
+	// IORING_OP_SOCKET and ASYNC_CANCEL_ANY both arrived in 5.19, with
+	// multishot accept; SEND_ZC and multishot recv both in 6.0. The probe
+	// lists opcodes only, so the newest opcode of a release stands for its
+	// flags.
+	d.cancelAny = probe.Supported(ring.OpSocket)
+	d.feat = Features{
+		Backend:         BackendUring,
+		RingFeatures:    r.Features(),
+		ExtArg:          r.Features()&ring.FeatExtArg != 0,
+		MultishotAccept: probe.Supported(ring.OpSocket),
+		MultishotRecv:   probe.Supported(ring.OpSendZC),
+		SendZC:          probe.Supported(ring.OpSendZC),
+	}
+	return d, nil
+}
+
+// setupFlags picks the ring's setup flags, best first:
+// SINGLE_ISSUER|DEFER_TASKRUN (6.1: completions run only when the loop asks
+// for them, no IPIs), else COOP_TASKRUN (5.19: no IPIs, task work at the
+// next kernel entry), else none. TASKRUN_FLAG makes the kernel flag pending
+// task work in the SQ ring, so a non-blocking poll (PeekBatch, Submit) knows
+// to enter with GETEVENTS. SUBMIT_ALL keeps submitting after a bad SQE, so
+// every op handed over gets its own completion. NO_SQARRAY (6.6) drops the
+// SQ index indirection.
+//
+// disabled asks for R_DISABLED (5.10): the ring stays off until start
+// enables it on the loop thread, which SINGLE_ISSUER then binds as the only
+// submitter. Without R_DISABLED, SINGLE_ISSUER would bind the constructing
+// thread, so it is dropped when disabled is asked for but not supported.
+func setupFlags(disabled bool) uint32 {
+	ok := ring.SetupFlagSupported
+	flags := ring.SetupCQSize
+	if ok(ring.SetupSubmitAll) {
+		flags |= ring.SetupSubmitAll
+	}
+	if ok(ring.SetupNoSQArray) {
+		flags |= ring.SetupNoSQArray
+	}
+	canIssuer := !disabled || ok(ring.SetupRDisabled)
+	if disabled && ok(ring.SetupRDisabled) {
+		flags |= ring.SetupRDisabled
+	}
+	switch {
+	case canIssuer && ok(ring.SetupSingleIssuer|ring.SetupDeferTaskrun):
+		flags |= ring.SetupSingleIssuer | ring.SetupDeferTaskrun | ring.SetupTaskrunFlag
+	case ok(ring.SetupCoopTaskrun | ring.SetupTaskrunFlag):
+		flags |= ring.SetupCoopTaskrun | ring.SetupTaskrunFlag
+	case ok(ring.SetupCoopTaskrun):
+		flags |= ring.SetupCoopTaskrun
+	}
+	return flags
+}
+
+// newRing creates a ring with the driver's size and the best setup flags;
+// the CQ is twice the SQ.
+func (d *uringDriver) newRing(disabled bool) (*ring.Ring, error) {
+	p := ring.Params{Flags: setupFlags(disabled), CQEntries: min(2*d.entries, ring.MaxCQEntries)}
+	return newRingFn(d.entries, &p)
+}
+
+// backend implements driver.
+func (d *uringDriver) backend() Backend { return BackendUring }
+
+// start enables the ring on the calling (loop, locked) thread, registers
+// the ring fd with that thread, registers the provided-buffer ring and arms
+// the eventfd read.
+func (d *uringDriver) start() error {
+	if d.closed {
+		return errDriverClosed
+	}
+	if d.started {
+		return nil
+	}
+	if d.flags&ring.SetupRDisabled != 0 {
+		if err := d.r.EnableRings(); err != nil {
+			return fmt.Errorf("loop: uring backend: enable ring: %w", err)
+		}
+		d.flags &^= ring.SetupRDisabled
+	}
+	if err := d.prepareRing(d.r); err != nil {
+		return err
+	}
+	d.started = true
+	d.feat.SetupFlags = d.flags
+	return d.armWake()
+}
+
+// prepareRing registers r's fd with the loop thread (an optimisation: a
+// failure is only logged) and gives r the provided-buffer ring.
+func (d *uringDriver) prepareRing(r *ring.Ring) error {
+	if err := r.RegisterRingFd(); err != nil {
+		d.cfg.logger.Debug("io_uring ring fd not registered", "loop", d.cfg.name, "err", err)
+	}
+	d.br = nil
+	d.feat.BufRing = false
+	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
+		return nil
+	}
+	br, err := r.NewBufRing(d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize)
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			// No IORING_REGISTER_PBUF_RING (before 5.19): receives into
+			// provided buffers are refused by submit; recv into the
+			// caller's buffer still works.
+			d.cfg.logger.Warn("io_uring provided-buffer ring unavailable", "loop", d.cfg.name, "err", err)
+			d.feat.MultishotRecv = false
+			return nil
+		}
+		return fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
+	}
+	d.br = br
+	d.feat.BufRing = true
+	return nil
+}
+
+// getSQE returns a free SQE of the current ring, flushing the SQ to the
+// kernel when it is full.
+func (d *uringDriver) getSQE() (*ring.SQE, error) {
+	sqe, err := d.r.GetSQE()
+	if err == ring.ErrSQFull {
+		if _, err = d.r.Submit(); err != nil {
+			return nil, err
+		}
+		sqe, err = d.r.GetSQE()
+	}
+	return sqe, err
+}
+
+// armWake puts a READ (or POLL_ADD) of the eventfd in the SQ; the next
+// poll's enter submits it.
+func (d *uringDriver) armWake() error {
+	sqe, err := d.getSQE()
+	if err != nil {
+		return fmt.Errorf("loop: uring backend: arm eventfd read: %w", err)
+	}
+	if d.wakeKind == wakePoll {
+		sqe.PrepPollAdd(d.efd, unix.POLLIN)
+	} else {
+		sqe.PrepRead(d.efd, d.wakeBuf[:], 0)
+	}
+	sqe.UserData = internalUserData(internalWake)
+	d.wakeArmed = true
+	return nil
+}
+
+// submit implements driver: it writes o's SQE into the SQ (flushing a full
+// SQ to the kernel first) and marks o in flight. The SQE reaches the kernel
+// with the next poll (or the next flush of a full SQ).
+func (d *uringDriver) submit(o *op) error {
+	if d.closed {
+		return errDriverClosed
+	}
+	if err := d.check(o); err != nil {
+		return err
+	}
+	sqe, err := d.getSQE()
+	if err != nil {
+		return err
+	}
+	d.prep(sqe, o)
+	o.state = opInFlight
+	return nil
+}
+
+// check refuses ops this ring cannot run, before an SQE is taken.
+func (d *uringDriver) check(o *op) error {
+	switch o.tag {
+	case tagAccept, tagRecv, tagSend, tagSendmsg, tagConnect, tagClose,
+		tagShutdown, tagPoll, tagTimeout, tagNop:
+		return nil
+	case tagRecvBuf:
+		if d.br == nil {
+			return fmt.Errorf("loop: uring backend: receive into provided buffers: %w",
+				&ring.UnsupportedError{Op: "IORING_REGISTER_PBUF_RING", MinKernel: "5.19"})
+		}
+		return nil
+	case tagSendZC:
+		if !d.feat.SendZC {
+			return fmt.Errorf("loop: uring backend: %w",
+				&ring.UnsupportedError{Op: "IORING_OP_SEND_ZC", MinKernel: "6.0"})
+		}
+		return nil
+	}
+	return fmt.Errorf("loop: uring backend: unknown op tag %v", o.tag)
+}
+
+// prep encodes o into sqe, reading the fields op.go's contract names for
+// o.tag. Every address it stores points into o (or memory o references).
+func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
+	fd := int(o.fd)
+	switch o.tag {
+	case tagAccept:
+		if o.multishot && d.feat.MultishotAccept {
+			// One peer address buffer would be shared by every
+			// completion; the conn layer asks for it with getpeername.
+			sqe.PrepMultishotAccept(fd, nil, nil, acceptFlags)
+		} else {
+			o.saLen = unix.SizeofSockaddrAny
+			sqe.PrepAccept(fd, &o.sa, &o.saLen, acceptFlags)
+		}
+	case tagRecv:
+		sqe.PrepRecv(fd, o.buf, o.arg)
+	case tagRecvBuf:
+		if d.feat.MultishotRecv {
+			sqe.PrepRecvMultishot(fd, o.arg)
+		} else {
+			// Single shot from the buffer group: the completion has no
+			// F_MORE and the loop re-arms, as after -ENOBUFS.
+			sqe.PrepRecv(fd, nil, o.arg)
+		}
+		sqe.SetBufferGroup(d.br.Group())
+	case tagSend:
+		sqe.PrepSend(fd, o.buf, o.arg|unix.MSG_NOSIGNAL)
+	case tagSendmsg:
+		buildMsg(o)
+		sqe.PrepSendmsg(fd, &o.msg, o.arg|unix.MSG_NOSIGNAL)
+	case tagSendZC:
+		sqe.PrepSendZC(fd, o.buf, o.arg|unix.MSG_NOSIGNAL, 0)
+	case tagConnect:
+		sqe.PrepConnect(fd, &o.sa, o.saLen)
+	case tagClose:
+		sqe.PrepClose(fd)
+	case tagShutdown:
+		sqe.PrepShutdown(fd, int(o.arg))
+	case tagPoll:
+		if o.multishot {
+			sqe.PrepPollMultishot(fd, o.arg)
+		} else {
+			sqe.PrepPollAdd(fd, o.arg)
+		}
+	case tagTimeout:
+		d.setDeadline(o.slot, int64(time.Since(d.timeBase))+timespecNanos(o.ts))
+		sqe.PrepTimeout(&o.ts, 0, 0)
+	case tagNop:
+		sqe.PrepNop()
+	}
+	sqe.UserData = o.userData()
+}
+
+// buildMsg fills o.iov and o.msg from o.bufs, skipping empty buffers. o.iov
+// keeps its capacity across uses of the slot (op.reset), so a steady state
+// does not allocate. The iovecs point into o.bufs, which o keeps alive.
+func buildMsg(o *op) {
+	o.iov = o.iov[:0]
+	for _, b := range o.bufs {
+		if len(b) == 0 {
+			continue
+		}
+		o.iov = append(o.iov, unix.Iovec{Base: &b[0]})
+		o.iov[len(o.iov)-1].SetLen(len(b))
+	}
+	o.msg = unix.Msghdr{}
+	if len(o.iov) > 0 {
+		o.msg.Iov = &o.iov[0]
+		o.msg.SetIovlen(len(o.iov))
+	}
+}
+
+// timespecNanos converts a relative kernel timespec to nanoseconds.
+func timespecNanos(ts ring.Timespec) int64 {
+	if ts.Sec >= math.MaxInt64/int64(time.Second) {
+		return math.MaxInt64 / 2
+	}
+	return ts.Sec*int64(time.Second) + ts.Nsec
+}
+
+// setDeadline records a timeout's deadline for rebuild.
+func (d *uringDriver) setDeadline(slot uint32, at int64) {
+	if int(slot) >= len(d.deadlines) {
+		d.deadlines = append(d.deadlines, make([]int64, int(slot)+opChunk-len(d.deadlines))...)
+	}
+	d.deadlines[slot] = at
+}
+
+// cancel implements driver: an ASYNC_CANCEL keyed by o's user_data. Its own
+// completion (0, -ENOENT when o already finished, -EALREADY when o is
+// running and cannot be stopped) is counted and otherwise ignored; o's
+// final completion follows through poll.
+func (d *uringDriver) cancel(o *op) error {
+	if d.closed {
+		return errDriverClosed
+	}
+	sqe, err := d.getSQE()
+	if err != nil {
+		return err
+	}
+	sqe.PrepCancel64(o.userData(), 0)
+	sqe.UserData = internalUserData(internalCancel)
+	if o.state == opInFlight || o.state == opQueued {
+		o.state = opCanceling
+	}
+	return nil
+}
+
+// errETIME and errEINTR are compared against the ring's bare errnos.
+var (
+	errETIME error = unix.ETIME
+	errEINTR error = unix.EINTR
+)
+
+// poll implements driver. It flushes the SQ and waits in one
+// io_uring_enter: with IORING_ENTER_EXT_ARG (5.11; the ring falls back to a
+// TIMEOUT SQE before that) for timeout > 0, without a bound for timeout < 0,
+// and not at all for timeout == 0, in which case the enter carries GETEVENTS
+// whenever the kernel flags deferred task work (TASKRUN_FLAG), which is what
+// makes DEFER_TASKRUN post completions. Then it reaps: internal completions
+// (the eventfd read, which is re-armed before poll returns, and cancels) are
+// handled here; the others go to sink, at most max of them (max <= 0: no
+// limit); what is left stays in the CQ for the next poll.
+//
+// Results worth knowing:
+//   - -ETIME from the wait is a timeout: timedOut, not an error. A poll
+//     with timeout 0 that finds nothing also reports timedOut: it ran its
+//     full (zero) length.
+//   - EINTR never surfaces: the ring retries with the time left.
+//   - A provided-buffer receive passes the bytes to sink, then its buffer
+//     goes straight back to the buffer ring.
+//   - -ENOBUFS on a multishot receive (the buffer ring ran dry) ends that
+//     receive (no F_MORE) and is delivered like any final completion: the
+//     conn layer re-arms it once it has consumed what it holds.
+//   - CQ overflow: with IORING_FEAT_NODROP (5.5) the kernel parks surplus
+//     CQEs and PeekBatch flushes them when the CQ runs empty, so none is
+//     lost; the kernel's dropped-CQE counter is checked on every poll and
+//     any increase (only possible without NODROP or under kernel memory
+//     pressure) is counted and logged as an error.
+//   - Other enter errors (EBUSY, EAGAIN: kernel short of resources) are
+//     returned after reaping what is there, so the loop can count
+//     persistent ones as a stall signal.
+//
+// The path allocates nothing.
+func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) (pollResult, error) {
+	var res pollResult
+	if d.stall.Load() > 0 && d.stall.Add(-1) >= 0 {
+		return res, nil // injected stall: return at once, nothing seen
+	}
+	if d.closed {
+		return res, errDriverClosed
+	}
+	if d.pendingWoken {
+		d.pendingWoken = false
+		res.woken = true
+		timeout = 0
+	}
+	if !d.wakeArmed {
+		if err := d.armWake(); err != nil {
+			return res, err
+		}
+	}
+	var err error
+	switch {
+	case timeout == 0 || d.r.CQReady() > 0:
+		_, err = d.r.Submit()
+	case timeout < 0:
+		_, err = d.r.SubmitAndWait(1)
+	default:
+		_, err = d.r.SubmitAndWaitTimeout(1, timeout)
+	}
+	switch {
+	case err == nil:
+	case err == errETIME:
+		err = nil
+		res.timedOut = true
+	case err == errEINTR:
+		err = nil
+		res.interrupted = true
+	}
+	if max <= 0 {
+		max = math.MaxInt
+	}
+	d.reap(max, sink, &res)
+	if res.completions > 0 || res.woken {
+		res.timedOut = false
+	} else if timeout == 0 && err == nil {
+		res.timedOut = true
+	}
+	if ov := d.r.Overflow(); ov != d.lastOverflow {
+		lost := ov - d.lastOverflow
+		d.lastOverflow = ov
+		d.lostCQEs += uint64(lost)
+		d.cfg.logger.Error("io_uring completion queue overflowed: completions lost",
+			"loop", d.cfg.name, "lost", lost)
+	}
+	if !d.wakeArmed {
+		if aerr := d.armWake(); err == nil {
+			err = aerr
+		}
+	}
+	return res, err
+}
+
+// reap delivers up to max completions of the current ring to sink.
+func (d *uringDriver) reap(max int, sink completionSink, res *pollResult) {
+	for res.completions < max {
+		n := d.r.PeekBatch(d.cqes[:min(len(d.cqes), max-res.completions)])
+		if n == 0 {
+			return
+		}
+		// The CQEs are copies: give the slots back to the kernel first.
+		d.r.CQAdvance(uint32(n))
+		for i := range n {
+			c := &d.cqes[i]
+			if opTag(c.UserData>>(slotBits+genBits)) == tagInternal {
+				d.internal(c, res)
+				continue
+			}
+			d.deliver(c, d.br, sink)
+			res.completions++
+		}
+	}
+}
+
+// deliver passes one completion of a table op to sink. For a receive into
+// a provided buffer (from br, the buffer ring of the ring that posted c)
+// the bytes go along and the buffer is recycled right after the call.
+func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink) {
+	ud, res, flags := c.UserData, c.Res, c.Flags
+	tag := opTag(ud >> (slotBits + genBits))
+	switch {
+	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil:
+		data, bid, _ := br.Data(c)
+		sink.complete(ud, res, flags, data)
+		br.Recycle(bid)
+		return
+	case tag == tagConnect && len(d.connWait) != 0:
+		if fd, ok := d.connWait[ud]; ok {
+			delete(d.connWait, ud)
+			res = connectResult(fd, res)
+			flags = 0
+		}
+	}
+	sink.complete(ud, res, flags, nil)
+}
+
+// connectResult turns the POLLOUT completion of a connect continued by a
+// rebuild into the connect's result: the socket's pending error.
+func connectResult(fd int32, res int32) int32 {
+	if res < 0 {
+		return res // canceled, or the poll itself failed
+	}
+	soerr, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+	switch {
+	case err != nil:
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			return -int32(errno)
+		}
+		return -int32(unix.EIO)
+	case soerr != 0:
+		return -int32(soerr)
+	}
+	return 0
+}
+
+// internal handles the completion of one of the driver's own ops.
+func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
+	switch internalID(uint32(c.UserData)) {
+	case internalWake:
+		d.wakeArmed = false
+		if d.wakeDone(c.Res) {
+			res.woken = true
+		}
+		// Re-armed before poll returns (see poll), so a wake written
+		// from now on completes the next READ at once: the counter is
+		// sticky.
+	case internalCancel:
+		d.cancelCQEs++
+	case internalTimeout:
+		// The ring consumes its own wait timeouts; nothing to do.
+	}
+}
+
+// wakeDone interprets the result of the armed wake op and reports whether
+// a wakeup was consumed.
+func (d *uringDriver) wakeDone(res int32) bool {
+	switch {
+	case res == -int32(unix.EAGAIN) && d.wakeKind == wakeRead:
+		// This kernel does not wait on a READ of a non-blocking
+		// eventfd: watch it with POLL_ADD from now on. The wakeup, if
+		// any, is still in the counter and completes the poll at once.
+		d.wakeKind = wakePoll
+		d.cfg.logger.Debug("io_uring eventfd READ returned EAGAIN; using POLL_ADD", "loop", d.cfg.name)
+		return false
+	case res < 0:
+		return false // canceled (rebuild, close)
+	case d.wakeKind == wakePoll:
+		// Consume the counter; EAGAIN means another read beat us to it,
+		// which cannot happen on the loop's own eventfd but is harmless.
+		unix.Read(d.efd, d.wakeBuf[:])
+	}
+	return true
+}
+
+// wake implements driver: it adds 1 to the eventfd counter, which completes
+// the armed READ and ends the loop's wait (or its next wait, the counter
+// being sticky). EAGAIN means the counter is saturated, so a wakeup is
+// already pending: success. Safe for concurrent use.
+func (d *uringDriver) wake() error {
+	d.wakeMu.RLock()
+	defer d.wakeMu.RUnlock()
+	if d.efd < 0 {
+		return errDriverClosed
+	}
+	for {
+		_, err := unix.Write(d.efd, eventfdOne[:])
+		switch err {
+		case nil, unix.EAGAIN:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return fmt.Errorf("loop: uring backend: %w", wrapSyscallErr("write eventfd", err))
+	}
+}
+
+// wrapSyscallErr names the call that failed, keeping the errno.
+func wrapSyscallErr(call string, err error) error {
+	return &syscallErr{call: call, err: err}
+}
+
+type syscallErr struct {
+	call string
+	err  error
+}
+
+func (e *syscallErr) Error() string { return e.call + ": " + e.err.Error() }
+func (e *syscallErr) Unwrap() error { return e.err }
+
+// close implements driver: it closes the ring (which unregisters the ring
+// fd and the provided-buffer ring and unmaps everything; the kernel cancels
+// what is still in flight, such as the eventfd read, whose target is this
+// struct and stays valid) and the eventfd. Idempotent.
+func (d *uringDriver) close() error {
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	var first error
+	if d.r != nil {
+		first = d.r.Close()
+	}
+	d.br = nil
+	d.wakeArmed = false
+	d.wakeMu.Lock()
+	if d.efd >= 0 {
+		if err := unix.Close(d.efd); err != nil && first == nil {
+			first = err
+		}
+		d.efd = -1
+	}
+	d.wakeMu.Unlock()
+	return first
+}
+
+// features implements driver.
+func (d *uringDriver) features() Features {
+	f := d.feat
+	if d.r != nil && !d.closed {
+		f.RingFeatures = d.r.Features()
+		f.SetupFlags = d.flags
+	}
+	return f
+}
+
+// injectStall implements driver. Safe for concurrent use.
+func (d *uringDriver) injectStall(n int) { d.stall.Add(int64(n)) }

@@ -1,0 +1,336 @@
+//go:build linux
+
+package loop
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringloop/ringloop/ring"
+)
+
+// Rebuild: the stalled-ring recovery (DESIGN.md §7, SEEDS.md §2).
+//
+// A ring that stopped making progress is replaced, and every live op moves
+// to the new one without a result being lost, delivered twice or
+// reordered:
+//
+//  1. A new ring is created with the same size and setup flags, on the loop
+//     thread (so not R_DISABLED: the creating thread is its single issuer),
+//     and gets its ring fd registered and a new provided-buffer ring (same
+//     group id; buffers handed out in callbacks were all recycled already).
+//  2. The old ring's SQ is flushed, so every op submit handed over is in
+//     the kernel, then everything on it is canceled (one ASYNC_CANCEL_ANY,
+//     5.19, else one ASYNC_CANCEL per op).
+//  3. The old ring is reaped until every live op of the table (and the
+//     eventfd read) has reached its final completion, or the deadline
+//     (uringRebuildTimeout, 1 s) passes. For each completion:
+//     - a real result (data, an accepted fd, bytes sent, -ETIME, any error
+//     but the rebuild's own -ECANCELED, a SEND_ZC notification) is
+//     delivered to the sink once, exactly as poll would deliver it, in CQ
+//     order, provided-buffer bytes included;
+//     - a final -ECANCELED of an op the loop did not cancel itself
+//     (opInFlight) is the rebuild's doing: it is not delivered, and the op
+//     is resubmitted on the new ring with the same record, so the same
+//     slot, generation, user_data and buffers. A canceled SEND_ZC posts
+//     -ECANCELED with F_MORE and then a notification; both are swallowed
+//     before it is resubmitted. -ECANCELED means nothing happened: a
+//     network op that moved bytes before being canceled reports the bytes
+//     instead (io_uring reports partial progress on failure), and that is
+//     a real result, delivered;
+//     - an op in opCanceling (the loop asked for the cancel) gets its
+//     -ECANCELED delivered: that cancel was wanted.
+//     - the eventfd read's completion ends it; if it consumed a wakeup,
+//     the next poll reports woken at once.
+//  4. The new ring becomes current. Resubmission re-arms multishot ops
+//     (accept, provided-buffer recv, poll) from scratch; a TIMEOUT is
+//     resubmitted with the time left to its original deadline (never its
+//     full length again); a CONNECT is not re-issued (the socket's connect
+//     is under way and a second CONNECT would fail with EALREADY) but
+//     continued as a POLL_ADD for POLLOUT, whose completion is turned into
+//     the connect's result from SO_ERROR.
+//  5. An op with no final completion by the deadline has an unknown
+//     outcome: a send may or may not have sent, a recv may have consumed
+//     bytes. It is never resubmitted (that could duplicate or lose bytes).
+//     It is delivered once as failed, res -ECANCELED without F_MORE, which
+//     the conn layer must treat as fatal for its connection (it did not
+//     ask for a cancel). Its buffers go to a process-wide orphan list and
+//     are never freed, since the kernel may still write into them until it
+//     tears the old ring down.
+//  6. The eventfd read is re-armed on the new ring and the old ring is
+//     closed, with its provided-buffer ring.
+//
+// The number returned counts the ops resubmitted on the new ring (the
+// eventfd read not included).
+
+// rebuildLostRes is the result delivered for an op whose outcome the
+// rebuild could not learn by its deadline (see step 5 above).
+const rebuildLostRes = -int32(unix.ECANCELED)
+
+// migration is rebuild's view of one live op.
+type migration struct {
+	o          *op
+	final      bool // its final completion was seen on the old ring
+	resubmit   bool // ...and it was the rebuild's -ECANCELED: move it
+	zcCanceled bool // a SEND_ZC canceled by the rebuild, notification still due
+}
+
+// orphaned holds buffers of ops the kernel may still use after a rebuild
+// gave up on them. Never freed: a leak is a bug report, a freed buffer the
+// kernel writes into is memory corruption.
+var orphaned struct {
+	sync.Mutex
+	bufs [][]byte
+}
+
+func orphan(o *op) {
+	orphaned.Lock()
+	defer orphaned.Unlock()
+	if o.buf != nil {
+		orphaned.bufs = append(orphaned.bufs, o.buf)
+	}
+	orphaned.bufs = append(orphaned.bufs, o.bufs...)
+}
+
+// rebuild implements driver; see the comment above.
+func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
+	if d.closed {
+		return 0, errDriverClosed
+	}
+	if !d.started {
+		return 0, fmt.Errorf("loop: uring backend: rebuild before start")
+	}
+	old, oldBR := d.r, d.br
+	nr, err := d.newRing(false)
+	if err != nil {
+		return 0, fmt.Errorf("loop: uring backend: rebuild: new ring: %w", err)
+	}
+	// The new ring's registrations replace d.br; keep the old one for
+	// the completions still to come from the old ring.
+	if err := d.prepareRing(nr); err != nil {
+		nr.Close()
+		d.br = oldBR
+		d.feat.BufRing = oldBR != nil
+		return 0, fmt.Errorf("loop: uring backend: rebuild: %w", err)
+	}
+	newBR := d.br
+	d.br = oldBR
+
+	// Every live op, by user_data; ordered by slot for resubmission.
+	live := make(map[uint64]*migration)
+	var order []*migration
+	t.each(func(o *op) {
+		if o.state == opInFlight || o.state == opCanceling {
+			m := &migration{o: o}
+			live[o.userData()] = m
+			order = append(order, m)
+		}
+	})
+	waiting := len(live)
+	wakeOut := d.wakeArmed
+
+	// Flush what submit handed over, then cancel everything.
+	if _, err := old.Submit(); err != nil {
+		d.cfg.logger.Warn("io_uring rebuild: flushing the old ring failed", "loop", d.cfg.name, "err", err)
+	}
+	if !d.rebuildSkipCancel {
+		d.cancelOld(old, order, wakeOut)
+	}
+
+	// Reap the old ring until every op has its final completion.
+	deadline := time.Now().Add(d.rebuildTimeout)
+	for waiting > 0 || wakeOut {
+		n := old.PeekBatch(d.cqes[:])
+		if n == 0 {
+			left := time.Until(deadline)
+			if left <= 0 {
+				break
+			}
+			_, err := old.SubmitAndWaitTimeout(1, min(left, 100*time.Millisecond))
+			if err != nil && err != errETIME && err != errEINTR {
+				d.cfg.logger.Warn("io_uring rebuild: waiting on the old ring failed", "loop", d.cfg.name, "err", err)
+				time.Sleep(min(time.Until(deadline), time.Millisecond))
+			}
+			continue
+		}
+		old.CQAdvance(uint32(n))
+		for i := range n {
+			c := &d.cqes[i]
+			tag := opTag(c.UserData >> (slotBits + genBits))
+			if tag == tagInternal {
+				if internalID(uint32(c.UserData)) == internalWake && wakeOut {
+					wakeOut = false
+					if d.wakeDone(c.Res) {
+						d.pendingWoken = true
+					}
+				}
+				continue
+			}
+			if d.reapOld(c, live, oldBR, sink) {
+				waiting--
+			}
+		}
+	}
+
+	// Switch to the new ring and move the ops over. From here on the
+	// rebuild has happened: problems are logged, not returned, since the
+	// loop reads an error as "the old ring is still in use".
+	d.r, d.br = nr, newBR
+	d.feat.BufRing = newBR != nil
+	d.feat.SetupFlags = d.flags
+	d.feat.RingFeatures = nr.Features()
+	d.lastOverflow = nr.Overflow()
+	d.wakeArmed = false
+	if err := d.armWake(); err != nil {
+		// The next poll tries again.
+		d.cfg.logger.Warn("io_uring rebuild: arming the eventfd read", "loop", d.cfg.name, "err", err)
+	}
+	migrated := 0
+	var lost []*migration
+	for _, m := range order {
+		switch {
+		case m.resubmit:
+			if err := d.resubmit(m.o); err != nil {
+				// Nothing happened to this op, but it cannot be
+				// moved: fail it like an unknown one.
+				d.cfg.logger.Warn("io_uring rebuild: resubmitting an op", "loop", d.cfg.name,
+					"op", m.o.tag.String(), "err", err)
+				lost = append(lost, m)
+				continue
+			}
+			migrated++
+		case !m.final:
+			lost = append(lost, m)
+		}
+	}
+	// Close the old ring before failing the unknown ops: the kernel
+	// cancels what is left as it tears the ring down.
+	if err := old.Close(); err != nil {
+		d.cfg.logger.Warn("io_uring rebuild: closing the old ring", "loop", d.cfg.name, "err", err)
+	}
+	for _, m := range lost {
+		ud := m.o.userData()
+		delete(d.connWait, ud)
+		orphan(m.o)
+		sink.complete(ud, rebuildLostRes, 0, nil)
+	}
+	if len(lost) > 0 {
+		d.cfg.logger.Error("io_uring rebuild: ops with unknown outcome failed",
+			"loop", d.cfg.name, "ops", len(lost))
+	}
+	// Push the resubmissions and the eventfd read now, so the new ring
+	// owns every op before the loop's next turn (a failure here is
+	// retried by the next poll's enter).
+	if _, err := nr.Submit(); err != nil {
+		d.cfg.logger.Warn("io_uring rebuild: submitting to the new ring", "loop", d.cfg.name, "err", err)
+	}
+	return migrated, nil
+}
+
+// cancelOld cancels every op of the old ring: one ASYNC_CANCEL_ANY where
+// the kernel has it, else one ASYNC_CANCEL per op (and one for the eventfd
+// read).
+func (d *uringDriver) cancelOld(old *ring.Ring, order []*migration, wakeOut bool) {
+	get := func() *ring.SQE {
+		sqe, err := old.GetSQE()
+		if err == ring.ErrSQFull {
+			old.Submit()
+			sqe, err = old.GetSQE()
+		}
+		if err != nil {
+			d.cfg.logger.Warn("io_uring rebuild: no SQE for a cancel", "loop", d.cfg.name, "err", err)
+			return nil
+		}
+		return sqe
+	}
+	if d.cancelAny {
+		if sqe := get(); sqe != nil {
+			sqe.PrepCancelAll()
+			sqe.UserData = internalUserData(internalCancel)
+		}
+	} else {
+		for _, m := range order {
+			if sqe := get(); sqe != nil {
+				sqe.PrepCancel64(m.o.userData(), 0)
+				sqe.UserData = internalUserData(internalCancel)
+			}
+		}
+		if wakeOut {
+			if sqe := get(); sqe != nil {
+				sqe.PrepCancel64(internalUserData(internalWake), 0)
+				sqe.UserData = internalUserData(internalCancel)
+			}
+		}
+	}
+	if _, err := old.Submit(); err != nil {
+		d.cfg.logger.Warn("io_uring rebuild: submitting cancels failed", "loop", d.cfg.name, "err", err)
+	}
+}
+
+// reapOld handles one completion of a table op on the old ring during a
+// rebuild and reports whether it was the op's final one.
+func (d *uringDriver) reapOld(c *ring.CQE, live map[uint64]*migration, oldBR *ring.BufRing, sink completionSink) bool {
+	m := live[c.UserData]
+	if m == nil || m.final {
+		// Not a live op: stale; the sink counts it.
+		d.deliver(c, oldBR, sink)
+		return false
+	}
+	more := c.Flags&ring.CQEFMore != 0
+	ours := m.o.state == opInFlight // not canceled by the loop itself
+	canceled := c.Res == -int32(unix.ECANCELED)
+	if m.o.tag == tagSendZC && ours && canceled && more && c.Flags&ring.CQEFNotif == 0 {
+		m.zcCanceled = true // its notification follows; swallow both
+		return false
+	}
+	if more {
+		d.deliver(c, oldBR, sink) // a multishot result, or SEND_ZC's bytes
+		return false
+	}
+	m.final = true
+	if ours && (canceled || m.zcCanceled) {
+		m.resubmit = true
+		return true
+	}
+	d.deliver(c, oldBR, sink)
+	return true
+}
+
+// resubmit puts a migrated op on the (new) current ring.
+func (d *uringDriver) resubmit(o *op) error {
+	sqe, err := d.getSQE()
+	if err != nil {
+		return err
+	}
+	ud := o.userData()
+	switch o.tag {
+	case tagConnect:
+		sqe.PrepPollAdd(int(o.fd), unix.POLLOUT)
+		sqe.UserData = ud
+		if d.connWait == nil {
+			d.connWait = make(map[uint64]int32)
+		}
+		d.connWait[ud] = o.fd
+		return nil
+	case tagTimeout:
+		if int(o.slot) < len(d.deadlines) {
+			left := max(d.deadlines[o.slot]-int64(time.Since(d.timeBase)), 0)
+			o.ts = ring.Timespec{Sec: left / int64(time.Second), Nsec: left % int64(time.Second)}
+			sqe.PrepTimeout(&o.ts, 0, 0)
+			sqe.UserData = ud
+			return nil
+		}
+	}
+	d.prep(sqe, o)
+	return nil
+}
+
+// orphanedCount reports how many buffers are orphaned (tests).
+func orphanedCount() int {
+	orphaned.Lock()
+	defer orphaned.Unlock()
+	return len(orphaned.bufs)
+}
