@@ -35,25 +35,29 @@ const maxSpareChunks = 4
 // Protocol: producers fill a chain of fixed-size chunks; the consumer takes
 // the whole chain at once and runs it privately.
 //
-//		producers ─append under mu─► head chunk ─► … ─► tail chunk
-//		consumer  ◄─ takes head…tail under mu, leaves a fresh chunk, once per batch
+//	producers ─append under mu─► head chunk ─► … ─► tail chunk
+//	consumer  ◄─ takes head…tail under mu, leaves a fresh chunk, once per batch
 //
-//	  - A producer holds mu for one slot write (and, when bounded, one check of
-//	    pushed - consumed against the limit); when the tail chunk is full it
-//	    links a spare or new chunk. Growth never copies.
-//	  - The consumer runs tasks from the chain it took without any lock or
-//	    atomic per task. When the chain is used up and the ready flag says a
-//	    task is pending, it locks mu once, takes the pending chain, returns
-//	    the chunks it emptied to the spare list, and unlocks: one lock per
-//	    batch, however many tasks it holds. The flag is set by the push that
-//	    makes the pending chain non-empty, so an idle consumer polls one
-//	    read-mostly word instead of the producers' lock.
-//	  - Up to maxSpareChunks emptied chunks are reused, so a queue in steady
-//	    state allocates nothing.
-//	  - consumed counts tasks taken by the consumer and is published every
-//	    drainPublishEvery tasks and at the end of each Pop or Drain; the bound
-//	    is checked against it, so a bounded queue holds at most limit tasks
-//	    that the consumer has not taken.
+// The rules:
+//
+//   - A producer holds mu for one slot write (and, when bounded, one check of
+//     pushed - consumed against the limit); when the tail chunk is full it
+//     links a spare or new chunk. Growth never copies.
+//   - The consumer runs tasks from the chain it took without any lock or
+//     atomic per task. When the chain is used up and the ready flag says a
+//     task is pending, it locks mu once, takes the pending chain, returns
+//     the chunks it emptied to the spare list, and unlocks: one lock per
+//     batch, however many tasks it holds. The flag is set by the push that
+//     makes the pending chain non-empty, so an idle consumer polls one
+//     read-mostly word instead of the producers' lock.
+//   - Up to maxSpareChunks emptied chunks are reused, so a queue in steady
+//     state allocates nothing.
+//   - consumed counts tasks taken by the consumer and is published every
+//     drainPublishEvery tasks and at the end of each Pop or Drain; the bound
+//     is checked against it, so a bounded queue never holds more than limit
+//     tasks the consumer has not taken.
+//   - mu is a spin lock that yields (see spinLock): a producer preempted
+//     while holding it delays the other producers, never loses a task.
 type Queue struct {
 	limit uint64 // maximum pushed - consumed; 0 means unbounded; immutable
 
@@ -69,11 +73,12 @@ type Queue struct {
 	_        [cacheLine]byte
 	consumed atomic.Uint64 // tasks taken, as last published by the consumer; read by producers
 
-	_       [cacheLine]byte // keeps the consumer's per-task writes off consumed's line
-	taken   uint64          // tasks taken; consumer only
-	cur     *taskChunk      // chunk being consumed, first of the taken chain; consumer only
-	next    int             // index of the next task in cur; consumer only
-	emptied *taskChunk      // consumed chunks to hand back at the next swap; consumer only
+	_        [cacheLine]byte // keeps the consumer's per-task writes off consumed's line
+	taken    uint64          // tasks taken; consumer only
+	cur      *taskChunk      // chunk being consumed, first of the taken chain; consumer only
+	next     int             // index of the next task in cur; consumer only
+	emptied  *taskChunk      // consumed chunks to hand back at the next swap; consumer only
+	nemptied int             // chunks on emptied, at most maxSpareChunks; consumer only
 }
 
 // taskChunk is one link of the chain. n only grows while producers append
@@ -157,7 +162,7 @@ func (q *Queue) refill() bool {
 	q.head, q.tail = fresh, fresh
 	q.ready.Store(false)
 	q.mu.Unlock()
-	q.emptied = nil
+	q.emptied, q.nemptied = nil, 0
 	q.cur, q.next = chain, 0
 	return true
 }
@@ -175,7 +180,11 @@ func (q *Queue) take() Task {
 				return t
 			}
 			q.cur, q.next = c.next, 0
-			c.n, c.next, q.emptied = 0, q.emptied, c
+			c.n, c.next = 0, nil
+			if q.nemptied < maxSpareChunks {
+				c.next, q.emptied = q.emptied, c
+				q.nemptied++
+			}
 			continue
 		}
 		if !q.refill() {

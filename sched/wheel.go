@@ -198,7 +198,12 @@ func (w *Wheel) unlink(t *Timer) {
 // unlinks a timer already stopped from another goroutine. Must be called on
 // the goroutine that owns the wheel.
 func (w *Wheel) Stop(t *Timer) bool {
-	stopped := t.Stop()
+	stopped := t.state.CompareAndSwap(statePending, stateCanceled) // the common case, inline
+	if stopped {
+		t.complete(ErrCanceled)
+	} else {
+		stopped = t.Stop()
+	}
 	if t.wheel == w {
 		w.unlink(t)
 	}
