@@ -140,6 +140,23 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		d.cancelOld(old, order, wakeOut)
 	}
 
+	// Switch to the new ring now: completions delivered while the old
+	// ring is reaped run callbacks, and whatever those submit (a re-armed
+	// receive, the next send of a stream) must go to the new ring, not to
+	// the one about to be closed. From here on the rebuild has happened:
+	// problems are logged, not returned, since the loop reads an error as
+	// "the old ring is still in use".
+	d.r, d.br = nr, newBR
+	d.feat.BufRing = newBR != nil
+	d.feat.SetupFlags = d.flags
+	d.feat.RingFeatures = nr.Features()
+	d.lastOverflow = nr.Overflow()
+	d.wakeArmed = false
+	if err := d.armWake(); err != nil {
+		// The next poll tries again.
+		d.cfg.logger.Warn("io_uring rebuild: arming the eventfd read", "loop", d.cfg.name, "err", err)
+	}
+
 	// Reap the old ring until every op has its final completion.
 	deadline := time.Now().Add(d.rebuildTimeout)
 	for waiting > 0 || wakeOut {
@@ -175,23 +192,18 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		}
 	}
 
-	// Switch to the new ring and move the ops over. From here on the
-	// rebuild has happened: problems are logged, not returned, since the
-	// loop reads an error as "the old ring is still in use".
-	d.r, d.br = nr, newBR
-	d.feat.BufRing = newBR != nil
-	d.feat.SetupFlags = d.flags
-	d.feat.RingFeatures = nr.Features()
-	d.lastOverflow = nr.Overflow()
-	d.wakeArmed = false
-	if err := d.armWake(); err != nil {
-		// The next poll tries again.
-		d.cfg.logger.Warn("io_uring rebuild: arming the eventfd read", "loop", d.cfg.name, "err", err)
-	}
+	// Move the ops over.
 	migrated := 0
 	var lost []*migration
 	for _, m := range order {
 		switch {
+		case m.resubmit && m.o.state == opCanceling:
+			// A callback run during the reap canceled it after its
+			// move was decided; its cancel went to the new ring and
+			// found nothing. The cancel wins: deliver it.
+			ud := m.o.userData()
+			delete(d.connWait, ud)
+			sink.complete(ud, -int32(unix.ECANCELED), 0, nil)
 		case m.resubmit:
 			if err := d.resubmit(m.o); err != nil {
 				// Nothing happened to this op, but it cannot be

@@ -5,6 +5,7 @@ package loop
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
@@ -830,5 +831,412 @@ func BenchmarkUringDriverNop(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// pattern returns n pseudo-random bytes: a lost, duplicated or reordered
+// chunk of it cannot go unnoticed.
+func pattern(n int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(rng.Uint32())
+	}
+	return p
+}
+
+// fillSocket writes into fd (made non-blocking for the purpose) until its
+// send buffer is full, and returns the bytes written.
+func fillSocket(tb testing.TB, fd int) []byte {
+	tb.Helper()
+	if err := unix.SetNonblock(fd, true); err != nil {
+		tb.Fatal(err)
+	}
+	defer unix.SetNonblock(fd, false)
+	var sent []byte
+	chunk := pattern(4096, 99)
+	for {
+		n, err := unix.Write(fd, chunk)
+		if err == unix.EAGAIN {
+			return sent
+		}
+		if err != nil {
+			tb.Fatalf("fill: %v", err)
+		}
+		sent = append(sent, chunk[:n]...)
+	}
+}
+
+// readAll reads exactly n bytes from fd in a goroutine-safe way.
+func readAll(fd int, n int, slow bool) ([]byte, error) {
+	out := make([]byte, 0, n)
+	buf := make([]byte, 16<<10)
+	for i := 0; len(out) < n; i++ {
+		k, err := unix.Read(fd, buf[:min(len(buf), n-len(out))])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		if k == 0 {
+			return out, io.ErrUnexpectedEOF
+		}
+		out = append(out, buf[:k]...)
+		if slow && i%8 == 0 {
+			time.Sleep(time.Millisecond) // let the sender's socket fill up
+		}
+	}
+	return out, nil
+}
+
+// sendStream sends data over fd one SEND at a time, continuing short
+// writes from where they stopped, as the conn layer does.
+type sendStream struct {
+	h    *harness
+	fd   int
+	data []byte
+	off  int
+	done bool
+	errs []int32
+}
+
+func (w *sendStream) next() {
+	if w.off == len(w.data) {
+		w.done = true
+		return
+	}
+	o := w.h.tab.alloc(tagSend)
+	o.fd, o.c = int32(w.fd), w
+	o.buf = w.data[w.off:min(w.off+64<<10, len(w.data))]
+	if err := w.h.d.submit(o); err != nil {
+		w.h.tb.Fatalf("submit send: %v", err)
+	}
+}
+
+func (w *sendStream) Complete(c *Completion) {
+	if c.Res < 0 {
+		w.errs = append(w.errs, c.Res)
+		return
+	}
+	w.off += int(c.Res)
+	w.next()
+}
+
+// TestUringDriverRebuild replaces the ring with ops of every kind in flight
+// (eventfd read, timeout, recv, provided-buffer recv, multishot accept,
+// multishot poll, a send blocked on a full socket, a connect still in
+// SYN_SENT): nothing is delivered for the move itself, and afterwards every
+// op completes on the new ring with the right result.
+func TestUringDriverRebuild(t *testing.T) {
+	h := newHarness(t)
+	oldRing := h.d.r
+
+	start := time.Now()
+	const timeout = 500 * time.Millisecond
+	_, tr := h.submit(tagTimeout, func(o *op) { o.ts = ring.Timespec{Nsec: int64(timeout)} })
+
+	a1, b1 := testutil.SocketPair(t)
+	buf := make([]byte, 32)
+	_, rr := h.submit(tagRecv, func(o *op) { o.fd = int32(a1); o.buf = buf })
+
+	a2, b2 := testutil.SocketPair(t)
+	s := &recvStream{h: h, fd: a2}
+	s.arm()
+
+	lfd, addr := testutil.ListenFd(t)
+	_, ar := h.submit(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
+
+	a3, b3 := testutil.SocketPair(t)
+	pud, pr := h.submit(tagPoll, func(o *op) { o.fd = int32(a3); o.arg = unix.POLLIN; o.multishot = true })
+
+	a4, b4 := testutil.SocketPair(t)
+	filled := fillSocket(t, a4)
+	payload := pattern(100<<10, 4)
+	_, sr := h.submit(tagSend, func(o *op) { o.fd = int32(a4); o.buf = payload })
+
+	// A connect that cannot finish yet: the listener's accept queue
+	// (backlog 0: one connection) is full, so its SYNs are dropped.
+	var cr *recorder
+	var slfd int
+	if !testing.Short() {
+		slfd = rawListener(t, 0)
+		saddr, _ := unix.Getsockname(slfd)
+		testutil.Dial(t, saddr.(*unix.SockaddrInet4)) // fills the queue
+		cfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(cfd) })
+		_, cr = h.submit(tagConnect, func(o *op) { o.fd = int32(cfd); o.sa, o.saLen = rawInet4(saddr.(*unix.SockaddrInet4)) })
+	}
+
+	h.poll(0)
+	// A real result on the old ring, delivered before the rebuild.
+	writeAll(t, b2, []byte("before|"))
+	h.until("data before the rebuild", func() bool { return len(s.data) == 7 })
+	// Let the timeout run part of its course, so a restarted one would
+	// fire late enough to notice.
+	for time.Since(start) < 200*time.Millisecond {
+		h.poll(10 * time.Millisecond)
+	}
+	for _, r := range []*recorder{tr, rr, ar, pr, sr} {
+		if len(r.got) != 0 {
+			t.Fatalf("op completed before the rebuild: %+v", r.got)
+		}
+	}
+	// A wakeup written while the old ring is about to be replaced.
+	if err := h.d.wake(); err != nil {
+		t.Fatal(err)
+	}
+
+	live := h.tab.inFlight
+	n, err := h.d.rebuild(h.tab, h.sink)
+	if err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	if n != live || h.tab.inFlight != live {
+		t.Fatalf("rebuild migrated %d ops, %d live after; want all %d", n, h.tab.inFlight, live)
+	}
+	if h.d.r == oldRing || oldRing.Fd() != -1 {
+		t.Fatal("the old ring was not replaced and closed")
+	}
+	for _, r := range []*recorder{tr, rr, ar, pr, sr} {
+		if len(r.got) != 0 {
+			t.Fatalf("the rebuild delivered a completion: %+v", r.got)
+		}
+	}
+	if s.arms != 1 || len(s.errs) != 0 || h.sink.stale != 0 {
+		t.Fatalf("provided recv re-armed %d times, errors %v, stale %d", s.arms, s.errs, h.sink.stale)
+	}
+	if res := h.poll(0); !res.woken {
+		t.Fatalf("first poll after the rebuild: %+v; the wakeup written before it was lost", res)
+	}
+
+	// Every op now completes on the new ring.
+	writeAll(t, b1, []byte("after-1"))
+	h.waitN("recv", rr, 1)
+	wantRes(t, "recv after rebuild", rr.got[0], 7, false)
+	if string(buf[:7]) != "after-1" {
+		t.Fatalf("recv buffer %q", buf[:7])
+	}
+
+	writeAll(t, b2, []byte("after-2"))
+	h.until("provided recv after the rebuild", func() bool { return len(s.data) == 14 })
+	if string(s.data) != "before|after-2" {
+		t.Fatalf("provided recv stream %q", s.data)
+	}
+
+	testutil.Dial(t, addr)
+	testutil.Dial(t, addr)
+	h.waitN("accepts", ar, 2)
+	for _, c := range ar.got {
+		if c.res < 0 || !c.more() {
+			t.Fatalf("accept after rebuild: %+v", c)
+		}
+		unix.Close(int(c.res))
+	}
+
+	writeAll(t, b3, []byte("p"))
+	h.waitN("poll", pr, 1)
+	if c := pr.got[0]; c.res&unix.POLLIN == 0 || !c.more() {
+		t.Fatalf("multishot poll after rebuild: res %#x flags %#x", c.res, c.flags)
+	}
+	h.cancel(pud)
+	h.until("poll canceled", func() bool { return !pr.last().more() })
+	wantRes(t, "poll canceled on the new ring", pr.last(), -int32(unix.ECANCELED), false)
+
+	got := make(chan []byte, 1)
+	go func() {
+		b, err := readAll(b4, len(filled)+len(payload), false)
+		if err != nil {
+			t.Errorf("drain: %v", err)
+		}
+		got <- b
+	}()
+	h.waitN("send", sr, 1)
+	if sr.got[0].res <= 0 {
+		t.Fatalf("send after rebuild: res %d", sr.got[0].res)
+	}
+	sent := int(sr.got[0].res)
+	if sent < len(payload) {
+		// A short write: send the rest, as the conn layer would.
+		_, rest := h.submit(tagSend, func(o *op) { o.fd = int32(a4); o.buf = payload[sent:] })
+		h.waitN("rest of send", rest, 1)
+		sent += int(rest.got[0].res)
+	}
+	if b := <-got; !bytes.Equal(b, append(filled, payload...)) || sent != len(payload) {
+		t.Fatalf("peer read %d bytes, want %d; equal prefix %d", len(b), len(filled)+len(payload),
+			commonPrefix(b, append(filled, payload...)))
+	}
+
+	h.waitN("timeout", tr, 1)
+	wantRes(t, "timeout", tr.got[0], -int32(unix.ETIME), false)
+	if el := tr.got[0].at.Sub(start); el < timeout || el > timeout+150*time.Millisecond {
+		t.Fatalf("timeout fired after %v; want its original %v deadline (a restarted one fires after ~%v)",
+			el, timeout, timeout+200*time.Millisecond)
+	}
+
+	if cr != nil {
+		// Make room in the accept queue: the connect's next SYN
+		// (retransmitted after about 1 s) gets through.
+		nfd, _, err := unix.Accept(slfd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(nfd)
+		h.waitN("connect", cr, 1)
+		wantRes(t, "connect continued across the rebuild", cr.got[0], 0, false)
+	}
+
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		h.d.wake()
+	}()
+	if res := h.poll(10 * time.Second); !res.woken {
+		t.Fatalf("wake after rebuild: %+v", res)
+	}
+	if s.arms != 1 || h.sink.stale != 0 {
+		t.Fatalf("provided recv armed %d times, stale %d", s.arms, h.sink.stale)
+	}
+}
+
+// rawListener returns a blocking TCP listener on 127.0.0.1:0 with backlog.
+func rawListener(tb testing.TB, backlog int) int {
+	tb.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := unix.Listen(fd, backlog); err != nil {
+		tb.Fatal(err)
+	}
+	return fd
+}
+
+// TestUringDriverRebuildStream runs a 4 MiB stream each way over one TCP
+// connection, the driver receiving into provided buffers and sending one
+// SEND at a time, while the ring is replaced 15 times: both streams arrive
+// complete, unduplicated and in order. The peers pause now and then, so
+// rebuilds find ops both mid-transfer (real results reaped from the old
+// ring) and idle (canceled and moved).
+func TestUringDriverRebuildStream(t *testing.T) {
+	h := newHarness(t)
+	client, server := testutil.TCPPair(t)
+	size := 4 << 20
+	if testing.Short() {
+		size = 1 << 20
+	}
+	in, out := pattern(size, 1), pattern(size, 2)
+	const rebuildsWanted = 15
+
+	s := &recvStream{h: h, fd: server}
+	s.arm()
+	w := &sendStream{h: h, fd: server, data: out}
+	w.next()
+
+	go func() {
+		rng := rand.New(rand.NewPCG(3, 4))
+		seg := size / (rebuildsWanted + 1)
+		for off := 0; off < size; {
+			if off%seg == 0 {
+				// A pause at each rebuild point: the receive is
+				// idle when the ring is replaced, so it is moved.
+				time.Sleep(5 * time.Millisecond)
+			}
+			n := min(seg-off%seg, 1+rng.IntN(20000))
+			k, err := unix.Write(client, in[off:off+n])
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				t.Errorf("peer write: %v", err)
+				return
+			}
+			off += k
+		}
+		unix.Shutdown(client, unix.SHUT_WR)
+	}()
+	got := make(chan []byte, 1)
+	go func() {
+		b, err := readAll(client, size, true)
+		if err != nil {
+			t.Errorf("peer read: %v", err)
+		}
+		got <- b
+	}()
+
+	rebuilds, migrated := 0, 0
+	defer func() {
+		t.Logf("state: in %d/%d eof %v arms %d; out %d/%d done %v; rebuilds %d; live %d",
+			len(s.data), size, s.eof, s.arms, w.off, size, w.done, rebuilds, h.tab.inFlight)
+		h.tab.each(func(o *op) { t.Logf("live op %v state %d", o.tag, o.state) })
+	}()
+	h.until("both streams", func() bool {
+		if rebuilds < rebuildsWanted && len(s.data) >= (rebuilds+1)*size/(rebuildsWanted+1) {
+			t0 := time.Now()
+			n, err := h.d.rebuild(h.tab, h.sink)
+			if err != nil {
+				t.Fatalf("rebuild %d: %v", rebuilds, err)
+			}
+			if el := time.Since(t0); el > 100*time.Millisecond {
+				t.Logf("rebuild %d took %v", rebuilds, el)
+			}
+			rebuilds++
+			migrated += n
+		}
+		return (s.eof || len(s.errs) > 0) && (w.done || len(w.errs) > 0)
+	})
+	if len(s.errs) > 0 || len(w.errs) > 0 {
+		t.Fatalf("errors: recv %v, send %v", s.errs, w.errs)
+	}
+	if !bytes.Equal(s.data, in) {
+		t.Fatalf("inbound: %d bytes, want %d; equal prefix %d", len(s.data), len(in), commonPrefix(s.data, in))
+	}
+	if b := <-got; !bytes.Equal(b, out) {
+		t.Fatalf("outbound: %d bytes, want %d; equal prefix %d", len(b), len(out), commonPrefix(b, out))
+	}
+	if rebuilds != rebuildsWanted || migrated == 0 || h.sink.stale != 0 {
+		t.Fatalf("%d rebuilds moved %d ops; %d stale completions", rebuilds, migrated, h.sink.stale)
+	}
+	t.Logf("%d rebuilds moved %d ops; provided recv armed %d times", rebuilds, migrated, s.arms)
+}
+
+// TestUringDriverRebuildDeadline makes the old ring keep an op past the
+// rebuild's deadline (its cancel is never sent): the op is failed once with
+// -ECANCELED, never resubmitted, and its buffer orphaned.
+func TestUringDriverRebuildDeadline(t *testing.T) {
+	h := newHarness(t)
+	h.d.rebuildSkipCancel = true
+	h.d.rebuildTimeout = 50 * time.Millisecond
+	a, b := testutil.SocketPair(t)
+	buf := make([]byte, 16)
+	ud, r := h.submit(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+	h.poll(0)
+	orphans := orphanedCount()
+	n, err := h.d.rebuild(h.tab, h.sink)
+	if err != nil || n != 0 {
+		t.Fatalf("rebuild: %d, %v; want 0 ops moved", n, err)
+	}
+	if len(r.got) != 1 {
+		t.Fatalf("%d completions for the unknown op, want 1", len(r.got))
+	}
+	wantRes(t, "op with unknown outcome", r.got[0], rebuildLostRes, false)
+	if h.live(ud) || orphanedCount() != orphans+1 {
+		t.Fatalf("live %v, orphans %d → %d", h.live(ud), orphans, orphanedCount())
+	}
+	// The new ring works, the old recv is gone: data stays in the socket.
+	_, nr := h.submit(tagNop, nil)
+	h.waitN("nop on the new ring", nr, 1)
+	writeAll(t, b, []byte("z"))
+	if err := h.d.wake(); err != nil {
+		t.Fatal(err)
+	}
+	if res := h.poll(5 * time.Second); !res.woken || len(r.got) != 1 {
+		t.Fatalf("poll: %+v, %d completions of the failed op", res, len(r.got))
 	}
 }
