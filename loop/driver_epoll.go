@@ -1,0 +1,564 @@
+//go:build linux
+
+package loop
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// epollDriver runs the op contract of docs/op-lifecycle.md on epoll, the
+// way Netty's NIO loop runs on a selector: each fd that gets an op is
+// registered once, edge-triggered, and the driver performs the op's system
+// call itself when the fd is ready. To the loop it looks like io_uring:
+// the same user_data, the same results (-errno on failure), the same
+// completion flags (ring.CQEFMore for multishot ops, ring.CQEFNotif for the
+// zero-copy send's notification) and provided-buffer receives whose bytes
+// are valid only during the Completer call.
+//
+// Per fd, waiting ops sit in three FIFO lists kept in a slice indexed by fd:
+//
+//	read   accept, recv, recv-provided
+//	write  send, sendmsg, send-zc, connect (after EINPROGRESS)
+//	poll   poll (notified of every readiness event, any mask)
+//
+// The links live in a side array indexed by op slot (epollOp), so waiting
+// costs no allocation. Edge-triggered readiness is reported once per change,
+// so a side is tried when its first op is submitted (the fd may be ready
+// already), on each event and on each retry, always from the head, until
+// the system call says EAGAIN. A side that is still ready after
+// epollBudget system calls yields: the fd goes on the retry list, which the
+// next poll serves without blocking, so one busy fd cannot starve the
+// others.
+//
+// Completions are queued and delivered only by poll, never from inside
+// submit or cancel, so a Completer is never re-entered by the op it starts.
+//
+// Every method but wake and injectStall runs on the loop goroutine.
+type epollDriver struct {
+	cfg   driverConfig
+	feats Features
+
+	epfd   int
+	evfd   int // the wake eventfd, as the loop goroutine sees it
+	closed bool
+
+	// wakeFd is evfd for wake, which runs on any goroutine; close sets it
+	// to -1 under the write lock so a late wake never writes into a
+	// recycled fd number.
+	wakeMu sync.RWMutex
+	wakeFd int
+
+	stall atomic.Int64 // polls left to fake as stalled (injectStall)
+
+	events  []unix.EpollEvent // epoll_wait results
+	fds     []epollFd         // per-fd waiter lists, indexed by fd
+	side    []epollOp         // per-op driver state, indexed by op slot
+	ready   epollQueue          // completions waiting for poll
+	pool    epollBufPool           // receive buffers for recv-provided
+	timers  epollTimerHeap         // op timeouts
+	retry   []int32           // fds to serve again next poll
+	retry2  []int32           // spare backing array for retry
+	epoch   time.Time         // origin of the driver's monotonic clock
+	sa      epollSockaddrs   // connect targets, reused
+	pfd     [1]unix.PollFd    // poll(2) argument, reused
+	wakeBuf [8]byte           // eventfd read target
+	ctl     unix.EpollEvent   // epoll_ctl argument, reused
+	edge    uint32            // events of the edge being served, 0 outside onEvent
+}
+
+// epollOp is the driver's state for one op, indexed by its slot.
+type epollOp struct {
+	o          *op
+	gen        uint32 // o.gen when submitted: guards a reused slot
+	next, prev uint32 // links in the fd's list, noSlot at the ends
+	heap       int32  // index in the timer heap, -1 when not there
+	where      uint8  // epIdle, epRead, epWrite, epPoll or epTimer
+}
+
+// Where an op waits. epIdle: not waiting, either never submitted or its
+// final completion is already queued (a cancel then does nothing).
+const (
+	epIdle uint8 = iota
+	epRead
+	epWrite
+	epPoll
+	epTimer
+)
+
+// epollWaitList is a FIFO of op slots linked through epollOp.next/prev.
+type epollWaitList struct{ head, tail uint32 }
+
+// epollFd is the driver's state for one fd.
+type epollFd struct {
+	lists      [3]epollWaitList // indexed by where-1: read, write, poll
+	registered bool        // added to the epoll instance
+	retry      bool        // on the retry list
+}
+
+const (
+	// epollWakeTag is the epoll data of the eventfd. No fd is negative,
+	// so it cannot collide with a registered fd.
+	epollWakeTag int32 = -1
+
+	// epollBudget bounds the system calls one side of one fd gets per
+	// turn (accepts, provided-buffer reads, sends) before it yields to
+	// the other fds; hard-coded, like Netty's maxMessagesPerRead of 16.
+	epollBudget = 16
+
+	// epollMaxEvents is the size of the epoll_wait result array.
+	epollMaxEvents = 256
+
+	// epollInterest is every fd's one registration: both directions and
+	// peer shutdown, edge-triggered.
+	epollInterest = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+
+	epollReadEvents  = unix.EPOLLIN | unix.EPOLLPRI | unix.EPOLLRDHUP | unix.EPOLLERR | unix.EPOLLHUP
+	epollWriteEvents = unix.EPOLLOUT | unix.EPOLLERR | unix.EPOLLHUP
+	epollEndEvents   = unix.EPOLLRDHUP | unix.EPOLLERR | unix.EPOLLHUP
+)
+
+// errEpollClosed is returned by an epoll driver used after close.
+var errEpollClosed = errors.New("loop: epoll driver closed")
+
+// epollWakeValue is the 8-byte counter increment wake writes to the
+// eventfd (eventfd(2): a host-order uint64). Only ever read.
+var epollWakeValue = func() (b [8]byte) {
+	binary.NativeEndian.PutUint64(b[:], 1)
+	return b
+}()
+
+// newEpollDriver creates the epoll instance and the wake eventfd, and
+// registers the eventfd (level-triggered EPOLLIN, data epollWakeTag).
+func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	d := &epollDriver{
+		cfg:    cfg,
+		epfd:   epfd,
+		evfd:   evfd,
+		wakeFd: evfd,
+		events: make([]unix.EpollEvent, epollMaxEvents),
+		epoch:  time.Now(),
+		feats: Features{
+			Backend:         BackendEpoll,
+			MultishotAccept: true,
+			MultishotRecv:   true,
+		},
+	}
+	d.pool.init(cfg.bufCount, cfg.bufSize)
+	if err := d.addWake(epfd); err != nil {
+		unix.Close(evfd)
+		unix.Close(epfd)
+		return nil, err
+	}
+	return d, nil
+}
+
+// addWake registers the eventfd on epfd.
+func (d *epollDriver) addWake(epfd int) error {
+	d.ctl = unix.EpollEvent{Events: unix.EPOLLIN, Fd: epollWakeTag}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, d.evfd, &d.ctl); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+func (d *epollDriver) backend() Backend { return BackendEpoll }
+
+// start has nothing to do: the epoll instance has no thread affinity.
+func (d *epollDriver) start() error { return nil }
+
+func (d *epollDriver) features() Features { return d.feats }
+
+// injectStall makes the next n polls return at once with nothing.
+// Safe for concurrent use.
+func (d *epollDriver) injectStall(n int) {
+	if n > 0 {
+		d.stall.Add(int64(n))
+	}
+}
+
+// takeStall consumes one injected stall, if any is left.
+func (d *epollDriver) takeStall() bool {
+	for {
+		n := d.stall.Load()
+		if n <= 0 {
+			return false
+		}
+		if d.stall.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// now returns nanoseconds on the driver's monotonic clock.
+func (d *epollDriver) now() int64 { return int64(time.Since(d.epoch)) }
+
+// track prepares o's side entry.
+func (d *epollDriver) track(o *op) (*epollOp, error) {
+	if int(o.slot) >= len(d.side) {
+		n := max(2*len(d.side), int(o.slot)+1, opChunk)
+		ns := make([]epollOp, n)
+		copy(ns, d.side)
+		d.side = ns
+	}
+	e := &d.side[o.slot]
+	if e.o == o && e.gen == o.gen && e.where != epIdle {
+		return nil, fmt.Errorf("loop: epoll: %v op in slot %d submitted twice", o.tag, o.slot)
+	}
+	*e = epollOp{o: o, gen: o.gen, next: noSlot, prev: noSlot, heap: -1}
+	return e, nil
+}
+
+// submit starts o. An op that can finish at once (nop, close, shutdown, a
+// recv with data waiting, …) gets its completion queued for the next poll.
+func (d *epollDriver) submit(o *op) error {
+	if d.closed {
+		return errEpollClosed
+	}
+	switch o.tag {
+	case tagAccept, tagRecv, tagRecvBuf, tagSend, tagSendmsg, tagSendZC,
+		tagConnect, tagClose, tagShutdown, tagPoll, tagTimeout, tagNop:
+	default:
+		return fmt.Errorf("loop: epoll: cannot submit a %v op", o.tag)
+	}
+	e, err := d.track(o)
+	if err != nil {
+		return err
+	}
+	switch o.tag {
+	case tagNop:
+		d.final(o, 0)
+	case tagTimeout:
+		e.where = epTimer
+		d.timers.push(d.now()+epollTimeoutNanos(o.ts), o.slot, d.side)
+	case tagClose:
+		d.closeFd(o)
+	case tagShutdown:
+		d.final(o, epollRes(unix.Shutdown(int(o.fd), int(o.arg))))
+	case tagAccept, tagRecv, tagRecvBuf:
+		d.wait(o, epRead)
+	case tagSend, tagSendmsg, tagSendZC:
+		d.wait(o, epWrite)
+	case tagConnect:
+		d.connect(o)
+	case tagPoll:
+		d.pollAdd(o)
+	}
+	return nil
+}
+
+// cancel withdraws o if it is still waiting; its final completion,
+// -ECANCELED, follows on the next poll. An op whose final completion is
+// already queued is left alone: its real result stands.
+func (d *epollDriver) cancel(o *op) error {
+	if d.closed {
+		return errEpollClosed
+	}
+	d.withdraw(o)
+	return nil
+}
+
+// withdraw takes o off its list or the timer heap and queues -ECANCELED.
+func (d *epollDriver) withdraw(o *op) bool {
+	if int(o.slot) >= len(d.side) {
+		return false
+	}
+	e := &d.side[o.slot]
+	if e.o != o || e.gen != o.gen {
+		return false
+	}
+	switch e.where {
+	case epRead, epWrite, epPoll:
+		d.unlist(&d.fds[o.fd], o.slot)
+	case epTimer:
+		d.timers.remove(int(e.heap), d.side)
+		e.where = epIdle
+	default:
+		return false
+	}
+	d.final(o, -int32(unix.ECANCELED))
+	return true
+}
+
+// final queues o's last completion. o must not be waiting any more.
+// A zero-copy send ends the io_uring way: its result with F_MORE, then the
+// notification, which is what frees the slot.
+func (d *epollDriver) final(o *op, res int32) {
+	d.side[o.slot].where = epIdle
+	ud := o.userData()
+	if o.tag == tagSendZC {
+		d.ready.push(epollCQE{ud: ud, res: res, flags: ring.CQEFMore, buf: -1})
+		d.ready.push(epollCQE{ud: ud, res: 0, flags: ring.CQEFNotif, buf: -1})
+		return
+	}
+	d.ready.push(epollCQE{ud: ud, res: res, buf: -1})
+}
+
+// more queues a completion of a multishot op that stays armed.
+func (d *epollDriver) more(o *op, res int32, flags uint32, buf int32) {
+	d.ready.push(epollCQE{ud: o.userData(), res: res, flags: flags | ring.CQEFMore, buf: buf})
+}
+
+// poll delivers queued completions, waits for readiness (not at all when
+// something is already queued or due for a retry, never past the earliest
+// op timeout), performs the system calls of the ops whose fds became ready,
+// expires op timeouts and delivers at most max completions in all.
+func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) (pollResult, error) {
+	var r pollResult
+	if d.takeStall() {
+		return r, nil
+	}
+	if d.closed {
+		return r, errEpollClosed
+	}
+	if max <= 0 {
+		max = math.MaxInt
+	}
+	r.completions = d.deliver(max, sink)
+	if r.completions >= max {
+		// The caller's batch is full: leave the wait, and the new work it
+		// would bring, to the next poll.
+		return r, nil
+	}
+
+	wait := timeout
+	busy := r.completions > 0 || d.ready.n > 0 || len(d.retry) > 0
+	if busy {
+		wait = 0
+	}
+	if len(d.timers.h) > 0 && wait != 0 {
+		due := time.Duration(d.timers.h[0].when - d.now())
+		if due < 0 {
+			due = 0
+		}
+		if wait < 0 || due < wait {
+			wait = due
+		}
+	}
+
+	n, err := unix.EpollWait(d.epfd, d.events, epollWaitMillis(wait))
+	if err != nil {
+		if err != unix.EINTR {
+			return r, os.NewSyscallError("epoll_wait", err)
+		}
+		r.interrupted = true
+		n = 0
+	}
+
+	d.runRetries()
+	for i := 0; i < n; i++ {
+		ev := &d.events[i]
+		if ev.Fd == epollWakeTag {
+			d.drainWake()
+			r.woken = true
+			continue
+		}
+		d.onEvent(int(ev.Fd), ev.Events)
+	}
+	d.expireTimers()
+
+	r.completions += d.deliver(max-r.completions, sink)
+	r.timedOut = n == 0 && !busy && !r.interrupted && r.completions == 0
+	return r, nil
+}
+
+// epollWaitMillis converts a wait to epoll_wait's milliseconds, rounding up so a
+// timer is never reported early; negative means no limit.
+func epollWaitMillis(wait time.Duration) int {
+	if wait < 0 {
+		return -1
+	}
+	ms := (wait + time.Millisecond - 1) / time.Millisecond
+	if ms > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int(ms)
+}
+
+// deliver hands up to max queued completions to sink, in order, and
+// recycles each provided buffer once its completion returns. Completions
+// queued by the Completers themselves wait for the next call, so a chain of
+// callbacks cannot keep one poll going forever.
+func (d *epollDriver) deliver(max int, sink completionSink) int {
+	n := min(d.ready.n, max)
+	for i := 0; i < n; i++ {
+		c := d.ready.pop()
+		if c.buf < 0 {
+			sink.complete(c.ud, c.res, c.flags, nil)
+			continue
+		}
+		sink.complete(c.ud, c.res, c.flags, d.pool.bytes(c.buf, int(c.res)))
+		d.pool.put(c.buf)
+	}
+	return n
+}
+
+// drainWake consumes the eventfd counter.
+func (d *epollDriver) drainWake() {
+	for {
+		_, err := unix.Read(d.evfd, d.wakeBuf[:])
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// expireTimers completes every op timeout that is due with -ETIME.
+func (d *epollDriver) expireTimers() {
+	if len(d.timers.h) == 0 {
+		return
+	}
+	now := d.now()
+	for len(d.timers.h) > 0 && d.timers.h[0].when <= now {
+		slot := d.timers.h[0].slot
+		d.timers.remove(0, d.side)
+		d.final(d.side[slot].o, -int32(unix.ETIME))
+	}
+}
+
+// epollTimeoutNanos converts a relative timeout to nanoseconds, saturating;
+// a negative one is due at once.
+func epollTimeoutNanos(ts ring.Timespec) int64 {
+	if ts.Sec < 0 || ts.Sec == 0 && ts.Nsec <= 0 {
+		return 0
+	}
+	if ts.Sec >= math.MaxInt64/int64(time.Second)-1 {
+		return math.MaxInt64 / 2
+	}
+	return ts.Sec*int64(time.Second) + ts.Nsec
+}
+
+// wake makes the current or next poll return. A full counter (EAGAIN)
+// means a wakeup is already pending. Safe for concurrent use.
+func (d *epollDriver) wake() error {
+	d.wakeMu.RLock()
+	defer d.wakeMu.RUnlock()
+	if d.wakeFd < 0 {
+		return errEpollClosed
+	}
+	for {
+		_, err := unix.Write(d.wakeFd, epollWakeValue[:])
+		switch err {
+		case nil, unix.EAGAIN:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return os.NewSyscallError("write", err)
+	}
+}
+
+// rebuild is Netty's selector rebuild: a new epoll instance gets the
+// eventfd and every fd that has waiters, with the same interest; the old
+// one is closed. Nothing of an op lives in the kernel, so every waiter and
+// timer simply stays. Readiness the old instance reported but nobody
+// consumed would be lost, so every waiter is tried once more; the results
+// are queued for the next poll (sink is not used). An fd that cannot be
+// registered again (closed behind the loop's back) fails its waiters with
+// the error. If the new instance cannot be set up, the old one stays.
+// t is not needed: the driver's side array already names every op it holds.
+func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
+	if d.closed {
+		return 0, errEpollClosed
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return 0, os.NewSyscallError("epoll_create1", err)
+	}
+	if err := d.addWake(epfd); err != nil {
+		unix.Close(epfd)
+		return 0, err
+	}
+	migrated := 0
+	for fd := range d.fds {
+		f := &d.fds[fd]
+		if !f.registered {
+			continue
+		}
+		n := d.waiting(f)
+		if n == 0 {
+			f.registered = false // added again with its next op
+			continue
+		}
+		d.ctl = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &d.ctl); err != nil && err != unix.EEXIST {
+			f.registered = false
+			d.failFd(fd, epollRes(err))
+			continue
+		}
+		migrated += n
+	}
+	old := d.epfd
+	d.epfd = epfd
+	if err := unix.Close(old); err != nil {
+		d.cfg.logger.Warn("failed to close the old epoll instance", "loop", d.cfg.name, "err", err)
+	}
+	migrated += len(d.timers.h)
+	for fd := range d.fds {
+		if d.fds[fd].registered {
+			d.runWrite(fd)
+			d.runRead(fd)
+			d.recheckPoll(fd)
+		}
+	}
+	return migrated, nil
+}
+
+// close releases the epoll instance and the eventfd. Accepted fds still
+// queued for delivery are closed: no one will ever receive them.
+// Idempotent.
+func (d *epollDriver) close() error {
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	d.wakeMu.Lock()
+	d.wakeFd = -1
+	d.wakeMu.Unlock()
+	var first error
+	if err := unix.Close(d.epfd); err != nil {
+		first = os.NewSyscallError("close", err)
+	}
+	if err := unix.Close(d.evfd); err != nil && first == nil {
+		first = os.NewSyscallError("close", err)
+	}
+	d.epfd, d.evfd = -1, -1
+	for d.ready.n > 0 {
+		c := d.ready.pop()
+		if tag, _, _ := unpackUserData(c.ud); tag == tagAccept && c.res >= 0 {
+			unix.Close(int(c.res))
+		}
+	}
+	d.pool = epollBufPool{}
+	d.fds, d.side, d.timers.h = nil, nil, nil
+	return first
+}
+
+// epollRes turns a system call error into a completion result: 0 or -errno.
+func epollRes(err error) int32 {
+	if err == nil {
+		return 0
+	}
+	if en, ok := err.(unix.Errno); ok {
+		return -int32(en)
+	}
+	return -int32(unix.EIO)
+}

@@ -1,0 +1,549 @@
+//go:build linux
+
+package loop
+
+import (
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// Per-fd waiting and the system calls the epoll driver performs for ops.
+// See epollDriver for the model.
+
+// epStep is what trying one op at the head of a side achieved.
+type epStep uint8
+
+const (
+	epDone  epStep = iota // the op finished and left the list: try the next one
+	epWait                // EAGAIN: the side waits for the next edge
+	epYield               // still ready after the budget (or no receive buffer): retry next poll
+)
+
+// growFds makes d.fds cover fd.
+func (d *epollDriver) growFds(fd int) {
+	if fd < len(d.fds) {
+		return
+	}
+	n := max(2*len(d.fds), fd+1, 64)
+	nf := make([]epollFd, n)
+	copy(nf, d.fds)
+	for i := len(d.fds); i < n; i++ {
+		for j := range nf[i].lists {
+			nf[i].lists[j] = epollWaitList{head: noSlot, tail: noSlot}
+		}
+	}
+	d.fds = nf
+}
+
+// register adds fd to the epoll instance once, edge-triggered for both
+// directions, and makes it non-blocking (io_uring needs neither, so the
+// fds the loop is given may be blocking).
+func (d *epollDriver) register(fd int) error {
+	if fd < 0 || fd == d.epfd || fd == d.evfd {
+		return unix.EBADF
+	}
+	d.growFds(fd)
+	f := &d.fds[fd]
+	if f.registered {
+		return nil
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return err
+	}
+	if fl&unix.O_NONBLOCK == 0 {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+			return err
+		}
+	}
+	d.ctl = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
+	if err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_ADD, fd, &d.ctl); err != nil && err != unix.EEXIST {
+		return err
+	}
+	f.registered = true
+	return nil
+}
+
+// enlist appends slot to fd's list where.
+func (d *epollDriver) enlist(fd int, where uint8, slot uint32) {
+	l := &d.fds[fd].lists[where-1]
+	e := &d.side[slot]
+	e.where, e.next, e.prev = where, noSlot, l.tail
+	if l.tail == noSlot {
+		l.head = slot
+	} else {
+		d.side[l.tail].next = slot
+	}
+	l.tail = slot
+}
+
+// unlist takes slot off its fd list.
+func (d *epollDriver) unlist(f *epollFd, slot uint32) {
+	e := &d.side[slot]
+	l := &f.lists[e.where-1]
+	if e.prev == noSlot {
+		l.head = e.next
+	} else {
+		d.side[e.prev].next = e.next
+	}
+	if e.next == noSlot {
+		l.tail = e.prev
+	} else {
+		d.side[e.next].prev = e.prev
+	}
+	e.where, e.next, e.prev = epIdle, noSlot, noSlot
+}
+
+// finish takes the waiting o off fd's list and queues its final completion.
+func (d *epollDriver) finish(fd int, o *op, res int32) {
+	d.unlist(&d.fds[fd], o.slot)
+	d.final(o, res)
+}
+
+// waiting counts the ops waiting on f.
+func (d *epollDriver) waiting(f *epollFd) int {
+	n := 0
+	for _, l := range f.lists {
+		for s := l.head; s != noSlot; s = d.side[s].next {
+			n++
+		}
+	}
+	return n
+}
+
+// failFd ends every op waiting on fd with res.
+func (d *epollDriver) failFd(fd int, res int32) {
+	f := &d.fds[fd]
+	for i := range f.lists {
+		for f.lists[i].head != noSlot {
+			o := d.side[f.lists[i].head].o
+			d.finish(fd, o, res)
+		}
+	}
+}
+
+// addRetry puts fd on the retry list served by the next poll.
+func (d *epollDriver) addRetry(fd int) {
+	f := &d.fds[fd]
+	if !f.retry {
+		f.retry = true
+		d.retry = append(d.retry, int32(fd))
+	}
+}
+
+// runRetries serves the fds that yielded during the previous poll. Fds that
+// yield again go on a fresh list for the next one.
+func (d *epollDriver) runRetries() {
+	if len(d.retry) == 0 {
+		return
+	}
+	list := d.retry
+	d.retry = d.retry2[:0]
+	for _, fd := range list {
+		f := &d.fds[fd]
+		if !f.retry {
+			continue // closed since
+		}
+		f.retry = false
+		d.runWrite(int(fd))
+		d.runRead(int(fd))
+	}
+	d.retry2 = list[:0]
+}
+
+// onEvent serves fd after epoll reported events on it: the write side
+// first (it may free memory, as in Netty), then the read side, then pollers.
+func (d *epollDriver) onEvent(fd int, events uint32) {
+	if fd < 0 || fd >= len(d.fds) || !d.fds[fd].registered {
+		return
+	}
+	if events&epollWriteEvents != 0 {
+		d.runWrite(fd)
+	}
+	if events&epollReadEvents != 0 {
+		d.edge = events
+		d.runRead(fd)
+		d.edge = 0
+	}
+	if d.fds[fd].lists[epPoll-1].head != noSlot {
+		d.notifyPoll(fd, events)
+	}
+}
+
+// wait registers fd and queues o on side where; if o is first in line, the
+// side is tried at once, since an edge that already fired will not fire
+// again.
+func (d *epollDriver) wait(o *op, where uint8) {
+	fd := int(o.fd)
+	if err := d.register(fd); err != nil {
+		d.final(o, epollRes(err))
+		return
+	}
+	first := d.fds[fd].lists[where-1].head == noSlot
+	d.enlist(fd, where, o.slot)
+	if !first {
+		return
+	}
+	if where == epRead {
+		d.runRead(fd)
+	} else {
+		d.runWrite(fd)
+	}
+}
+
+// runRead tries the read side of fd from its head until it would block.
+func (d *epollDriver) runRead(fd int) {
+	for {
+		s := d.fds[fd].lists[epRead-1].head
+		if s == noSlot {
+			return
+		}
+		o := d.side[s].o
+		var st epStep
+		switch o.tag {
+		case tagAccept:
+			st = d.tryAccept(fd, o)
+		case tagRecv:
+			st = d.tryRecv(fd, o)
+		default: // tagRecvBuf
+			st = d.tryRecvBuf(fd, o)
+		}
+		switch st {
+		case epWait:
+			return
+		case epYield:
+			d.addRetry(fd)
+			return
+		}
+	}
+}
+
+// runWrite tries the write side of fd from its head until it would block
+// or has used its budget.
+func (d *epollDriver) runWrite(fd int) {
+	for i := 0; ; i++ {
+		s := d.fds[fd].lists[epWrite-1].head
+		if s == noSlot {
+			return
+		}
+		if i == epollBudget {
+			d.addRetry(fd)
+			return
+		}
+		o := d.side[s].o
+		var st epStep
+		switch o.tag {
+		case tagConnect:
+			st = d.tryConnect(fd, o)
+		case tagSendmsg:
+			st = d.trySendmsg(fd, o)
+		default: // tagSend, tagSendZC
+			st = d.trySend(fd, o)
+		}
+		if st == epWait {
+			return
+		}
+	}
+}
+
+// epollAccept4 accepts one connection as non-blocking and close-on-exec. The
+// peer address is not asked for (multishot accept on io_uring cannot
+// return one either); getpeername(2) gives it when needed. The errno is
+// returned unboxed, so a steady accept loop does not allocate.
+func epollAccept4(fd int) (int, unix.Errno) {
+	r, _, e := unix.Syscall6(unix.SYS_ACCEPT4, uintptr(fd), 0, 0,
+		unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), 0
+}
+
+// tryAccept accepts while connections are pending. Multishot: each one is
+// a completion with F_MORE, and any error but EAGAIN ends the op (EMFILE
+// and ENFILE included, so the loop above can back off and re-arm).
+func (d *epollDriver) tryAccept(fd int, o *op) epStep {
+	for i := 0; i < epollBudget; i++ {
+		nfd, e := epollAccept4(fd)
+		switch e {
+		case 0:
+			if !o.multishot {
+				d.finish(fd, o, int32(nfd))
+				return epDone
+			}
+			d.more(o, int32(nfd), 0, -1)
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return epWait
+		default:
+			d.finish(fd, o, -int32(e))
+			return epDone
+		}
+	}
+	return epYield
+}
+
+// epollRecv reads from fd into p with flags, retrying on EINTR.
+func epollRecv(fd int, p []byte, flags uint32) (int, error) {
+	for {
+		var n int
+		var err error
+		if flags == 0 {
+			n, err = unix.Read(fd, p)
+		} else {
+			n, _, err = unix.Recvfrom(fd, p, int(flags)|unix.MSG_DONTWAIT)
+		}
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+// tryRecv reads once into the op's buffer: bytes, 0 at end of stream, or
+// -errno.
+func (d *epollDriver) tryRecv(fd int, o *op) epStep {
+	n, err := epollRecv(fd, o.buf, o.arg)
+	if err == unix.EAGAIN {
+		return epWait
+	}
+	if err != nil {
+		d.finish(fd, o, epollRes(err))
+	} else {
+		d.finish(fd, o, int32(n))
+	}
+	return epDone
+}
+
+// tryRecvBuf is the multishot receive into provided buffers: each read
+// fills a pool buffer and becomes a completion with F_MORE, F_BUFFER and
+// the buffer id, as on io_uring. End of stream (0) and errors end the op.
+//
+// Serving an edge, a read shorter than the buffer drained the socket, and a
+// socket signals every later arrival (data, FIN, error) as a new edge, so
+// the side waits without spending a system call on EAGAIN. Not when the
+// edge itself carried RDHUP, HUP or ERR: that news may have come before the
+// data just read, with no edge left to announce it, so the side reads on
+// until EAGAIN, end of stream or the error. Outside an edge (submit, retry,
+// rebuild) it always reads until EAGAIN.
+//
+// With every buffer still held by queued
+// completions, the op yields until poll has delivered (and so freed) some.
+// With no pool at all the op fails with ENOBUFS, as a receive naming an
+// empty buffer group does on io_uring.
+func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
+	for i := 0; i < epollBudget; i++ {
+		bi, b := d.pool.get()
+		if bi < 0 {
+			if d.pool.count == 0 || d.pool.size == 0 {
+				d.finish(fd, o, -int32(unix.ENOBUFS))
+				return epDone
+			}
+			return epYield
+		}
+		n, err := epollRecv(fd, b, o.arg)
+		if err != nil || n == 0 {
+			d.pool.put(bi)
+			if err == unix.EAGAIN {
+				return epWait
+			}
+			d.finish(fd, o, epollRes(err))
+			return epDone
+		}
+		d.more(o, int32(n), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi)
+		if n < len(b) && d.edge != 0 && d.edge&epollEndEvents == 0 {
+			return epWait
+		}
+	}
+	return epYield
+}
+
+// epollSendFlags are the flags every send carries: no SIGPIPE, never block
+// (the fd is non-blocking already; this covers fds shared with code that
+// cleared O_NONBLOCK).
+const epollSendFlags = unix.MSG_NOSIGNAL | unix.MSG_DONTWAIT
+
+// trySend makes one send(2): its byte count, short or not, is the op's
+// result, as on io_uring. A zero-copy send is a plain send here; final adds
+// its notification.
+func (d *epollDriver) trySend(fd int, o *op) epStep {
+	for {
+		n, err := unix.SendmsgN(fd, o.buf, nil, nil, int(o.arg)|epollSendFlags)
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return epWait
+		case nil:
+			d.finish(fd, o, int32(n))
+		default:
+			d.finish(fd, o, epollRes(err))
+		}
+		return epDone
+	}
+}
+
+// epollWritevMax is the most buffers unix.Writev gathers without
+// allocating (x/sys/unix minIovec).
+const epollWritevMax = 8
+
+// trySendmsg makes one gathered send of the op's buffers.
+//
+// x/sys/unix offers no sendmsg(2) on a caller's msghdr without unsafe, so:
+// with no flags beyond the default ones and at most epollWritevMax buffers,
+// writev(2), which gathers on the stack (the fd is non-blocking; SIGPIPE,
+// which writev cannot suppress, is ignored by the Go runtime unless the
+// program asked for it); otherwise sendmsg(2) through SendmsgBuffers, which
+// allocates its iovec array.
+func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
+	for {
+		var n int
+		var err error
+		if o.arg&^uint32(epollSendFlags) == 0 && len(o.bufs) <= epollWritevMax {
+			n, err = unix.Writev(fd, o.bufs)
+		} else {
+			n, err = unix.SendmsgBuffers(fd, o.bufs, nil, nil, int(o.arg)|epollSendFlags)
+		}
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return epWait
+		case nil:
+			d.finish(fd, o, int32(n))
+		default:
+			d.finish(fd, o, epollRes(err))
+		}
+		return epDone
+	}
+}
+
+// connect starts a non-blocking connect(2). EINPROGRESS parks the op on the
+// write side; tryConnect finishes it.
+func (d *epollDriver) connect(o *op) {
+	fd := int(o.fd)
+	sa, err := d.sa.decodeSockaddr(&o.sa, o.saLen)
+	if err != nil {
+		d.final(o, epollRes(err))
+		return
+	}
+	if err := d.register(fd); err != nil {
+		d.final(o, epollRes(err))
+		return
+	}
+	switch err := unix.Connect(fd, sa); err {
+	case unix.EINPROGRESS, unix.EINTR:
+		// EINTR: the connection still goes on asynchronously (connect(2)).
+		first := d.fds[fd].lists[epWrite-1].head == noSlot
+		d.enlist(fd, epWrite, o.slot)
+		if first {
+			d.runWrite(fd)
+		}
+	default:
+		d.final(o, epollRes(err))
+	}
+}
+
+// tryConnect finishes a connect in progress once the socket has settled:
+// writable (connected) or in error. Edges are not trusted for this (an fd
+// registered before connect(2) reports a stale "writable, hung up"), so
+// the socket is asked with poll(2); then SO_ERROR gives the result.
+func (d *epollDriver) tryConnect(fd int, o *op) epStep {
+	if d.pollNow(fd, unix.POLLOUT) == 0 {
+		return epWait
+	}
+	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err != nil {
+		d.finish(fd, o, epollRes(err))
+	} else {
+		d.finish(fd, o, -int32(v))
+	}
+	return epDone
+}
+
+// pollNow returns fd's current readiness for mask (POLLERR and POLLHUP
+// always included), from poll(2) with a zero timeout.
+func (d *epollDriver) pollNow(fd int, mask uint32) uint32 {
+	d.pfd[0] = unix.PollFd{Fd: int32(fd), Events: int16(mask)}
+	for {
+		n, err := unix.Poll(d.pfd[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return 0
+		}
+		return uint32(uint16(d.pfd[0].Revents))
+	}
+}
+
+// pollAdd starts a poll op. The fd's readiness is checked at once (as
+// io_uring does on submission); a multishot poll then waits for every
+// later event matching its mask.
+func (d *epollDriver) pollAdd(o *op) {
+	fd := int(o.fd)
+	if err := d.register(fd); err != nil {
+		d.final(o, epollRes(err))
+		return
+	}
+	if rev := d.pollNow(fd, o.arg); rev != 0 {
+		if !o.multishot {
+			d.final(o, int32(rev))
+			return
+		}
+		d.more(o, int32(rev), 0, -1)
+	}
+	d.enlist(fd, epPoll, o.slot)
+}
+
+// notifyPoll reports events to fd's pollers whose mask they match.
+func (d *epollDriver) notifyPoll(fd int, events uint32) {
+	for s := d.fds[fd].lists[epPoll-1].head; s != noSlot; {
+		o := d.side[s].o
+		next := d.side[s].next
+		if m := events & (o.arg | unix.POLLERR | unix.POLLHUP); m != 0 {
+			if o.multishot {
+				d.more(o, int32(m), 0, -1)
+			} else {
+				d.finish(fd, o, int32(m))
+			}
+		}
+		s = next
+	}
+}
+
+// recheckPoll asks poll(2) for the readiness of each poller of fd (after a
+// rebuild, when events may have been lost with the old instance).
+func (d *epollDriver) recheckPoll(fd int) {
+	for s := d.fds[fd].lists[epPoll-1].head; s != noSlot; {
+		o := d.side[s].o
+		next := d.side[s].next
+		if rev := d.pollNow(fd, o.arg); rev != 0 {
+			if o.multishot {
+				d.more(o, int32(rev), 0, -1)
+			} else {
+				d.finish(fd, o, int32(rev))
+			}
+		}
+		s = next
+	}
+}
+
+// closeFd is the close op: the fd's waiters end with -ECANCELED, the fd
+// leaves the epoll instance, then close(2) gives the result.
+func (d *epollDriver) closeFd(o *op) {
+	fd := int(o.fd)
+	if fd == d.epfd || fd == d.evfd {
+		d.final(o, -int32(unix.EBADF))
+		return
+	}
+	if fd >= 0 && fd < len(d.fds) {
+		f := &d.fds[fd]
+		d.failFd(fd, -int32(unix.ECANCELED))
+		if f.registered {
+			unix.EpollCtl(d.epfd, unix.EPOLL_CTL_DEL, fd, &d.ctl)
+			f.registered = false
+		}
+		f.retry = false
+	}
+	d.final(o, epollRes(unix.Close(fd)))
+}

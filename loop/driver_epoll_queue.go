@@ -1,0 +1,174 @@
+//go:build linux
+
+package loop
+
+// The epoll driver's bookkeeping structures: the queue of completions
+// waiting for poll, the receive-buffer pool that stands in for io_uring's
+// provided-buffer ring, and the min-heap of op timeouts. All of them are
+// owned by the loop goroutine and grow by doubling, so a steady state
+// allocates nothing.
+
+// epollCQE is a completion waiting to be delivered by poll. Completions are
+// never delivered from inside submit or cancel, only from poll, so a
+// Completer can never be re-entered by the op it is starting.
+type epollCQE struct {
+	ud    uint64
+	res   int32
+	flags uint32
+	buf   int32 // receive-pool buffer holding res bytes, or -1
+}
+
+// epollQueue is a FIFO ring of pending completions.
+type epollQueue struct {
+	q    []epollCQE
+	head int
+	n    int
+}
+
+func (q *epollQueue) push(c epollCQE) {
+	if q.n == len(q.q) {
+		size := 2 * len(q.q)
+		if size == 0 {
+			size = 64
+		}
+		nq := make([]epollCQE, size)
+		for i := 0; i < q.n; i++ {
+			nq[i] = q.q[(q.head+i)%len(q.q)]
+		}
+		q.q, q.head = nq, 0
+	}
+	q.q[(q.head+q.n)%len(q.q)] = c
+	q.n++
+}
+
+func (q *epollQueue) pop() epollCQE {
+	c := q.q[q.head]
+	q.head = (q.head + 1) % len(q.q)
+	q.n--
+	return c
+}
+
+// epollBufPool is a loop's receive-buffer pool: count buffers of size bytes in
+// one slab, handed out by index. It plays the provided-buffer ring's part:
+// a multishot receive reads into a free buffer, the completion carries the
+// buffer until the Completer returns, and the buffer is then free again.
+// The slab is allocated on the first provided receive, so loops that never
+// use one do not pay for it.
+type epollBufPool struct {
+	mem   []byte
+	size  int
+	count int
+	free  []int32 // stack of free buffer indices
+}
+
+func (p *epollBufPool) init(count, size uint32) {
+	p.count, p.size = int(count), int(size)
+}
+
+// get returns a free buffer index and its bytes, or -1 when none is free.
+func (p *epollBufPool) get() (int32, []byte) {
+	if p.mem == nil {
+		if p.count == 0 || p.size == 0 {
+			return -1, nil
+		}
+		p.mem = make([]byte, p.count*p.size)
+		p.free = make([]int32, p.count)
+		for i := range p.free {
+			p.free[i] = int32(p.count - 1 - i) // buffer 0 on top
+		}
+	}
+	if len(p.free) == 0 {
+		return -1, nil
+	}
+	i := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	return i, p.bytes(i, p.size)
+}
+
+// bytes returns the first n bytes of buffer i, capped so a Completer cannot
+// append into the next buffer.
+func (p *epollBufPool) bytes(i int32, n int) []byte {
+	off := int(i) * p.size
+	return p.mem[off : off+n : off+n]
+}
+
+func (p *epollBufPool) put(i int32) { p.free = append(p.free, i) }
+
+// epollTimer is a heap entry: an op timeout due at when (nanoseconds on the
+// driver's monotonic clock). seq orders equal deadlines by submission.
+type epollTimer struct {
+	when int64
+	seq  uint64
+	slot uint32
+}
+
+// epollTimerHeap is a binary min-heap of op timeouts. Each op's position is kept
+// in its epollOp.heap so a cancel removes it in O(log n).
+type epollTimerHeap struct {
+	h   []epollTimer
+	seq uint64
+}
+
+func (t *epollTimerHeap) less(i, j int) bool {
+	a, b := &t.h[i], &t.h[j]
+	return a.when < b.when || a.when == b.when && a.seq < b.seq
+}
+
+func (t *epollTimerHeap) swap(i, j int, side []epollOp) {
+	t.h[i], t.h[j] = t.h[j], t.h[i]
+	side[t.h[i].slot].heap = int32(i)
+	side[t.h[j].slot].heap = int32(j)
+}
+
+func (t *epollTimerHeap) up(i int, side []epollOp) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !t.less(i, p) {
+			return
+		}
+		t.swap(i, p, side)
+		i = p
+	}
+}
+
+func (t *epollTimerHeap) down(i int, side []epollOp) {
+	n := len(t.h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && t.less(r, l) {
+			m = r
+		}
+		if !t.less(m, i) {
+			return
+		}
+		t.swap(i, m, side)
+		i = m
+	}
+}
+
+func (t *epollTimerHeap) push(when int64, slot uint32, side []epollOp) {
+	t.seq++
+	t.h = append(t.h, epollTimer{when: when, seq: t.seq, slot: slot})
+	i := len(t.h) - 1
+	side[slot].heap = int32(i)
+	t.up(i, side)
+}
+
+// remove takes entry i out of the heap.
+func (t *epollTimerHeap) remove(i int, side []epollOp) {
+	last := len(t.h) - 1
+	side[t.h[i].slot].heap = -1
+	if i != last {
+		t.h[i] = t.h[last]
+		side[t.h[i].slot].heap = int32(i)
+	}
+	t.h = t.h[:last]
+	if i != last {
+		t.down(i, side)
+		t.up(i, side)
+	}
+}

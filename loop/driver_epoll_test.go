@@ -1,0 +1,1328 @@
+//go:build linux
+
+package loop
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringloop/ringloop/internal/testutil"
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// The epoll driver is driven directly here: ops come from an opTable, the
+// harness is the completion sink and releases a record on its final
+// completion, as the loop does.
+
+// epCQE is one completion the harness saw.
+type epCQE struct {
+	ud    uint64
+	tag   opTag
+	res   int32
+	flags uint32
+	data  []byte // copy of the provided-buffer bytes
+	at    time.Time
+}
+
+func (c epCQE) more() bool { return c.flags&ring.CQEFMore != 0 }
+
+func (c epCQE) String() string {
+	return fmt.Sprintf("{%v res=%d flags=%#x len=%d}", c.tag, c.res, c.flags, len(c.data))
+}
+
+type epHarness struct {
+	tb    testing.TB
+	d     *epollDriver
+	tab   *opTable
+	cqes  []epCQE
+	stale int
+	max   int // completions per poll
+}
+
+// epConfig is a driver configuration with a small receive pool.
+func epConfig(bufCount, bufSize uint32) driverConfig {
+	return driverConfig{
+		name:        "ringloop-test-0",
+		ringEntries: 64,
+		bufCount:    bufCount,
+		bufSize:     bufSize,
+		bufGroup:    1,
+		logger:      slog.New(slog.DiscardHandler),
+	}
+}
+
+// newEpHarness starts a leak check and a watchdog, then creates a driver;
+// create every fd of the test after it, so the leak check sees them closed.
+func newEpHarness(tb testing.TB, cfg ...driverConfig) *epHarness {
+	tb.Helper()
+	testutil.CheckLeaks(tb)
+	testutil.Watchdog(tb, 60*time.Second)
+	c := epConfig(16, 4096)
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	d, err := newEpollDriver(c)
+	if err != nil {
+		tb.Fatalf("newEpollDriver: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := d.close(); err != nil {
+			tb.Errorf("close: %v", err)
+		}
+	})
+	return &epHarness{tb: tb, d: d, tab: newOpTable(0), max: 64}
+}
+
+func (h *epHarness) complete(ud uint64, res int32, flags uint32, data []byte) {
+	o := h.tab.lookup(ud)
+	if o == nil {
+		h.stale++
+		h.tb.Errorf("stale completion ud=%#x res=%d flags=%#x", ud, res, flags)
+		return
+	}
+	c := epCQE{ud: ud, tag: o.tag, res: res, flags: flags, at: time.Now()}
+	if data != nil {
+		if int(res) != len(data) {
+			h.tb.Errorf("%v: res %d but %d bytes of data", o.tag, res, len(data))
+		}
+		c.data = append([]byte(nil), data...)
+	}
+	if flags&ring.CQEFMore == 0 {
+		h.tab.release(o)
+	}
+	h.cqes = append(h.cqes, c)
+}
+
+// start submits a new op of tag, set up by set.
+func (h *epHarness) start(tag opTag, set func(o *op)) (*op, uint64) {
+	h.tb.Helper()
+	o := h.tab.alloc(tag)
+	if set != nil {
+		set(o)
+	}
+	ud := o.userData()
+	if err := h.d.submit(o); err != nil {
+		h.tb.Fatalf("submit %v: %v", tag, err)
+	}
+	return o, ud
+}
+
+func (h *epHarness) poll(timeout time.Duration) pollResult {
+	h.tb.Helper()
+	r, err := h.d.poll(timeout, h.max, h)
+	if err != nil {
+		h.tb.Fatalf("poll: %v", err)
+	}
+	return r
+}
+
+// until polls until cond holds (10 s at most).
+func (h *epHarness) until(what string, cond func() bool) {
+	h.tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.tb.Fatalf("timed out waiting for %s; %d completions, the last: %v",
+				what, len(h.cqes), h.cqes[max(0, len(h.cqes)-8):])
+		}
+		h.poll(5 * time.Millisecond)
+	}
+}
+
+// of returns the completions of ud, in order.
+func (h *epHarness) of(ud uint64) []epCQE {
+	var out []epCQE
+	for _, c := range h.cqes {
+		if c.ud == ud {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// done reports whether ud has had its final completion.
+func (h *epHarness) done(ud uint64) bool {
+	for _, c := range h.cqes {
+		if c.ud == ud && !c.more() {
+			return true
+		}
+	}
+	return false
+}
+
+// final waits for ud's final completion and returns it.
+func (h *epHarness) final(what string, ud uint64) epCQE {
+	h.tb.Helper()
+	h.until(what, func() bool { return h.done(ud) })
+	cs := h.of(ud)
+	return cs[len(cs)-1]
+}
+
+// quiet polls for d and fails if ud completes meanwhile.
+func (h *epHarness) quiet(what string, ud uint64, d time.Duration) {
+	h.tb.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		h.poll(5 * time.Millisecond)
+	}
+	if cs := h.of(ud); len(cs) > 0 {
+		h.tb.Fatalf("%s: completed early: %v", what, cs)
+	}
+}
+
+func epWant(tb testing.TB, what string, c epCQE, res int32, more bool) {
+	tb.Helper()
+	if c.res != res || c.more() != more {
+		tb.Fatalf("%s: got %v, want res %d more %v", what, c, res, more)
+	}
+}
+
+// epPairs are the two stream transports every data op is checked on.
+var epPairs = []struct {
+	name string
+	pair func(testing.TB) (int, int)
+}{
+	{"tcp", testutil.TCPPair},
+	{"unix", testutil.SocketPair},
+}
+
+// epDup returns a dup of fd that the test hands to a close op.
+func epDup(tb testing.TB, fd int) int {
+	tb.Helper()
+	n, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatalf("dup: %v", err)
+	}
+	return n
+}
+
+// epSocket returns a new socket closed by tb.Cleanup.
+func epSocket(tb testing.TB, family int) int {
+	tb.Helper()
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatalf("socket: %v", err)
+	}
+	tb.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+func epWriteAll(tb testing.TB, fd int, p []byte) {
+	tb.Helper()
+	for len(p) > 0 {
+		n, err := unix.Write(fd, p)
+		if err != nil {
+			tb.Fatalf("write: %v", err)
+		}
+		p = p[n:]
+	}
+}
+
+func epReadFull(tb testing.TB, fd int, n int) []byte {
+	tb.Helper()
+	out, err := epReadN(fd, n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// epReadN reads n bytes from the blocking fd; safe off the test goroutine.
+func epReadN(fd int, n int) ([]byte, error) {
+	out := make([]byte, 0, n)
+	buf := make([]byte, 64<<10)
+	for len(out) < n {
+		m, err := unix.Read(fd, buf[:min(len(buf), n-len(out))])
+		if err != nil || m == 0 {
+			return out, fmt.Errorf("read after %d bytes: %d, %v", len(out), m, err)
+		}
+		out = append(out, buf[:m]...)
+	}
+	return out, nil
+}
+
+// epWriteN writes all of p to the blocking fd; safe off the test goroutine.
+func epWriteN(fd int, p []byte) error {
+	for len(p) > 0 {
+		n, err := unix.Write(fd, p)
+		if err != nil {
+			return fmt.Errorf("write: %v", err)
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// epPattern returns n bytes that reveal a loss, duplicate or reorder.
+func epPattern(n int) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(i*7 + i/251)
+	}
+	return p
+}
+
+// epPutSockaddr encodes sa into raw by hand (the inverse of decodeSockaddr).
+func epPutSockaddr(raw *unix.RawSockaddrAny, sa unix.Sockaddr) uint32 {
+	var b [unix.SizeofSockaddrAny - 2]byte // after the family
+	var n int
+	*raw = unix.RawSockaddrAny{}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		raw.Addr.Family = unix.AF_INET
+		binary.BigEndian.PutUint16(b[0:], uint16(a.Port))
+		copy(b[2:6], a.Addr[:])
+		n = unix.SizeofSockaddrInet4
+	case *unix.SockaddrInet6:
+		raw.Addr.Family = unix.AF_INET6
+		binary.BigEndian.PutUint16(b[0:], uint16(a.Port))
+		copy(b[6:22], a.Addr[:])
+		binary.NativeEndian.PutUint32(b[22:], a.ZoneId)
+		n = unix.SizeofSockaddrInet6
+	case *unix.SockaddrUnix:
+		raw.Addr.Family = unix.AF_UNIX
+		copy(b[:], a.Name)
+		n = 2 + len(a.Name)
+		if a.Name[0] == '@' {
+			b[0] = 0
+		} else {
+			n++ // the NUL
+		}
+	}
+	for i := range raw.Addr.Data {
+		raw.Addr.Data[i] = int8(b[i])
+	}
+	for i := range raw.Pad {
+		raw.Pad[i] = int8(b[len(raw.Addr.Data)+i])
+	}
+	return uint32(n)
+}
+
+func TestEpollDriverFeatures(t *testing.T) {
+	h := newEpHarness(t)
+	if h.d.backend() != BackendEpoll {
+		t.Fatalf("backend %v", h.d.backend())
+	}
+	f := h.d.features()
+	if f.Backend != BackendEpoll || !f.MultishotAccept || !f.MultishotRecv || f.BufRing || f.SendZC {
+		t.Fatalf("features %+v", f)
+	}
+	if err := h.d.start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+}
+
+// TestEpollDriverNop: a nop completes with 0 on the next poll, never from
+// inside submit.
+func TestEpollDriverNop(t *testing.T) {
+	h := newEpHarness(t)
+	_, ud := h.start(tagNop, nil)
+	if len(h.cqes) != 0 {
+		t.Fatalf("completion delivered from submit: %v", h.cqes)
+	}
+	r := h.poll(time.Second)
+	if r.completions != 1 || r.timedOut || r.woken {
+		t.Fatalf("poll: %+v", r)
+	}
+	epWant(t, "nop", h.of(ud)[0], 0, false)
+	if h.tab.inFlight != 0 {
+		t.Fatalf("%d records live", h.tab.inFlight)
+	}
+}
+
+// TestEpollDriverPollMax: poll delivers at most max completions and keeps
+// the rest, in order, for the next calls, which do not block.
+func TestEpollDriverPollMax(t *testing.T) {
+	h := newEpHarness(t)
+	h.max = 3
+	var uds []uint64
+	for range 10 {
+		_, ud := h.start(tagNop, nil)
+		uds = append(uds, ud)
+	}
+	var got []int
+	start := time.Now()
+	for len(h.cqes) < 10 {
+		got = append(got, h.poll(time.Second).completions)
+	}
+	if time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("polls blocked with completions queued")
+	}
+	if fmt.Sprint(got) != "[3 3 3 1]" {
+		t.Fatalf("completions per poll %v, want [3 3 3 1]", got)
+	}
+	for i, c := range h.cqes {
+		if c.ud != uds[i] {
+			t.Fatalf("completion %d is %#x, want %#x", i, c.ud, uds[i])
+		}
+	}
+}
+
+// TestEpollDriverAcceptMultishot: one multishot accept yields a completion
+// with F_MORE per connection (non-blocking, close-on-exec fds); cancel ends
+// it with -ECANCELED. A single-shot accept completes once.
+func TestEpollDriverAcceptMultishot(t *testing.T) {
+	h := newEpHarness(t)
+	lfd, addr := testutil.ListenFd(t)
+	aop, ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
+	h.quiet("accept with no client", ud, 20*time.Millisecond)
+
+	const conns = 12
+	for range conns {
+		testutil.Dial(t, addr)
+	}
+	h.until("accepts", func() bool { return len(h.of(ud)) >= conns })
+	for i, c := range h.of(ud) {
+		if c.res < 0 || !c.more() {
+			t.Fatalf("accept %d: %v", i, c)
+		}
+		fl, err := unix.FcntlInt(uintptr(c.res), unix.F_GETFL, 0)
+		fdfl, err2 := unix.FcntlInt(uintptr(c.res), unix.F_GETFD, 0)
+		unix.Close(int(c.res))
+		if err != nil || err2 != nil || fl&unix.O_NONBLOCK == 0 || fdfl&unix.FD_CLOEXEC == 0 {
+			t.Fatalf("accepted fd flags %#x fd flags %#x (%v, %v)", fl, fdfl, err, err2)
+		}
+	}
+	if err := h.d.cancel(aop); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	epWant(t, "canceled accept", h.final("accept end", ud), -int32(unix.ECANCELED), false)
+	if n := len(h.of(ud)); n != conns+1 {
+		t.Fatalf("%d completions, want %d", n, conns+1)
+	}
+
+	t.Run("single", func(t *testing.T) {
+		_, ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd) })
+		testutil.Dial(t, addr)
+		c := h.final("single accept", ud)
+		if c.res < 0 || c.more() {
+			t.Fatalf("single accept: %v", c)
+		}
+		unix.Close(int(c.res))
+	})
+}
+
+// TestEpollDriverAcceptEMFILE: running out of fds ends a multishot accept
+// with -EMFILE (no F_MORE), so the layer above can back off.
+func TestEpollDriverAcceptEMFILE(t *testing.T) {
+	h := newEpHarness(t)
+	lfd, addr := testutil.ListenFd(t)
+	testutil.Dial(t, addr)
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	// Register the listener first (nothing to accept yet is not true: one
+	// client waits, so lower the limit before the op exists).
+	probe := epDup(t, lfd) // the lowest free fd number
+	unix.Close(probe)
+	lim := old
+	lim.Cur = uint64(probe)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skipf("setrlimit: %v", err)
+	}
+	_, ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
+	c := h.final("accept under EMFILE", ud)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if c.res >= 0 {
+		unix.Close(int(c.res))
+	}
+	epWant(t, "accept", c, -int32(unix.EMFILE), false)
+}
+
+// TestEpollDriverRecv: a recv completes with the bytes once they arrive,
+// at once (on the next poll) when they are there already, and with 0 at
+// end of stream.
+func TestEpollDriverRecv(t *testing.T) {
+	for _, p := range epPairs {
+		t.Run("net="+p.name, func(t *testing.T) {
+			h := newEpHarness(t)
+			a, b := p.pair(t)
+			buf := make([]byte, 64)
+			_, ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+			h.quiet("recv with no data", ud, 20*time.Millisecond)
+			epWriteAll(t, b, []byte("hello"))
+			epWant(t, "recv", h.final("recv", ud), 5, false)
+			if string(buf[:5]) != "hello" {
+				t.Fatalf("buf %q", buf[:5])
+			}
+
+			epWriteAll(t, b, []byte("world!"))
+			time.Sleep(10 * time.Millisecond)
+			_, ud = h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+			if len(h.of(ud)) != 0 {
+				t.Fatal("completion delivered from submit")
+			}
+			epWant(t, "recv ready", h.final("recv ready", ud), 6, false)
+			if string(buf[:6]) != "world!" {
+				t.Fatalf("buf %q", buf[:6])
+			}
+
+			// Two queued recvs are served in order.
+			b1, b2 := make([]byte, 3), make([]byte, 3)
+			_, ud1 := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = b1 })
+			_, ud2 := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = b2 })
+			epWriteAll(t, b, []byte("abcdef"))
+			epWant(t, "recv 1", h.final("recv 1", ud1), 3, false)
+			epWant(t, "recv 2", h.final("recv 2", ud2), 3, false)
+			if string(b1)+string(b2) != "abcdef" {
+				t.Fatalf("order: %q %q", b1, b2)
+			}
+
+			_, ud = h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+			if err := unix.Shutdown(b, unix.SHUT_WR); err != nil {
+				t.Fatal(err)
+			}
+			epWant(t, "recv EOF", h.final("recv EOF", ud), 0, false)
+		})
+	}
+}
+
+// TestEpollDriverRecvProvided: a multishot provided-buffer recv delivers a
+// byte stream of many MB exactly, in order, one buffer per completion (with
+// F_MORE, F_BUFFER and the buffer id), then 0 without F_MORE at end of
+// stream. The pool is tiny and poll takes 3 completions at a time, so
+// reads outpace delivery and the op runs out of buffers often.
+func TestEpollDriverRecvProvided(t *testing.T) {
+	for _, p := range epPairs {
+		t.Run("net="+p.name, func(t *testing.T) {
+			h := newEpHarness(t, epConfig(8, 4096))
+			h.max = 3
+			a, b := p.pair(t)
+			total := 8 << 20
+			if testing.Short() {
+				total = 1 << 20
+			}
+			want := epPattern(total)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for off, step := 0, 1; off < len(want); step = step*3%65521 + 1 {
+					end := min(off+step, len(want))
+					if err := epWriteN(b, want[off:end]); err != nil {
+						t.Error(err)
+						return
+					}
+					off = end
+				}
+				unix.Shutdown(b, unix.SHUT_WR)
+			}()
+			_, ud := h.start(tagRecvBuf, func(o *op) { o.fd = int32(a) })
+			last := h.final("provided recv EOF", ud)
+			wg.Wait()
+			epWant(t, "end", last, 0, false)
+			var got []byte
+			for _, c := range h.of(ud) {
+				if !c.more() {
+					break
+				}
+				if c.res <= 0 || c.flags&ring.CQEFBuffer == 0 || c.flags>>16 >= 8 {
+					t.Fatalf("completion %v", c)
+				}
+				got = append(got, c.data...)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("stream differs: got %d bytes, want %d, first difference at %d",
+					len(got), len(want), epCommonPrefix(got, want))
+			}
+			if len(h.d.pool.free) != 8 {
+				t.Fatalf("%d of 8 buffers free", len(h.d.pool.free))
+			}
+		})
+	}
+}
+
+func epCommonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// TestEpollDriverRecvProvidedNoPool: with no receive pool, a provided recv
+// fails with -ENOBUFS, as io_uring does for an empty buffer group.
+func TestEpollDriverRecvProvidedNoPool(t *testing.T) {
+	h := newEpHarness(t, epConfig(0, 0))
+	a, _ := testutil.SocketPair(t)
+	_, ud := h.start(tagRecvBuf, func(o *op) { o.fd = int32(a) })
+	epWant(t, "recv-provided", h.final("recv-provided", ud), -int32(unix.ENOBUFS), false)
+}
+
+// TestEpollDriverSendShortWrite: when the peer does not read, a send
+// completes with what one send(2) took (a short write), the next one waits
+// for EPOLLOUT, and everything resumes once the peer reads.
+func TestEpollDriverSendShortWrite(t *testing.T) {
+	for _, p := range epPairs {
+		t.Run("net="+p.name, func(t *testing.T) {
+			h := newEpHarness(t)
+			a, b := p.pair(t)
+			want := epPattern(32 << 20)
+			sent, shorts := 0, 0
+			var pending uint64
+			for pending == 0 {
+				chunk := want[sent:]
+				_, ud := h.start(tagSend, func(o *op) { o.fd = int32(a); o.buf = chunk })
+				for end := time.Now().Add(50 * time.Millisecond); !h.done(ud) && time.Now().Before(end); {
+					h.poll(5 * time.Millisecond)
+				}
+				if !h.done(ud) {
+					pending = ud
+					break
+				}
+				c := h.of(ud)[0]
+				if c.res <= 0 {
+					t.Fatalf("send: %v", c)
+				}
+				if int(c.res) < len(chunk) {
+					shorts++
+				}
+				sent += int(c.res)
+				if sent == len(want) {
+					t.Fatalf("32 MB went out with no reader")
+				}
+			}
+			if shorts == 0 {
+				t.Fatalf("no short write before the socket filled")
+			}
+			// The peer reads everything; the waiting send and the rest go out.
+			done := make(chan []byte)
+			go func() {
+				got, err := epReadN(b, len(want))
+				if err != nil {
+					t.Error(err)
+				}
+				done <- got
+			}()
+			for {
+				c := h.final("send after the reader started", pending)
+				if c.res <= 0 {
+					t.Fatalf("send: %v", c)
+				}
+				sent += int(c.res)
+				if sent == len(want) {
+					break
+				}
+				chunk := want[sent:]
+				_, pending = h.start(tagSend, func(o *op) { o.fd = int32(a); o.buf = chunk })
+			}
+			if got := <-done; !bytes.Equal(got, want) {
+				t.Fatalf("peer got a different stream (first difference at %d)", epCommonPrefix(got, want))
+			}
+		})
+	}
+}
+
+// TestEpollDriverSendmsg: a sendmsg writes its buffers in order in one
+// completion (few buffers: writev; many or with flags: sendmsg).
+func TestEpollDriverSendmsg(t *testing.T) {
+	for _, p := range epPairs {
+		for _, n := range []int{3, 12} {
+			t.Run(fmt.Sprintf("net=%s/bufs=%d", p.name, n), func(t *testing.T) {
+				h := newEpHarness(t)
+				a, b := p.pair(t)
+				var bufs [][]byte
+				var want []byte
+				for i := range n {
+					s := []byte(fmt.Sprintf("<%d:%s>", i, bytes.Repeat([]byte{'x'}, i)))
+					if i == 1 {
+						s = nil // an empty buffer keeps its place
+					}
+					bufs = append(bufs, s)
+					want = append(want, s...)
+				}
+				_, ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.bufs = bufs })
+				epWant(t, "sendmsg", h.final("sendmsg", ud), int32(len(want)), false)
+				if got := epReadFull(t, b, len(want)); !bytes.Equal(got, want) {
+					t.Fatalf("got %q, want %q", got, want)
+				}
+				// With a flag, through sendmsg(2).
+				_, ud = h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.bufs = bufs[:2]; o.arg = unix.MSG_NOSIGNAL | unix.MSG_WAITALL })
+				epWant(t, "sendmsg flags", h.final("sendmsg flags", ud), int32(len(bufs[0])), false)
+				epReadFull(t, b, len(bufs[0]))
+			})
+		}
+	}
+}
+
+// TestEpollDriverSendZC: send_zc ends the io_uring way: the result with
+// F_MORE, then the notification (F_NOTIF), which frees the record.
+func TestEpollDriverSendZC(t *testing.T) {
+	h := newEpHarness(t)
+	a, b := testutil.TCPPair(t)
+	_, ud := h.start(tagSendZC, func(o *op) { o.fd = int32(a); o.buf = []byte("zero-copy") })
+	h.final("send_zc", ud)
+	cs := h.of(ud)
+	if len(cs) != 2 || cs[0].res != 9 || cs[0].flags != ring.CQEFMore || cs[1].res != 0 || cs[1].flags != ring.CQEFNotif {
+		t.Fatalf("send_zc completions %v", cs)
+	}
+	if string(epReadFull(t, b, 9)) != "zero-copy" || h.tab.inFlight != 0 {
+		t.Fatal("data or record")
+	}
+}
+
+// TestEpollDriverConnect: connect on TCP (IPv4, IPv6), AF_UNIX path and
+// abstract addresses; a refused one gives -ECONNREFUSED.
+func TestEpollDriverConnect(t *testing.T) {
+	connect := func(t *testing.T, h *epHarness, fd int, sa unix.Sockaddr) epCQE {
+		t.Helper()
+		var raw unix.RawSockaddrAny
+		n := epPutSockaddr(&raw, sa)
+		_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.sa = raw; o.saLen = n })
+		return h.final("connect", ud)
+	}
+	t.Run("tcp4", func(t *testing.T) {
+		h := newEpHarness(t)
+		_, addr := testutil.ListenFd(t)
+		fd := epSocket(t, unix.AF_INET)
+		epWant(t, "connect", connect(t, h, fd, addr), 0, false)
+		peer, err := unix.Getpeername(fd)
+		if err != nil || peer.(*unix.SockaddrInet4).Port != addr.Port {
+			t.Fatalf("peer %v, %v", peer, err)
+		}
+		// The connected socket sends through the driver.
+		_, ud := h.start(tagSend, func(o *op) { o.fd = int32(fd); o.buf = []byte("hi") })
+		epWant(t, "send", h.final("send", ud), 2, false)
+	})
+	t.Run("refused", func(t *testing.T) {
+		h := newEpHarness(t)
+		probe := epSocket(t, unix.AF_INET)
+		if err := unix.Bind(probe, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			t.Fatal(err)
+		}
+		sa, _ := unix.Getsockname(probe) // bound, not listening: refused
+		fd := epSocket(t, unix.AF_INET)
+		epWant(t, "connect", connect(t, h, fd, sa), -int32(unix.ECONNREFUSED), false)
+	})
+	t.Run("tcp6", func(t *testing.T) {
+		h := newEpHarness(t)
+		lfd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Skipf("no IPv6: %v", err)
+		}
+		t.Cleanup(func() { unix.Close(lfd) })
+		if err := unix.Bind(lfd, &unix.SockaddrInet6{Addr: [16]byte{15: 1}}); err != nil {
+			t.Skipf("no ::1: %v", err)
+		}
+		unix.Listen(lfd, 8)
+		sa, _ := unix.Getsockname(lfd)
+		fd := epSocket(t, unix.AF_INET6)
+		epWant(t, "connect", connect(t, h, fd, sa), 0, false)
+	})
+	for _, name := range []string{"path", "@abstract"} {
+		t.Run("unix="+name, func(t *testing.T) {
+			h := newEpHarness(t)
+			path := filepath.Join(t.TempDir(), "s")
+			if name[0] == '@' {
+				path = fmt.Sprintf("@ringloop-epoll-test-%d", os.Getpid())
+			}
+			lfd := epSocket(t, unix.AF_UNIX)
+			if err := unix.Bind(lfd, &unix.SockaddrUnix{Name: path}); err != nil {
+				t.Fatal(err)
+			}
+			unix.Listen(lfd, 8)
+			fd := epSocket(t, unix.AF_UNIX)
+			epWant(t, "connect", connect(t, h, fd, &unix.SockaddrUnix{Name: path}), 0, false)
+		})
+	}
+	t.Run("family", func(t *testing.T) {
+		h := newEpHarness(t)
+		fd := epSocket(t, unix.AF_INET)
+		_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.sa.Addr.Family = unix.AF_APPLETALK; o.saLen = 16 })
+		epWant(t, "connect", h.final("connect", ud), -int32(unix.EAFNOSUPPORT), false)
+	})
+}
+
+// TestEpollSockaddrDecode: the raw sockaddr decoder inverts the kernel
+// layout for every family it supports.
+func TestEpollSockaddrDecode(t *testing.T) {
+	var s epollSockaddrs
+	for _, sa := range []unix.Sockaddr{
+		&unix.SockaddrInet4{Port: 0xabcd, Addr: [4]byte{10, 1, 2, 3}},
+		&unix.SockaddrInet6{Port: 443, ZoneId: 7, Addr: [16]byte{0: 0xfe, 1: 0x80, 15: 9}},
+		&unix.SockaddrUnix{Name: "/tmp/x.sock"},
+		&unix.SockaddrUnix{Name: "@hidden"},
+		&unix.SockaddrUnix{Name: string(bytes.Repeat([]byte{'p'}, 107))},
+	} {
+		var raw unix.RawSockaddrAny
+		n := epPutSockaddr(&raw, sa)
+		got, err := s.decodeSockaddr(&raw, n)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(sa) {
+			t.Errorf("decode %v: got %v, %v", sa, got, err)
+		}
+	}
+	var raw unix.RawSockaddrAny
+	raw.Addr.Family = unix.AF_INET
+	if _, err := s.decodeSockaddr(&raw, 8); err != unix.EINVAL {
+		t.Errorf("short inet4: %v", err)
+	}
+}
+
+// TestEpollDriverCloseWithdraws: a close op ends every op waiting on the fd
+// with -ECANCELED before its own result, and closes the fd.
+func TestEpollDriverCloseWithdraws(t *testing.T) {
+	h := newEpHarness(t)
+	a, _ := testutil.SocketPair(t)
+	fd := epDup(t, a)
+	_, recv := h.start(tagRecv, func(o *op) { o.fd = int32(fd); o.buf = make([]byte, 8) })
+	_, prov := h.start(tagRecvBuf, func(o *op) { o.fd = int32(fd) })
+	_, pl := h.start(tagPoll, func(o *op) { o.fd = int32(fd); o.arg = unix.POLLIN; o.multishot = true })
+	// Fill the send buffer so a send waits.
+	junk := make([]byte, 64<<10)
+	for {
+		if _, err := unix.Write(fd, junk); err == unix.EAGAIN {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, send := h.start(tagSend, func(o *op) { o.fd = int32(fd); o.buf = junk })
+	h.quiet("ops before close", send, 20*time.Millisecond)
+	if len(h.cqes) != 0 {
+		t.Fatalf("completions before close: %v", h.cqes)
+	}
+	_, cl := h.start(tagClose, func(o *op) { o.fd = int32(fd) })
+	c := h.final("close", cl)
+	epWant(t, "close", c, 0, false)
+	if h.cqes[len(h.cqes)-1].ud != cl {
+		t.Fatalf("close result is not last: %v", h.cqes)
+	}
+	for _, ud := range []uint64{recv, prov, pl, send} {
+		cs := h.of(ud)
+		if len(cs) != 1 {
+			t.Fatalf("completions %v", cs)
+		}
+		epWant(t, cs[0].tag.String(), cs[0], -int32(unix.ECANCELED), false)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+		t.Fatalf("fd still open: %v", err)
+	}
+	if h.tab.inFlight != 0 {
+		t.Fatalf("%d records live", h.tab.inFlight)
+	}
+	// Closing a bad fd reports the error.
+	_, cl = h.start(tagClose, func(o *op) { o.fd = int32(fd) })
+	epWant(t, "close again", h.final("close again", cl), -int32(unix.EBADF), false)
+}
+
+// TestEpollDriverShutdown: shutdown acts at once; the peer's waiting recv
+// sees end of stream.
+func TestEpollDriverShutdown(t *testing.T) {
+	for _, p := range epPairs {
+		t.Run("net="+p.name, func(t *testing.T) {
+			h := newEpHarness(t)
+			a, b := p.pair(t)
+			_, recv := h.start(tagRecv, func(o *op) { o.fd = int32(b); o.buf = make([]byte, 8) })
+			_, sd := h.start(tagShutdown, func(o *op) { o.fd = int32(a); o.arg = unix.SHUT_WR })
+			epWant(t, "shutdown", h.final("shutdown", sd), 0, false)
+			epWant(t, "recv", h.final("recv after shutdown", recv), 0, false)
+			f, err := os.CreateTemp(t.TempDir(), "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			_, sd = h.start(tagShutdown, func(o *op) { o.fd = int32(f.Fd()); o.arg = unix.SHUT_RDWR })
+			epWant(t, "shutdown file", h.final("shutdown file", sd), -int32(unix.ENOTSOCK), false)
+		})
+	}
+}
+
+// TestEpollDriverPoll: a multishot poll reports each readiness event with
+// F_MORE until canceled; a single-shot one completes once.
+func TestEpollDriverPoll(t *testing.T) {
+	h := newEpHarness(t)
+	a, b := testutil.SocketPair(t)
+	pop, ud := h.start(tagPoll, func(o *op) { o.fd = int32(a); o.arg = unix.POLLIN | unix.POLLRDHUP; o.multishot = true })
+	h.quiet("poll on an idle socket", ud, 20*time.Millisecond)
+	buf := make([]byte, 16)
+	for i := range 3 {
+		epWriteAll(t, b, []byte("x"))
+		h.until("poll event", func() bool { return len(h.of(ud)) > i })
+		c := h.of(ud)[i]
+		if !c.more() || uint32(c.res)&unix.POLLIN == 0 {
+			t.Fatalf("poll %d: %v", i, c)
+		}
+		unix.Read(a, buf)
+	}
+	unix.Shutdown(b, unix.SHUT_WR)
+	h.until("rdhup", func() bool { return len(h.of(ud)) > 3 })
+	if c := h.of(ud)[3]; uint32(c.res)&unix.POLLRDHUP == 0 || !c.more() {
+		t.Fatalf("rdhup: %v", c)
+	}
+	h.d.cancel(pop)
+	epWant(t, "poll cancel", h.final("poll end", ud), -int32(unix.ECANCELED), false)
+
+	_, ud = h.start(tagPoll, func(o *op) { o.fd = int32(a); o.arg = unix.POLLOUT })
+	c := h.final("single poll", ud)
+	if c.more() || uint32(c.res)&unix.POLLOUT == 0 {
+		t.Fatalf("single poll: %v", c)
+	}
+}
+
+// TestEpollDriverTimeout: timeouts complete with -ETIME in deadline order,
+// never early; a blocking poll is cut short by the earliest one; a canceled
+// one reports -ECANCELED.
+func TestEpollDriverTimeout(t *testing.T) {
+	h := newEpHarness(t)
+	type tm struct {
+		ud    uint64
+		d     time.Duration
+		start time.Time
+	}
+	var tms []tm
+	for _, d := range []time.Duration{30, 10, 20, 0, 10} {
+		d *= time.Millisecond
+		start := time.Now()
+		_, ud := h.start(tagTimeout, func(o *op) { o.ts = ring.Timespec{Nsec: int64(d)} })
+		tms = append(tms, tm{ud, d, start})
+	}
+	long, lud := h.start(tagTimeout, func(o *op) { o.ts = ring.Timespec{Sec: 3600} })
+
+	begin := time.Now()
+	r := h.poll(5 * time.Second) // the 0 timeout is due at once
+	if time.Since(begin) > 500*time.Millisecond || r.completions != 1 {
+		t.Fatalf("first poll: %+v after %v", r, time.Since(begin))
+	}
+	r = h.poll(5 * time.Second) // cut short by the first 10 ms timer
+	if time.Since(begin) > time.Second || r.completions < 1 || r.timedOut {
+		t.Fatalf("second poll: %+v after %v", r, time.Since(begin))
+	}
+	for _, x := range tms {
+		c := h.final("timeout", x.ud)
+		epWant(t, "timeout", c, -int32(unix.ETIME), false)
+		if el := c.at.Sub(x.start); el < x.d {
+			t.Fatalf("%v timeout fired after %v", x.d, el)
+		}
+	}
+	var order []uint64
+	for _, c := range h.cqes {
+		order = append(order, c.ud)
+	}
+	want := []uint64{tms[3].ud, tms[1].ud, tms[4].ud, tms[2].ud, tms[0].ud}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("order %x, want %x", order, want)
+	}
+	h.d.cancel(long)
+	epWant(t, "canceled timeout", h.final("canceled timeout", lud), -int32(unix.ECANCELED), false)
+	if len(h.d.timers.h) != 0 {
+		t.Fatalf("%d timers left", len(h.d.timers.h))
+	}
+}
+
+// TestEpollDriverCancel: cancel ends a waiting op with -ECANCELED on the
+// next poll (never from cancel itself), once; an op already completed keeps
+// its result; completions queued before the cancel are delivered first.
+func TestEpollDriverCancel(t *testing.T) {
+	h := newEpHarness(t)
+	a, _ := testutil.SocketPair(t)
+	rop, ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = make([]byte, 8) })
+	h.d.cancel(rop)
+	h.d.cancel(rop)
+	if len(h.cqes) != 0 {
+		t.Fatal("completion delivered from cancel")
+	}
+	h.poll(0)
+	h.poll(0)
+	if cs := h.of(ud); len(cs) != 1 {
+		t.Fatalf("completions %v", cs)
+	}
+	epWant(t, "recv", h.of(ud)[0], -int32(unix.ECANCELED), false)
+
+	nop, ud := h.start(tagNop, nil)
+	h.d.cancel(nop)
+	h.poll(0)
+	if cs := h.of(ud); len(cs) != 1 || cs[0].res != 0 {
+		t.Fatalf("canceled nop: %v", cs)
+	}
+
+	lfd, addr := testutil.ListenFd(t)
+	testutil.Dial(t, addr)
+	testutil.Dial(t, addr)
+	time.Sleep(20 * time.Millisecond)
+	aop, ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
+	h.d.cancel(aop)
+	c := h.final("accept", ud)
+	cs := h.of(ud)
+	if len(cs) != 3 || !cs[0].more() || !cs[1].more() {
+		t.Fatalf("accept completions %v", cs)
+	}
+	for _, c := range cs[:2] {
+		unix.Close(int(c.res))
+	}
+	epWant(t, "accept", c, -int32(unix.ECANCELED), false)
+}
+
+// TestEpollDriverWake: wake from another goroutine ends a blocking poll
+// promptly; wakeups before the poll are sticky and coalesce; the next poll
+// then runs its full timeout.
+func TestEpollDriverWake(t *testing.T) {
+	h := newEpHarness(t)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		h.d.wake()
+	}()
+	start := time.Now()
+	r := h.poll(10 * time.Second)
+	if el := time.Since(start); !r.woken || el > 2*time.Second {
+		t.Fatalf("poll %+v after %v", r, el)
+	}
+
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				if err := h.d.wake(); err != nil {
+					t.Errorf("wake: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if r := h.poll(10 * time.Second); !r.woken || r.timedOut {
+		t.Fatalf("poll after wakes: %+v", r)
+	}
+	start = time.Now()
+	if r := h.poll(20 * time.Millisecond); r.woken || !r.timedOut || time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("idle poll: %+v after %v", r, time.Since(start))
+	}
+}
+
+// TestEpollDriverInjectStall: stalled polls return at once with nothing,
+// not even a queued completion, and timedOut false.
+func TestEpollDriverInjectStall(t *testing.T) {
+	h := newEpHarness(t)
+	h.start(tagNop, nil)
+	h.d.injectStall(3)
+	start := time.Now()
+	for i := range 3 {
+		if r := h.poll(time.Second); r != (pollResult{}) {
+			t.Fatalf("stalled poll %d: %+v", i, r)
+		}
+	}
+	if time.Since(start) > 500*time.Millisecond || len(h.cqes) != 0 {
+		t.Fatalf("stalled polls blocked or delivered: %v", h.cqes)
+	}
+	if r := h.poll(time.Second); r.completions != 1 {
+		t.Fatalf("poll after the stall: %+v", r)
+	}
+}
+
+// TestEpollDriverRebuild: with ops of every kind waiting, rebuild moves
+// them all to a new epoll instance and closes the old one; readiness the
+// old instance saw but nobody consumed is not lost, and every op then
+// completes correctly.
+func TestEpollDriverRebuild(t *testing.T) {
+	h := newEpHarness(t)
+	a, b := testutil.SocketPair(t)     // recv; data after the rebuild
+	c, cpeer := testutil.SocketPair(t) // recv-provided; data before it
+	e, epeer := testutil.SocketPair(t) // send waiting for room
+	pa, pb := testutil.SocketPair(t)   // multishot poll
+	lfd, addr := testutil.ListenFd(t)  // multishot accept
+	client := epSocket(t, unix.AF_INET)
+
+	buf := make([]byte, 16)
+	_, recv := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+	_, prov := h.start(tagRecvBuf, func(o *op) { o.fd = int32(c) })
+	_, acc := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
+	tstart := time.Now()
+	_, tmo := h.start(tagTimeout, func(o *op) { o.ts = ring.Timespec{Nsec: int64(80 * time.Millisecond)} })
+	_, pl := h.start(tagPoll, func(o *op) { o.fd = int32(pa); o.arg = unix.POLLIN; o.multishot = true })
+	unix.SetNonblock(e, true)
+	junk := make([]byte, 64<<10)
+	queued := 0
+	for {
+		n, err := unix.Write(e, junk)
+		if err == unix.EAGAIN {
+			break
+		}
+		queued += n
+	}
+	_, send := h.start(tagSend, func(o *op) { o.fd = int32(e); o.buf = []byte("after the flood") })
+	// A connect: on loopback it usually settles within the polls below;
+	// if not, it is one more op to migrate.
+	_, addr2 := testutil.ListenFd(t)
+	var raw unix.RawSockaddrAny
+	n := epPutSockaddr(&raw, addr2)
+	_, conn := h.start(tagConnect, func(o *op) { o.fd = int32(client); o.sa = raw; o.saLen = n })
+	h.poll(0)
+	h.poll(0)
+	if len(h.of(recv))+len(h.of(prov))+len(h.of(acc))+len(h.of(tmo))+len(h.of(pl))+len(h.of(send)) != 0 {
+		t.Fatalf("completions before the rebuild: %v", h.cqes)
+	}
+
+	// Readiness the old instance will report but nobody will consume.
+	epWriteAll(t, cpeer, []byte("before"))
+	time.Sleep(10 * time.Millisecond)
+
+	old := h.d.epfd
+	wantMigrated := 6
+	if !h.done(conn) {
+		wantMigrated++
+	}
+	migrated, err := h.d.rebuild(h.tab, h)
+	if err != nil || migrated != wantMigrated {
+		t.Fatalf("rebuild: %d ops, %v; want %d", migrated, err, wantMigrated)
+	}
+	if h.d.epfd == old {
+		t.Fatal("same epoll fd")
+	}
+	if _, err := unix.FcntlInt(uintptr(old), unix.F_GETFD, 0); err != unix.EBADF {
+		t.Fatalf("old epoll fd %d still open: %v", old, err)
+	}
+
+	// recv-provided: the bytes written before the rebuild.
+	h.until("provided recv", func() bool { return len(h.of(prov)) > 0 })
+	if cs := h.of(prov); string(cs[0].data) != "before" || !cs[0].more() {
+		t.Fatalf("provided recv: %v %q", cs[0], cs[0].data)
+	}
+	// recv: data after the rebuild.
+	epWriteAll(t, b, []byte("after"))
+	epWant(t, "recv", h.final("recv", recv), 5, false)
+	if string(buf[:5]) != "after" {
+		t.Fatalf("recv buf %q", buf[:5])
+	}
+	// accept.
+	testutil.Dial(t, addr)
+	h.until("accept", func() bool { return len(h.of(acc)) > 0 })
+	if c := h.of(acc)[0]; c.res < 0 || !c.more() {
+		t.Fatalf("accept: %v", c)
+	} else {
+		unix.Close(int(c.res))
+	}
+	// poll.
+	epWriteAll(t, pb, []byte("p"))
+	h.until("poll", func() bool { return len(h.of(pl)) > 0 })
+	// timeout: -ETIME, not early.
+	ct := h.final("timeout", tmo)
+	epWant(t, "timeout", ct, -int32(unix.ETIME), false)
+	if ct.at.Sub(tstart) < 80*time.Millisecond {
+		t.Fatalf("timeout early: %v", ct.at.Sub(tstart))
+	}
+	// send: room appears once the peer drains.
+	drained := make(chan error, 1)
+	go func() {
+		_, err := epReadN(epeer, queued+len("after the flood"))
+		drained <- err
+	}()
+	epWant(t, "send", h.final("send", send), int32(len("after the flood")), false)
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	// connect.
+	epWant(t, "connect", h.final("connect", conn), 0, false)
+	// The wake eventfd moved too.
+	h.d.wake()
+	if r := h.poll(5 * time.Second); !r.woken {
+		t.Fatalf("no wakeup after rebuild: %+v", r)
+	}
+}
+
+// TestEpollDriverRebuildStream: a byte stream sent and received through
+// the driver while the epoll instance is rebuilt every few polls arrives
+// complete, unduplicated and in order.
+func TestEpollDriverRebuildStream(t *testing.T) {
+	h := newEpHarness(t, epConfig(8, 16<<10))
+	cl, sv := testutil.TCPPair(t)
+	want := epPattern(4 << 20)
+	if testing.Short() {
+		want = want[:1<<20]
+	}
+	sent := 0
+	var sendUD uint64
+	sendNext := func() {
+		chunk := want[sent:min(sent+64<<10, len(want))]
+		_, sendUD = h.start(tagSend, func(o *op) { o.fd = int32(cl); o.buf = chunk })
+	}
+	sendNext()
+	_, prov := h.start(tagRecvBuf, func(o *op) { o.fd = int32(sv) })
+	var got []byte
+	seen, rebuilds := 0, 0
+	deadline := time.Now().Add(30 * time.Second)
+	for polls := 1; len(got) < len(want); polls++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("stalled at %d of %d bytes", len(got), len(want))
+		}
+		h.poll(10 * time.Millisecond)
+		for ; seen < len(h.cqes); seen++ {
+			c := h.cqes[seen]
+			switch c.ud {
+			case sendUD:
+				if c.res <= 0 {
+					t.Fatalf("send: %v", c)
+				}
+				sent += int(c.res)
+				if sent < len(want) {
+					sendNext()
+				}
+			case prov:
+				if !c.more() {
+					t.Fatalf("provided recv ended: %v", c)
+				}
+				got = append(got, c.data...)
+			}
+		}
+		if polls%2 == 0 {
+			if _, err := h.d.rebuild(h.tab, h); err != nil {
+				t.Fatalf("rebuild: %v", err)
+			}
+			rebuilds++
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("stream differs at %d (got %d bytes)", epCommonPrefix(got, want), len(got))
+	}
+	if rebuilds < 10 {
+		t.Fatalf("only %d rebuilds", rebuilds)
+	}
+	t.Logf("%d bytes across %d rebuilds", len(got), rebuilds)
+}
+
+// TestEpollDriverClose: close releases the epoll fd and the eventfd (the
+// leak check), closes accepted fds nobody will receive, is idempotent, and
+// the driver refuses use afterwards.
+func TestEpollDriverClose(t *testing.T) {
+	h := newEpHarness(t)
+	lfd, addr := testutil.ListenFd(t)
+	testutil.Dial(t, addr)
+	time.Sleep(20 * time.Millisecond)
+	h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true }) // queues the accepted fd
+	if h.d.ready.n == 0 {
+		t.Fatal("accept did not run at submit")
+	}
+	if err := h.d.close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := h.d.close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if err := h.d.submit(h.tab.alloc(tagNop)); !errors.Is(err, errEpollClosed) {
+		t.Fatalf("submit after close: %v", err)
+	}
+	if _, err := h.d.poll(0, 1, h); !errors.Is(err, errEpollClosed) {
+		t.Fatalf("poll after close: %v", err)
+	}
+	if err := h.d.wake(); !errors.Is(err, errEpollClosed) {
+		t.Fatalf("wake after close: %v", err)
+	}
+}
+
+// epCountSink releases records and counts, allocating nothing.
+type epCountSink struct {
+	tab  *opTable
+	n    int
+	last int32
+}
+
+func (s *epCountSink) complete(ud uint64, res int32, flags uint32, data []byte) {
+	if o := s.tab.lookup(ud); o != nil && flags&ring.CQEFMore == 0 {
+		s.tab.release(o)
+	}
+	s.n++
+	s.last = res
+}
+
+// TestEpollDriverSteadyStateAllocs: nop, recv/send and provided-recv round
+// trips allocate nothing once the driver's tables have grown.
+func TestEpollDriverSteadyStateAllocs(t *testing.T) {
+	h := newEpHarness(t)
+	sink := &epCountSink{tab: h.tab}
+	a, b := testutil.SocketPair(t)
+	msg := []byte("ping-pong-ping-pong")
+	rbuf := make([]byte, 64)
+	gather := [][]byte{msg[:4], msg[4:9], msg[9:]}
+	var prov *op
+	cases := []struct {
+		name string
+		f    func()
+	}{
+		{"nop", func() {
+			h.d.submit(h.tab.alloc(tagNop))
+			h.d.poll(0, 64, sink)
+		}},
+		{"send-recv", func() {
+			s := h.tab.alloc(tagSend)
+			s.fd, s.buf = int32(a), msg
+			h.d.submit(s)
+			r := h.tab.alloc(tagRecv)
+			r.fd, r.buf = int32(b), rbuf
+			h.d.submit(r)
+			h.d.poll(0, 64, sink)
+		}},
+		{"sendmsg-recv", func() {
+			s := h.tab.alloc(tagSendmsg)
+			s.fd, s.bufs = int32(a), gather
+			h.d.submit(s)
+			r := h.tab.alloc(tagRecv)
+			r.fd, r.buf = int32(b), rbuf
+			h.d.submit(r)
+			h.d.poll(0, 64, sink)
+		}},
+		{"recv-provided", func() {
+			if prov == nil {
+				prov = h.tab.alloc(tagRecvBuf)
+				prov.fd = int32(b)
+				h.d.submit(prov)
+			}
+			unix.Write(a, msg)
+			for n := sink.n; sink.n == n; {
+				h.d.poll(time.Second, 64, sink)
+			}
+		}},
+	}
+	for _, c := range cases {
+		c.f() // grow the tables
+		if n := testing.AllocsPerRun(200, c.f); n != 0 {
+			t.Errorf("%s: %v allocs per round trip", c.name, n)
+		}
+	}
+}
+
+// BenchmarkEpollDriverNop: one nop submitted and delivered through poll.
+func BenchmarkEpollDriverNop(b *testing.B) {
+	h := newEpHarness(b)
+	sink := &epCountSink{tab: h.tab}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.d.submit(h.tab.alloc(tagNop))
+		h.d.poll(0, 64, sink)
+	}
+	if sink.n == 0 {
+		b.Fatal("nothing completed")
+	}
+}
+
+// BenchmarkEpollDriverPingPong: a 64-byte send and the matching recv over a
+// socketpair, both through the driver.
+func BenchmarkEpollDriverPingPong(b *testing.B) {
+	h := newEpHarness(b)
+	sink := &epCountSink{tab: h.tab}
+	x, y := testutil.SocketPair(b)
+	msg, rbuf := make([]byte, 64), make([]byte, 64)
+	b.SetBytes(64)
+	b.ReportAllocs()
+	for b.Loop() {
+		s := h.tab.alloc(tagSend)
+		s.fd, s.buf = int32(x), msg
+		h.d.submit(s)
+		r := h.tab.alloc(tagRecv)
+		r.fd, r.buf = int32(y), rbuf
+		h.d.submit(r)
+		for h.tab.inFlight > 0 {
+			h.d.poll(time.Second, 64, sink)
+		}
+	}
+}
