@@ -63,13 +63,13 @@ type epollDriver struct {
 	events  []unix.EpollEvent // epoll_wait results
 	fds     []epollFd         // per-fd waiter lists, indexed by fd
 	side    []epollOp         // per-op driver state, indexed by op slot
-	ready   epollQueue          // completions waiting for poll
-	pool    epollBufPool           // receive buffers for recv-provided
-	timers  epollTimerHeap         // op timeouts
+	ready   epollQueue        // completions waiting for poll
+	pool    epollBufPool      // receive buffers for recv-provided
+	timers  epollTimerHeap    // op timeouts
 	retry   []int32           // fds to serve again next poll
 	retry2  []int32           // spare backing array for retry
 	epoch   time.Time         // origin of the driver's monotonic clock
-	sa      epollSockaddrs   // connect targets, reused
+	sa      epollSockaddrs    // connect targets, reused
 	pfd     [1]unix.PollFd    // poll(2) argument, reused
 	wakeBuf [8]byte           // eventfd read target
 	ctl     unix.EpollEvent   // epoll_ctl argument, reused
@@ -101,8 +101,8 @@ type epollWaitList struct{ head, tail uint32 }
 // epollFd is the driver's state for one fd.
 type epollFd struct {
 	lists      [3]epollWaitList // indexed by where-1: read, write, poll
-	registered bool        // added to the epoll instance
-	retry      bool        // on the retry list
+	registered bool             // added to the epoll instance
+	retry      bool             // on the retry list
 }
 
 const (
