@@ -46,6 +46,9 @@ var errDriverClosed = errors.New("loop: uring backend: closed")
 // make io_uring unavailable, e.g. returning &ring.SetupError{Errno: EPERM}.
 var newRingFn = ring.New
 
+// getProbeFn is ring.GetProbe; tests replace it to hide opcodes.
+var getProbeFn = ring.GetProbe
+
 // eventfdOne is the 8-byte value wake writes: a counter increment of 1 in
 // the machine's byte order, as eventfd(2) requires. It is never written
 // after init, so concurrent wake calls may share it.
@@ -136,6 +139,11 @@ type uringDriver struct {
 	// stall counts the polls injectStall still wants to return empty.
 	stall atomic.Int64
 
+	// featPub is the last published copy of feat: features() is reached
+	// from Loop.Features on any goroutine, while start and rebuild change
+	// feat on the loop thread.
+	featPub atomic.Pointer[Features]
+
 	// wakeMu guards efd against close while wake writes to it: without it
 	// a wake racing with close could write into an fd number reused by
 	// someone else.
@@ -165,7 +173,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loop: uring backend: %w", err)
 	}
-	probe, err := ring.GetProbe()
+	probe, err := getProbeFn()
 	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("loop: uring backend: opcode probe: %w", err)
@@ -197,8 +205,16 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		MultishotAccept: probe.Supported(ring.OpSocket),
 		MultishotRecv:   probe.Supported(ring.OpSendZC),
 		SendZC:          probe.Supported(ring.OpSendZC),
+		SetupFlags:      d.flags,
 	}
+	d.publishFeatures()
 	return d, nil
+}
+
+// publishFeatures makes the loop thread's feat visible to features().
+func (d *uringDriver) publishFeatures() {
+	f := d.feat
+	d.featPub.Store(&f)
 }
 
 // setupFlags picks the ring's setup flags, best first:
@@ -269,6 +285,7 @@ func (d *uringDriver) start() error {
 	}
 	d.started = true
 	d.feat.SetupFlags = d.flags
+	d.publishFeatures()
 	return d.armWake()
 }
 
@@ -738,14 +755,12 @@ func (d *uringDriver) close() error {
 	return first
 }
 
-// features implements driver.
+// features implements driver. Safe for concurrent use.
 func (d *uringDriver) features() Features {
-	f := d.feat
-	if d.r != nil && !d.closed {
-		f.RingFeatures = d.r.Features()
-		f.SetupFlags = d.flags
+	if f := d.featPub.Load(); f != nil {
+		return *f
 	}
-	return f
+	return Features{Backend: BackendUring}
 }
 
 // injectStall implements driver. Safe for concurrent use.

@@ -151,6 +151,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	d.feat.SetupFlags = d.flags
 	d.feat.RingFeatures = nr.Features()
 	d.lastOverflow = nr.Overflow()
+	d.publishFeatures()
 	d.wakeArmed = false
 	if err := d.armWake(); err != nil {
 		// The next poll tries again.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -730,6 +731,20 @@ func TestUringDriverSetupRefused(t *testing.T) {
 	}
 }
 
+// TestUringDriverMissingOp refuses a kernel whose probe lacks an opcode
+// the op contract needs, naming it, with an error auto can fall back on.
+func TestUringDriverMissingOp(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	testutil.CheckLeaks(t)
+	old := getProbeFn
+	t.Cleanup(func() { getProbeFn = old })
+	getProbeFn = func() (*ring.Probe, error) { return new(ring.Probe), nil }
+	_, err := newUringDriver(testDriverConfig(t))
+	if !errors.Is(err, ring.ErrNotSupported) || !strings.Contains(err.Error(), "IORING_OP_NOP") {
+		t.Fatalf("newUringDriver with an empty probe: %v; want ErrNotSupported naming IORING_OP_NOP", err)
+	}
+}
+
 func TestUringDriverFeatures(t *testing.T) {
 	h := newHarness(t)
 	f := h.d.features()
@@ -1169,6 +1184,28 @@ func TestUringDriverRebuildStream(t *testing.T) {
 		}
 		got <- b
 	}()
+
+	// Features and wake are safe for concurrent use, rebuilds included.
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if f := h.d.features(); !f.BufRing {
+				t.Errorf("features during rebuilds: %+v", f)
+				return
+			}
+			h.d.wake()
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	defer func() { close(stop); bg.Wait() }()
 
 	rebuilds, migrated := 0, 0
 	defer func() {
