@@ -100,7 +100,7 @@ type uringDriver struct {
 	br        *ring.BufRing // nil when no provided-buffer ring is registered
 	entries   uint32        // SQ entries asked for
 	flags     uint32        // setup flags of the current ring (without R_DISABLED once enabled)
-	feat      Features
+	feat      Features      // the loop thread's copy; features() reads featPub
 	started   bool
 	closed    bool
 	cancelAny bool // ASYNC_CANCEL_ANY (5.19): rebuild cancels with one SQE

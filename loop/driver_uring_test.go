@@ -307,6 +307,27 @@ func TestUringDriverRecv(t *testing.T) {
 	}
 }
 
+// TestUringDriverPollZeroRunsDeferredCompletions checks that a poll with
+// timeout 0 posts completions the kernel deferred (DEFER_TASKRUN runs them
+// only in an enter with GETEVENTS) without waiting.
+func TestUringDriverPollZeroRunsDeferredCompletions(t *testing.T) {
+	h := newHarness(t)
+	a, b := testutil.SocketPair(t)
+	buf := make([]byte, 8)
+	_, r := h.submit(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+	h.poll(0)
+	writeAll(t, b, []byte("now"))
+	time.Sleep(20 * time.Millisecond)
+	res := h.poll(0)
+	if len(r.got) != 1 || res.completions != 1 || res.timedOut {
+		t.Fatalf("poll(0) after the data arrived: %+v, %d completions; want the recv", res, len(r.got))
+	}
+	wantRes(t, "recv", r.got[0], 3, false)
+	if res := h.poll(0); res.completions != 0 || !res.timedOut {
+		t.Fatalf("empty poll(0): %+v, want timedOut", res)
+	}
+}
+
 // recvStream keeps a provided-buffer receive armed on fd, as the conn layer
 // does: it re-arms after -ENOBUFS (buffer ring ran dry) and after a final
 // completion that still carried data.
