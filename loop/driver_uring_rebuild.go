@@ -22,16 +22,21 @@ import (
 //     thread (so not R_DISABLED: the creating thread is its single issuer),
 //     and gets its ring fd registered and a new provided-buffer ring (same
 //     group id; buffers handed out in callbacks were all recycled already).
+//     If this fails, rebuild returns the error and nothing has changed.
 //  2. The old ring's SQ is flushed, so every op submit handed over is in
 //     the kernel, then everything on it is canceled (one ASYNC_CANCEL_ANY,
 //     5.19, else one ASYNC_CANCEL per op).
-//  3. The old ring is reaped until every live op of the table (and the
-//     eventfd read) has reached its final completion, or the deadline
-//     (uringRebuildTimeout, 1 s) passes. For each completion:
+//  3. The new ring becomes current and gets the eventfd read, so whatever
+//     the callbacks run in step 4 submit (a re-armed receive, the next
+//     send of a stream) goes to it, never to the ring about to close.
+//  4. The old ring is reaped until every op of the table that was live at
+//     step 2 (and the old eventfd read) has reached its final completion,
+//     or the deadline (uringRebuildTimeout, 1 s) passes. For each
+//     completion:
 //     - a real result (data, an accepted fd, bytes sent, -ETIME, any error
 //     but the rebuild's own -ECANCELED, a SEND_ZC notification) is
 //     delivered to the sink once, exactly as poll would deliver it, in CQ
-//     order, provided-buffer bytes included;
+//     order, provided-buffer bytes included (from the old buffer ring);
 //     - a final -ECANCELED of an op the loop did not cancel itself
 //     (opInFlight) is the rebuild's doing: it is not delivered, and the op
 //     is resubmitted on the new ring with the same record, so the same
@@ -41,33 +46,35 @@ import (
 //     network op that moved bytes before being canceled reports the bytes
 //     instead (io_uring reports partial progress on failure), and that is
 //     a real result, delivered;
-//     - an op in opCanceling (the loop asked for the cancel) gets its
-//     -ECANCELED delivered: that cancel was wanted.
-//     - the eventfd read's completion ends it; if it consumed a wakeup,
-//     the next poll reports woken at once.
-//  4. The new ring becomes current. Resubmission re-arms multishot ops
-//     (accept, provided-buffer recv, poll) from scratch; a TIMEOUT is
-//     resubmitted with the time left to its original deadline (never its
-//     full length again); a CONNECT is not re-issued (the socket's connect
-//     is under way and a second CONNECT would fail with EALREADY) but
-//     continued as a POLL_ADD for POLLOUT, whose completion is turned into
-//     the connect's result from SO_ERROR.
-//  5. An op with no final completion by the deadline has an unknown
+//     - an op in opCanceling (the loop asked for the cancel, possibly from
+//     a callback run during this very reap) gets -ECANCELED delivered:
+//     that cancel was wanted;
+//     - the old eventfd read's completion ends it; if it consumed a
+//     wakeup, the next poll reports woken at once.
+//  5. Resubmission re-arms multishot ops (accept, provided-buffer recv,
+//     poll) from scratch; a TIMEOUT is resubmitted with the time left to
+//     its original deadline (never its full length again); a CONNECT is
+//     not re-issued (the socket's connect is under way and a second
+//     CONNECT would fail with EALREADY) but continued as a POLL_ADD for
+//     POLLOUT, whose completion is turned into the connect's result from
+//     SO_ERROR. Ops are resubmitted in slot order; the conn layer keeps at
+//     most one op of a kind in flight per fd, so no order between two of
+//     them is lost.
+//  6. The old ring is closed, with its provided-buffer ring.
+//  7. An op with no final completion by the deadline has an unknown
 //     outcome: a send may or may not have sent, a recv may have consumed
 //     bytes. It is never resubmitted (that could duplicate or lose bytes).
 //     It is delivered once as failed, res -ECANCELED without F_MORE, which
 //     the conn layer must treat as fatal for its connection (it did not
 //     ask for a cancel). Its buffers go to a process-wide orphan list and
 //     are never freed, since the kernel may still write into them until it
-//     tears the old ring down.
-//  6. The eventfd read is re-armed on the new ring and the old ring is
-//     closed, with its provided-buffer ring.
+//     has torn the old ring down.
 //
 // The number returned counts the ops resubmitted on the new ring (the
 // eventfd read not included).
 
 // rebuildLostRes is the result delivered for an op whose outcome the
-// rebuild could not learn by its deadline (see step 5 above).
+// rebuild could not learn by its deadline (see step 7 above).
 const rebuildLostRes = -int32(unix.ECANCELED)
 
 // migration is rebuild's view of one live op.
