@@ -1,4 +1,58 @@
-// Package loop provides Netty-style event loops on io_uring (and epoll):
-// a Group of Loops, each one goroutine locked to one OS thread that owns one
-// ring, runs tasks, timers and I/O completions.
+// Package loop provides Netty-style event loops on Linux io_uring, with an
+// epoll backend that keeps the same contract.
+//
+// A [Group] is a fixed set of [Loop]s (Netty's EventLoopGroup); [Group.Next]
+// picks one round robin. Each Loop is one goroutine locked to one OS thread
+// for its whole life (runtime.LockOSThread, never unlocked) that owns one
+// io_uring ring, or one epoll instance, plus a task queue, a timer wheel and
+// an op table. Everything a loop runs (tasks, timers, completion callbacks,
+// shutdown hooks) runs on that goroutine, one thing at a time, so state
+// owned by a loop needs no lock.
+//
+// # Affinity
+//
+// Every exported method says whether it is "Safe for concurrent use" or
+// "Must be called on the loop goroutine". Execute, LazyExecute,
+// ExecuteAfterTurn, Schedule*, RebuildRing, Stats and the shutdown methods
+// may be called from anywhere. The op API (Accept, Recv, RecvProvided,
+// Send, Sendmsg, SendZC, Connect, Close, Shutdown, Poll, Timeout, Nop,
+// Cancel) is loop-only: call it from a task or a callback. [Loop.InLoop]
+// tells code where it runs (it compares gettid(2) with the loop thread's
+// id); builds with the uringdebug tag check loop-only calls this way and
+// panic on stale completions.
+//
+// # Lifecycle
+//
+// Creating a group opens each loop's backend (setup errors are returned by
+// [NewGroup], errno intact) but starts no goroutine: a loop starts on first
+// use. States follow Netty ([State]): NotStarted, Started, ShuttingDown,
+// Shutdown, Terminated. [Group.ShutdownGracefully] keeps running tasks until
+// none arrived for the quiet period (or the timeout passed), runs shutdown
+// hooks, cancels timers, cancels and reaps every op, closes the backend and
+// then closes [Loop.Done] / [Group.Done]. After shutdown, Execute returns an
+// error wrapping [ErrRejected].
+//
+// # Run cycle, wakeups, ioRatio
+//
+// Each turn waits for completions (without blocking if tasks are queued or a
+// timer is due; otherwise until the next timer, at most 1 s), dispatches
+// them, moves due timers to the task queue, runs tasks for
+// ioTime*(100-ioRatio)/ioRatio (every task at ioRatio 100; the clock is read
+// every 64 tasks), then runs tail tasks. Execute from another goroutine
+// wakes a waiting loop with at most one eventfd write per wait. See
+// docs/loop.md for the full protocol and the stalled-ring detector.
+//
+// # Backends
+//
+// [BackendAuto] (the default) uses io_uring and falls back to epoll, with
+// one log line naming the reason, when io_uring is unusable (ENOSYS, EPERM,
+// ENOMEM or missing features); [BackendUring] returns that error instead.
+// [Loop.Features] and [Group.Features] report the choice.
+//
+// # Default loop count
+//
+// runtime.GOMAXPROCS(0): one loop per P. Netty uses 2 × cores because JVM
+// threads stall in GC and safepoints; a Go loop is a locked OS thread that
+// competes with the scheduler's Ps, so more loops than Ps only adds
+// contention. Override it with [WithLoops].
 package loop

@@ -339,6 +339,7 @@ func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
 // wheel on the loop goroutine) and wakes the loop only if the timer is due
 // before the loop's published wait deadline.
 func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
+	when := t.When() // read before the loop owns the timer
 	l.submitters.Add(1)
 	if s := State(l.state.Load()); s >= StateShuttingDown {
 		l.submitters.Add(-1)
@@ -355,7 +356,7 @@ func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
 	}
 	err := l.ensureStarted()
 	if err == nil {
-		l.wakeupBefore(t.When())
+		l.wakeupBefore(when)
 	}
 	l.submitters.Add(-1)
 	if err != nil {

@@ -146,11 +146,12 @@ func (l *Loop) confirmShutdown() bool {
 	if now-l.shutdownAt.Load() >= l.timeout.Load() {
 		return true
 	}
+	quiet := l.quiet.Load()
 	if ran {
 		l.lastExec = now
-		return l.quiet.Load() == 0
+		return quiet == 0
 	}
-	return now-l.lastExec > l.quiet.Load()
+	return quiet == 0 || now-l.lastExec > quiet
 }
 
 // runQueued runs the tasks and tail tasks queued now (not those they

@@ -1,0 +1,54 @@
+package loop
+
+import "errors"
+
+// Test seams for the external loop_test package.
+
+// MakeUringUnavailable makes every io_uring driver construction fail with
+// err until restore is called.
+func MakeUringUnavailable(err error) (restore func()) {
+	old := newUring
+	newUring = func(driverConfig) (driver, error) { return nil, err }
+	return func() { newUring = old }
+}
+
+// FailDriverAt makes the k-th driver construction (0-based, counting both
+// backends) fail with err until restore is called.
+func FailDriverAt(k int, err error) (restore func()) {
+	oldU, oldE := newUring, newEpoll
+	n := 0
+	wrap := func(f func(driverConfig) (driver, error)) func(driverConfig) (driver, error) {
+		return func(c driverConfig) (driver, error) {
+			i := n
+			n++
+			if i == k {
+				return nil, err
+			}
+			return f(c)
+		}
+	}
+	newUring, newEpoll = wrap(oldU), wrap(oldE)
+	return func() { newUring, newEpoll = oldU, oldE }
+}
+
+// InjectStall makes the loop's next n polls return at once with nothing,
+// as a stalled ring would (driver.injectStall).
+func (l *Loop) InjectStall(n int) { l.drv.injectStall(n) }
+
+// Waiting reports whether the loop has published a wait deadline (it is
+// blocked in, or about to enter, a wait).
+func (l *Loop) Waiting() bool { return l.nextWakeup.Load() != awake }
+
+// Tid returns the loop thread's id, 0 before start and after termination.
+func (l *Loop) Tid() int { return int(l.tid.Load()) }
+
+// SetChooserCounter sets the round-robin counter of Next.
+func (g *Group) SetChooserCounter(v uint64) { g.chooser.idx.Store(v) }
+
+// ChooserUsesMask reports whether Next uses the power-of-two mask.
+func (g *Group) ChooserUsesMask() bool { return g.chooser.powerOfTwo() }
+
+// UringUnusable exposes the fallback classification.
+func UringUnusable(err error) bool { return uringUnusable(err) }
+
+var _ = errors.New

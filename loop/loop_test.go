@@ -1,0 +1,522 @@
+package loop_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
+	"golang.org/x/sys/unix"
+)
+
+func TestExecuteManyProducers(t *testing.T) {
+	const producers, perProducer = 8, 50000
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(2))
+		for _, l := range g.Loops() {
+			runOn(t, l, func() {}) // start, so Tid is known
+		}
+		tids := []int{g.Loop(0).Tid(), g.Loop(1).Tid()}
+		var (
+			ran     atomic.Int64
+			bad     atomic.Int64
+			wrongOS atomic.Int64
+			wg      sync.WaitGroup
+		)
+		// last[p][loop] is the last sequence number producer p saw run on
+		// loop; only that loop's goroutine touches it.
+		last := make([][2]int, producers)
+		for p := range last {
+			last[p] = [2]int{-1, -1}
+		}
+		for p := 0; p < producers; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < perProducer; i++ {
+					l := g.Next()
+					idx := l.Index()
+					seq := i
+					err := l.Execute(func() {
+						if unix.Gettid() != tids[idx] {
+							wrongOS.Add(1)
+						}
+						if last[p][idx] >= seq {
+							bad.Add(1)
+						}
+						last[p][idx] = seq
+						ran.Add(1)
+					})
+					if err != nil {
+						t.Errorf("Execute: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		waitFor(t, 30*time.Second, "all tasks to run", func() bool { return ran.Load() == producers*perProducer })
+		time.Sleep(10 * time.Millisecond)
+		if n := ran.Load(); n != producers*perProducer {
+			t.Fatalf("%d tasks ran, want %d (a task ran twice)", n, producers*perProducer)
+		}
+		if bad.Load() != 0 || wrongOS.Load() != 0 {
+			t.Fatalf("%d tasks out of per-producer order, %d on a foreign thread", bad.Load(), wrongOS.Load())
+		}
+		for _, s := range g.Stats().Loops {
+			t.Logf("%s: tasks %d sleeps %d wake writes %d wakeups %d turns %d", s.Name, s.Tasks, s.Sleeps, s.WakeWrites, s.Wakeups, s.Turns)
+			if s.WakeWrites > s.Sleeps {
+				t.Fatalf("%s: %d eventfd writes for %d sleeps", s.Name, s.WakeWrites, s.Sleeps)
+			}
+		}
+	})
+}
+
+func TestExecuteFromLoopDoesNotWriteEventfd(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		l := g.Loop(0)
+		runOn(t, l, func() {})
+		before := l.Stats().WakeWrites
+		done := make(chan struct{})
+		runOn(t, l, func() {
+			var n int
+			var step func()
+			step = func() {
+				if n++; n == 1000 {
+					close(done)
+					return
+				}
+				l.Execute(step)
+			}
+			l.Execute(step)
+		})
+		<-done
+		if w := l.Stats().WakeWrites - before; w > 1 {
+			t.Fatalf("1000 Executes from the loop made %d eventfd writes", w)
+		}
+	})
+}
+
+func TestWakeupLatency(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		l := g.Loop(0)
+		runOn(t, l, func() {})
+		for i := 0; i < 20; i++ {
+			waitFor(t, time.Second, "the loop to wait", l.Waiting)
+			start := time.Now()
+			runOn(t, l, func() {})
+			if d := time.Since(start); d > 200*time.Millisecond {
+				t.Fatalf("Execute on a waiting loop took %v", d)
+			}
+		}
+	})
+}
+
+// threadCPU returns the user+system clock ticks of thread tid.
+func threadCPU(t *testing.T, tid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/stat", tid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return ut + st
+}
+
+func TestIdleGroupCPU(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(4))
+		for _, l := range g.Loops() {
+			runOn(t, l, func() {})
+		}
+		time.Sleep(50 * time.Millisecond)
+		var before, after int64
+		var ru0, ru1 unix.Rusage
+		for _, l := range g.Loops() {
+			before += threadCPU(t, l.Tid())
+		}
+		unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+		const span = 2 * time.Second
+		time.Sleep(span)
+		for _, l := range g.Loops() {
+			after += threadCPU(t, l.Tid())
+		}
+		unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+		// Clock ticks are USER_HZ (100/s on Linux).
+		loopPct := float64(after-before) * 10 * float64(time.Millisecond) / float64(span) * 100
+		procPct := float64(rusageNanos(&ru1)-rusageNanos(&ru0)) / float64(span) * 100
+		s := g.Stats().Total
+		t.Logf("idle 4 loops over %v: loop threads %.2f%% of a core, whole process %.2f%%; turns %d sleeps %d", span, loopPct, procPct, s.Turns, s.Sleeps)
+		if loopPct >= 2 {
+			t.Fatalf("idle loop threads used %.2f%% of a core", loopPct)
+		}
+		if s.Turns > 4*(3+2) { // at most one idle wake per second per loop, plus start-up turns
+			t.Fatalf("idle loops turned %d times in %v", s.Turns, span)
+		}
+	})
+}
+
+func rusageNanos(r *unix.Rusage) int64 {
+	return r.Utime.Nano() + r.Stime.Nano()
+}
+
+func TestTimers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(2))
+		const n = 10000
+		var (
+			early, canceledRan, ran atomic.Int64
+			wg                      sync.WaitGroup
+			timers                  = make([]*sched.Timer, n)
+			start                   = time.Now()
+		)
+		for i := 0; i < n; i++ {
+			d := time.Duration(rand.Int64N(int64(200 * time.Millisecond)))
+			due := time.Now().Add(d)
+			canceled := i%10 == 0
+			if !canceled {
+				wg.Add(1)
+			}
+			tm, err := g.Schedule(d, func() {
+				if time.Now().Before(due) {
+					early.Add(1)
+				}
+				if canceled {
+					canceledRan.Add(1)
+					return
+				}
+				ran.Add(1)
+				wg.Done()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			timers[i] = tm
+		}
+		stopped := 0
+		for i := 0; i < n; i += 10 {
+			if timers[i].Stop() {
+				stopped++
+			}
+		}
+		wg.Wait()
+		time.Sleep(250*time.Millisecond - time.Since(start)) // every canceled deadline has passed
+		time.Sleep(20 * time.Millisecond)
+		if early.Load() != 0 {
+			t.Fatalf("%d timers ran early", early.Load())
+		}
+		if canceledRan.Load() != int64(n/10-stopped) {
+			t.Fatalf("stopped %d of %d; %d canceled timers ran", stopped, n/10, canceledRan.Load())
+		}
+		t.Logf("%d timers, %d stopped before running (the others of the %d canceled had already fired)", n, stopped, n/10)
+		for i := 0; i < n; i += 10 {
+			if _, err, ok := timers[i].Future().Result(); !ok || (err != nil && !errors.Is(err, sched.ErrCanceled)) {
+				t.Fatalf("canceled timer %d future: %v %v", i, err, ok)
+			}
+		}
+	})
+}
+
+func TestFixedRateNoDrift(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		l := g.Loop(0)
+		const period, runs = 10 * time.Millisecond, 30
+		var times []time.Time
+		done := make(chan struct{})
+		start := time.Now()
+		tm, err := l.ScheduleAtFixedRate(period, period, func() {
+			if len(times) == runs {
+				return
+			}
+			time.Sleep(3 * time.Millisecond) // the task's own time must not push the schedule
+			times = append(times, time.Now())
+			if len(times) == runs {
+				close(done)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		tm.Stop()
+		for k, at := range times {
+			if due := start.Add(time.Duration(k+1) * period); at.Before(due) {
+				t.Fatalf("run %d at %v, before its slot %v", k, at.Sub(start), due.Sub(start))
+			}
+		}
+		// Fixed delay with the same 3 ms task would end near 30*(10+3) ms.
+		end := times[runs-1].Sub(start)
+		if end > time.Duration(runs)*period+60*time.Millisecond {
+			t.Fatalf("%d fixed-rate runs of %v ended after %v: the schedule drifted", runs, period, end)
+		}
+		t.Logf("fixed rate: run %d ended at %v (ideal %v)", runs, end, time.Duration(runs)*period+3*time.Millisecond)
+	})
+}
+
+func TestFixedDelay(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		var times []time.Time
+		done := make(chan struct{})
+		tm, err := g.Loop(0).ScheduleWithFixedDelay(0, 20*time.Millisecond, func() {
+			if len(times) == 6 {
+				return
+			}
+			times = append(times, time.Now())
+			time.Sleep(10 * time.Millisecond)
+			if len(times) == 6 {
+				close(done)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		tm.Stop()
+		for i := 1; i < len(times); i++ {
+			if gap := times[i].Sub(times[i-1]); gap < 30*time.Millisecond {
+				t.Fatalf("fixed-delay gap %d = %v, want >= 30ms (10ms task + 20ms delay)", i, gap)
+			}
+		}
+	})
+}
+
+func TestEqualDeadlineTimersInOrder(t *testing.T) {
+	clk := sched.NewManualClock(int64(time.Hour))
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithClock(clk))
+		l := g.Loop(0)
+		var got []int
+		done := make(chan struct{})
+		for i := 0; i < 100; i++ {
+			if _, err := l.Schedule(5*time.Millisecond, func() {
+				got = append(got, i)
+				if i == 99 {
+					close(done)
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runOn(t, l, func() {}) // every timer is in the wheel now
+		clk.Advance(5 * time.Millisecond)
+		l.Execute(func() {}) // a turn to advance the wheel
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("timers did not fire; got %d", len(got))
+		}
+		for i, v := range got {
+			if v != i {
+				t.Fatalf("equal-deadline timers fired in order %v", got)
+			}
+		}
+	})
+}
+
+func TestTimerFromOutsideWakesPromptly(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		l := g.Loop(0)
+		runOn(t, l, func() {})
+		waitFor(t, time.Second, "the loop to wait", l.Waiting)
+		// A timer 10 s out does not write the eventfd.
+		w0 := l.Stats().WakeWrites
+		far, err := l.Schedule(10*time.Second, func() { t.Error("10 s timer ran") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if w := l.Stats().WakeWrites - w0; w != 0 {
+			t.Fatalf("a timer 10 s out made %d eventfd writes", w)
+		}
+		far.Stop()
+		// A 5 ms timer on a loop waiting up to 1 s fires in about 5 ms.
+		for i := 0; i < 5; i++ {
+			waitFor(t, time.Second, "the loop to wait", l.Waiting)
+			fired := make(chan time.Time, 1)
+			start := time.Now()
+			if _, err := l.Schedule(5*time.Millisecond, func() { fired <- time.Now() }); err != nil {
+				t.Fatal(err)
+			}
+			at := <-fired
+			if d := at.Sub(start); d < 5*time.Millisecond || d > 100*time.Millisecond {
+				t.Fatalf("5 ms timer fired after %v", d)
+			}
+		}
+	})
+}
+
+func TestLazyExecuteWaitsForNextWake(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		l := g.Loop(0)
+		runOn(t, l, func() {})
+		var order []string
+		var mu sync.Mutex
+		add := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+		waitFor(t, time.Second, "the loop to wait", l.Waiting)
+		sleeps := l.Stats().Sleeps
+		if err := l.LazyExecute(func() { add("lazy") }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		n := len(order)
+		mu.Unlock()
+		if n != 0 && l.Stats().Sleeps == sleeps {
+			t.Fatal("LazyExecute woke the loop")
+		}
+		if n == 0 {
+			runOn(t, l, func() { add("execute") })
+			mu.Lock()
+			defer mu.Unlock()
+			if strings.Join(order, ",") != "lazy,execute" {
+				t.Fatalf("order %v, want lazy then execute", order)
+			}
+		}
+	})
+}
+
+func TestPanickingTaskRecovered(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		l := g.Loop(0)
+		l.Execute(func() { panic("boom") })
+		runOn(t, l, func() {})
+		if s := l.Stats(); s.Panics != 1 || l.State() != loop.StateStarted {
+			t.Fatalf("after a panicking task: panics %d state %v", s.Panics, l.State())
+		}
+		// A periodic task that panics stops and fails its handle.
+		var runs atomic.Int64
+		tm, err := l.ScheduleAtFixedRate(0, time.Millisecond, func() {
+			if runs.Add(1) == 3 {
+				panic(errors.New("periodic boom"))
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-tm.Future().Done()
+		_, ferr, _ := tm.Future().Result()
+		var pe *sched.PanicError
+		if !errors.As(ferr, &pe) {
+			t.Fatalf("periodic future: %v, want a PanicError", ferr)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if runs.Load() != 3 {
+			t.Fatalf("periodic task ran %d times after panicking on run 3", runs.Load())
+		}
+		if l.Stats().Panics != 2 || l.State() != loop.StateStarted {
+			t.Fatalf("panics %d state %v", l.Stats().Panics, l.State())
+		}
+	})
+}
+
+func TestMaxPendingTasks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		const n = 64
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithMaxPendingTasks(n))
+		l := g.Loop(0)
+		release := make(chan struct{})
+		blocked := make(chan struct{})
+		// The blocker is a tail task, so the task queue's consumption is
+		// fully published while it holds the loop.
+		l.ExecuteAfterTurn(func() { close(blocked); <-release })
+		<-blocked
+		var ran atomic.Int64
+		for i := 0; i < n; i++ {
+			if err := l.Execute(func() { ran.Add(1) }); err != nil {
+				t.Fatalf("Execute %d of %d: %v", i+1, n, err)
+			}
+		}
+		err := l.Execute(func() {})
+		if !errors.Is(err, loop.ErrRejected) || !errors.Is(err, loop.ErrQueueFull) {
+			t.Fatalf("Execute beyond the bound: %v", err)
+		}
+		// Timers due while the queue is full wait in the wheel.
+		var timersRan atomic.Int64
+		close(release)
+		waitFor(t, 5*time.Second, "queued tasks", func() bool { return ran.Load() == n })
+		for i := 0; i < 3*n; i++ {
+			if _, err := l.Schedule(0, func() { timersRan.Add(1) }); err != nil {
+				// The queue may be momentarily full of timers on their way
+				// to the wheel: retry.
+				time.Sleep(time.Millisecond)
+				i--
+			}
+		}
+		waitFor(t, 5*time.Second, "timers", func() bool { return timersRan.Load() == 3*n })
+		time.Sleep(10 * time.Millisecond)
+		if ran.Load() != n || timersRan.Load() != 3*n {
+			t.Fatalf("tasks %d timers %d", ran.Load(), timersRan.Load())
+		}
+		if l.Stats().Rejected == 0 {
+			t.Fatal("rejection not counted")
+		}
+	})
+}
+
+func TestTailTasks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		l := g.Loop(0)
+		var order []string
+		runOn(t, l, func() {
+			l.ExecuteAfterTurn(func() { order = append(order, "tail") })
+			l.Execute(func() { order = append(order, "task") })
+			order = append(order, "first")
+		})
+		runOn(t, l, func() {})
+		if strings.Join(order, ",") != "first,task,tail" {
+			t.Fatalf("order %v", order)
+		}
+		// A tail task runs even on a turn with no task, and does not block.
+		done := make(chan struct{})
+		start := time.Now()
+		if err := l.ExecuteAfterTurn(func() { close(done) }); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if d := time.Since(start); d > 200*time.Millisecond {
+			t.Fatalf("tail task took %v", d)
+		}
+	})
+}
+
+func TestShutdownHooks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := g.Loop(0)
+		runOn(t, l, func() {})
+		var order []string
+		l.AddShutdownHook(func() {
+			order = append(order, "a")
+			l.AddShutdownHook(func() { order = append(order, "c") })
+		})
+		l.AddShutdownHook(func() { panic("hook boom") })
+		remove, _ := l.AddShutdownHook(func() { order = append(order, "removed") })
+		l.AddShutdownHook(func() { order = append(order, "b") })
+		remove()
+		shutdown(t, g)
+		if strings.Join(order, ",") != "a,b,c" {
+			t.Fatalf("hooks ran as %v, want a,b,c", order)
+		}
+	})
+}

@@ -1,0 +1,166 @@
+package loop_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringloop/ringloop/internal/testutil"
+	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
+)
+
+func TestShutdownGraceful(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(2), loop.WithLogger(quietLogger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := g.Loop(0)
+		// Tasks accepted before the shutdown run.
+		var before atomic.Int64
+		release := make(chan struct{})
+		l.Execute(func() { <-release })
+		for i := 0; i < 1000; i++ {
+			l.Execute(func() { before.Add(1) })
+		}
+		tm, err := l.Schedule(time.Hour, func() { t.Error("hour timer ran") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := g.ShutdownGracefully(200*time.Millisecond, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		// A task 100 ms into the quiet period runs and extends it.
+		time.Sleep(100 * time.Millisecond)
+		var late atomic.Bool
+		if err := l.Execute(func() { late.Store(true) }); err != nil {
+			t.Fatalf("Execute while shutting down: %v", err)
+		}
+		if _, err := l.Schedule(time.Millisecond, func() {}); !errors.Is(err, loop.ErrRejected) {
+			t.Fatalf("Schedule while shutting down: %v", err)
+		}
+		<-g.Done()
+		took := time.Since(start)
+		if before.Load() != 1000 || !late.Load() {
+			t.Fatalf("tasks before shutdown ran %d/1000, late task ran %v", before.Load(), late.Load())
+		}
+		if took < 300*time.Millisecond || took > 2*time.Second {
+			t.Fatalf("shutdown took %v, want about 300 ms (quiet period restarted at 100 ms)", took)
+		}
+		if _, ferr, ok := tm.Future().Result(); !ok || !errors.Is(ferr, sched.ErrCanceled) {
+			t.Fatalf("pending timer: %v %v, want canceled", ferr, ok)
+		}
+		if err := l.Execute(func() {}); !errors.Is(err, loop.ErrRejected) {
+			t.Fatalf("Execute after shutdown: %v", err)
+		}
+		for _, l := range g.Loops() {
+			if l.State() != loop.StateTerminated {
+				t.Fatalf("%v: %v", l, l.State())
+			}
+		}
+		t.Logf("graceful shutdown took %v", took)
+	})
+}
+
+func TestShutdownTimeoutBoundsBusyLoop(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := g.Loop(0)
+		stop := make(chan struct{})
+		go func() { // a task every 10 ms: the loop never goes quiet
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+					if l.Execute(func() {}) != nil {
+						return
+					}
+				}
+			}
+		}()
+		defer close(stop)
+		runOn(t, l, func() {})
+		start := time.Now()
+		g.ShutdownGracefully(300*time.Millisecond, 600*time.Millisecond)
+		select {
+		case <-g.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("shutdown timeout did not bound a loop that never goes quiet")
+		}
+		if took := time.Since(start); took < 550*time.Millisecond || took > 1500*time.Millisecond {
+			t.Fatalf("shutdown took %v, want about the 600 ms timeout", took)
+		}
+	})
+}
+
+func TestShutdownQuietZeroAndOps(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := g.Loop(0)
+		a, _ := testutil.SocketPair(t)
+		res := make(chan int32, 1)
+		buf := make([]byte, 8)
+		runOn(t, l, func() {
+			if _, err := l.Recv(a, buf, 0, completerFunc(func(c *loop.Completion) { res <- c.Res })); err != nil {
+				t.Error(err)
+			}
+		})
+		start := time.Now()
+		if err := g.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("quiet-0 shutdown took %v", d)
+		}
+		select {
+		case r := <-res:
+			if r >= 0 {
+				t.Fatalf("in-flight recv completed with %d at shutdown, want -errno", r)
+			}
+		default:
+			t.Fatal("in-flight recv was not completed at shutdown")
+		}
+		if s := l.Stats(); s.OpsInFlight != 0 || s.Orphaned != 0 {
+			t.Fatalf("ops in flight %d orphaned %d after termination", s.OpsInFlight, s.Orphaned)
+		}
+	})
+}
+
+func TestShutdownFromLoopReturnsError(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(2), loop.WithLogger(quietLogger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		g.Loop(1).Execute(func() { errc <- g.Shutdown(context.Background()) })
+		select {
+		case err := <-errc:
+			if !errors.Is(err, loop.ErrInLoop) {
+				t.Fatalf("Shutdown from a loop: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Shutdown from a loop deadlocked")
+		}
+		select {
+		case <-g.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("group did not terminate")
+		}
+	})
+}
