@@ -2,6 +2,7 @@ package sched
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 )
 
@@ -247,17 +248,27 @@ func (q *Queue) Len() int {
 func (q *Queue) Limit() int { return int(q.limit) }
 
 // spinLock is the producers' lock. Its critical sections are a few
-// instructions long (one append), so a waiter yields its processor instead of
-// parking on a futex as sync.Mutex does under contention: parking and waking
-// cost far more than the section it protects.
+// instructions long (one slot write), so a waiter first retries and yields
+// its processor a few times rather than parking on a futex as sync.Mutex
+// soon does under contention: parking and waking cost far more than the
+// section it protects. If the holder stays away longer (its thread was
+// descheduled by the kernel), the waiter parks in the mutex instead of
+// burning the processor the holder needs.
 type spinLock struct {
-	held atomic.Bool
+	mu sync.Mutex
 }
+
+// lockYields is how many times a waiter yields before it parks.
+const lockYields = 16
 
 func (l *spinLock) Lock() {
-	for !l.held.CompareAndSwap(false, true) {
+	for range lockYields {
+		if l.mu.TryLock() {
+			return
+		}
 		runtime.Gosched()
 	}
+	l.mu.Lock()
 }
 
-func (l *spinLock) Unlock() { l.held.Store(false) }
+func (l *spinLock) Unlock() { l.mu.Unlock() }
