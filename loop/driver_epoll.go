@@ -50,7 +50,11 @@ type epollDriver struct {
 
 	epfd   int
 	evfd   int // the wake eventfd, as the loop goroutine sees it
+	tfd    int // timerfd for waits finer than epoll_wait's milliseconds
 	closed bool
+
+	timerArmed bool            // tfd is armed and has not fired
+	its        unix.ItimerSpec // timerfd_settime argument, reused
 
 	// wakeFd is evfd for wake, which runs on any goroutine; close sets it
 	// to -1 under the write lock so a late wake never writes into a
@@ -106,14 +110,20 @@ type epollFd struct {
 }
 
 const (
-	// epollWakeTag is the epoll data of the eventfd. No fd is negative,
-	// so it cannot collide with a registered fd.
-	epollWakeTag int32 = -1
+	// epollWakeTag and epollTimerTag are the epoll data of the eventfd and
+	// the timerfd. No fd is negative, so they cannot collide with a
+	// registered fd.
+	epollWakeTag  int32 = -1
+	epollTimerTag int32 = -2
 
 	// epollBudget bounds the system calls one side of one fd gets per
 	// turn (accepts, provided-buffer reads, sends) before it yields to
 	// the other fds; hard-coded, like Netty's maxMessagesPerRead of 16.
 	epollBudget = 16
+
+	// epollRewaits bounds how often one poll waits again after events that
+	// completed nothing before it returns early and empty-handed.
+	epollRewaits = 8
 
 	// epollMaxEvents is the size of the epoll_wait result array.
 	epollMaxEvents = 256
@@ -137,8 +147,15 @@ var epollWakeValue = func() (b [8]byte) {
 	return b
 }()
 
-// newEpollDriver creates the epoll instance and the wake eventfd, and
-// registers the eventfd (level-triggered EPOLLIN, data epollWakeTag).
+// newEpollDriver creates the epoll instance, the wake eventfd and the wait
+// timerfd, and registers both (level-triggered EPOLLIN, data epollWakeTag
+// and epollTimerTag).
+//
+// epoll_wait counts its timeout in milliseconds, io_uring in nanoseconds.
+// So that a timer is neither early nor up to a millisecond late, a wait
+// with a sub-millisecond part arms the timerfd for its exact length
+// (timerfd_create(2), CLOCK_MONOTONIC) and epoll_wait's own timeout,
+// rounded up, is only a backstop.
 func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
@@ -149,10 +166,17 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 		unix.Close(epfd)
 		return nil, os.NewSyscallError("eventfd", err)
 	}
+	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		unix.Close(evfd)
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("timerfd_create", err)
+	}
 	d := &epollDriver{
 		cfg:    cfg,
 		epfd:   epfd,
 		evfd:   evfd,
+		tfd:    tfd,
 		wakeFd: evfd,
 		events: make([]unix.EpollEvent, epollMaxEvents),
 		epoch:  time.Now(),
@@ -163,7 +187,8 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 		},
 	}
 	d.pool.init(cfg.bufCount, cfg.bufSize)
-	if err := d.addWake(epfd); err != nil {
+	if err := d.addInternal(epfd); err != nil {
+		unix.Close(tfd)
 		unix.Close(evfd)
 		unix.Close(epfd)
 		return nil, err
@@ -171,10 +196,14 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 	return d, nil
 }
 
-// addWake registers the eventfd on epfd.
-func (d *epollDriver) addWake(epfd int) error {
+// addInternal registers the eventfd and the timerfd on epfd.
+func (d *epollDriver) addInternal(epfd int) error {
 	d.ctl = unix.EpollEvent{Events: unix.EPOLLIN, Fd: epollWakeTag}
 	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, d.evfd, &d.ctl); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	d.ctl = unix.EpollEvent{Events: unix.EPOLLIN, Fd: epollTimerTag}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, d.tfd, &d.ctl); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	return nil
@@ -243,6 +272,7 @@ func (d *epollDriver) submit(o *op) error {
 	if err != nil {
 		return err
 	}
+	o.state = opInFlight // as on io_uring: the backend owns it now
 	switch o.tag {
 	case tagNop:
 		d.final(o, 0)
@@ -339,45 +369,106 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 		return r, nil
 	}
 
-	wait := timeout
 	busy := r.completions > 0 || d.ready.n > 0 || len(d.retry) > 0
+	wait := timeout
 	if busy {
 		wait = 0
 	}
-	if len(d.timers.h) > 0 && wait != 0 {
-		due := time.Duration(d.timers.h[0].when - d.now())
-		if due < 0 {
-			due = 0
-		}
-		if wait < 0 || due < wait {
-			wait = due
-		}
+	var deadline int64 // on the driver clock, for a bounded wait
+	if wait > 0 {
+		deadline = d.now() + int64(wait)
 	}
-
-	n, err := unix.EpollWait(d.epfd, d.events, epollWaitMillis(wait))
-	if err != nil {
-		if err != unix.EINTR {
-			return r, os.NewSyscallError("epoll_wait", err)
-		}
-		r.interrupted = true
-		n = 0
-	}
-
 	d.runRetries()
-	for i := 0; i < n; i++ {
-		ev := &d.events[i]
-		if ev.Fd == epollWakeTag {
-			d.drainWake()
-			r.woken = true
-			continue
+	for round := 0; ; round++ {
+		w := d.capWait(wait)
+		d.setTimer(w)
+		n, err := unix.EpollWait(d.epfd, d.events, epollWaitMillis(w))
+		if err != nil {
+			if err != unix.EINTR {
+				return r, os.NewSyscallError("epoll_wait", err)
+			}
+			r.interrupted = true
+			n = 0
 		}
-		d.onEvent(int(ev.Fd), ev.Events)
+		fdEvents := 0 // events of registered fds, not the eventfd or the timerfd
+		for i := 0; i < n; i++ {
+			ev := &d.events[i]
+			switch ev.Fd {
+			case epollWakeTag:
+				d.drainWake()
+				r.woken = true
+			case epollTimerTag:
+				d.drainTimer()
+			default:
+				fdEvents++
+				d.onEvent(int(ev.Fd), ev.Events)
+			}
+		}
+		d.expireTimers()
+		if fdEvents == 0 || r.woken || r.interrupted || d.ready.n > 0 || len(d.retry) > 0 || wait == 0 {
+			// With no fd event, no wakeup and no signal, the wait (or
+			// the timerfd) ran its length.
+			r.timedOut = fdEvents == 0 && !r.woken && !busy && !r.interrupted && d.ready.n == 0
+			break
+		}
+		// Events that completed nothing (an edge on an fd with no waiter
+		// on that side, such as the writable edge a new registration
+		// reports) are not what the caller waits for: wait on for the rest
+		// of the timeout. Only a few times, though: an instance that keeps
+		// returning empty-handed is the stall the loop must be able to
+		// see, so then the poll returns early with nothing.
+		if round == epollRewaits {
+			break
+		}
+		if wait > 0 {
+			left := deadline - d.now()
+			if left <= 0 {
+				r.timedOut = true
+				break
+			}
+			wait = time.Duration(left)
+		}
 	}
-	d.expireTimers()
-
 	r.completions += d.deliver(max-r.completions, sink)
-	r.timedOut = n == 0 && !busy && !r.interrupted && r.completions == 0
 	return r, nil
+}
+
+// setTimer arms the timerfd for a wait with a sub-millisecond part, and
+// disarms a timer left from an earlier wait before an unbounded one (a
+// stale expiry during a non-blocking wait is harmless and just drained).
+func (d *epollDriver) setTimer(w time.Duration) {
+	switch {
+	case w > 0 && w%time.Millisecond != 0:
+		d.its.Value = unix.NsecToTimespec(int64(w))
+		d.timerArmed = unix.TimerfdSettime(d.tfd, 0, &d.its, nil) == nil
+	case w < 0 && d.timerArmed:
+		d.its.Value = unix.Timespec{}
+		unix.TimerfdSettime(d.tfd, 0, &d.its, nil)
+		d.timerArmed = false
+	}
+}
+
+// drainTimer consumes the timerfd's expiry count.
+func (d *epollDriver) drainTimer() {
+	d.timerArmed = false
+	for {
+		_, err := unix.Read(d.tfd, d.wakeBuf[:])
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// capWait shortens a wait so it ends by the earliest op timeout.
+func (d *epollDriver) capWait(wait time.Duration) time.Duration {
+	if len(d.timers.h) == 0 || wait == 0 {
+		return wait
+	}
+	due := max(time.Duration(d.timers.h[0].when-d.now()), 0)
+	if wait < 0 || due < wait {
+		return due
+	}
+	return wait
 }
 
 // epollWaitMillis converts a wait to epoll_wait's milliseconds, rounding up so a
@@ -483,7 +574,7 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	if err != nil {
 		return 0, os.NewSyscallError("epoll_create1", err)
 	}
-	if err := d.addWake(epfd); err != nil {
+	if err := d.addInternal(epfd); err != nil {
 		unix.Close(epfd)
 		return 0, err
 	}
@@ -540,7 +631,10 @@ func (d *epollDriver) close() error {
 	if err := unix.Close(d.evfd); err != nil && first == nil {
 		first = os.NewSyscallError("close", err)
 	}
-	d.epfd, d.evfd = -1, -1
+	if err := unix.Close(d.tfd); err != nil && first == nil {
+		first = os.NewSyscallError("close", err)
+	}
+	d.epfd, d.evfd, d.tfd = -1, -1, -1
 	for d.ready.n > 0 {
 		c := d.ready.pop()
 		if tag, _, _ := unpackUserData(c.ud); tag == tagAccept && c.res >= 0 {

@@ -35,11 +35,17 @@ func (d *epollDriver) growFds(fd int) {
 	d.fds = nf
 }
 
+// internalFd reports whether fd is one of the driver's own: ops on it are
+// refused with EBADF rather than let a stray fd number break the loop.
+func (d *epollDriver) internalFd(fd int) bool {
+	return fd == d.epfd || fd == d.evfd || fd == d.tfd
+}
+
 // register adds fd to the epoll instance once, edge-triggered for both
 // directions, and makes it non-blocking (io_uring needs neither, so the
 // fds the loop is given may be blocking).
 func (d *epollDriver) register(fd int) error {
-	if fd < 0 || fd == d.epfd || fd == d.evfd {
+	if fd < 0 || d.internalFd(fd) {
 		return unix.EBADF
 	}
 	d.growFds(fd)
@@ -532,7 +538,7 @@ func (d *epollDriver) recheckPoll(fd int) {
 // leaves the epoll instance, then close(2) gives the result.
 func (d *epollDriver) closeFd(o *op) {
 	fd := int(o.fd)
-	if fd == d.epfd || fd == d.evfd {
+	if d.internalFd(fd) {
 		d.final(o, -int32(unix.EBADF))
 		return
 	}
