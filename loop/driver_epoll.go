@@ -434,14 +434,15 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 }
 
 // setTimer arms the timerfd for a wait with a sub-millisecond part, and
-// disarms a timer left from an earlier wait before an unbounded one (a
-// stale expiry during a non-blocking wait is harmless and just drained).
+// disarms a timer left from an earlier wait (cut short by an event) before
+// any other blocking wait, which the stale expiry would end early. During a
+// non-blocking wait a stale expiry is harmless and just drained.
 func (d *epollDriver) setTimer(w time.Duration) {
 	switch {
 	case w > 0 && w%time.Millisecond != 0:
 		d.its.Value = unix.NsecToTimespec(int64(w))
 		d.timerArmed = unix.TimerfdSettime(d.tfd, 0, &d.its, nil) == nil
-	case w < 0 && d.timerArmed:
+	case w != 0 && d.timerArmed:
 		d.its.Value = unix.Timespec{}
 		unix.TimerfdSettime(d.tfd, 0, &d.its, nil)
 		d.timerArmed = false
