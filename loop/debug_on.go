@@ -2,8 +2,6 @@
 
 package loop
 
-import "golang.org/x/sys/unix"
-
 // debugChecks turns invariant breaks into panics a test can see: stale
 // completions, and loop-only methods called off the loop goroutine.
 const debugChecks = true
@@ -11,7 +9,7 @@ const debugChecks = true
 // assertLoop panics unless the caller runs on the loop goroutine (its
 // locked OS thread).
 func (l *Loop) assertLoop() {
-	if tid := l.tid.Load(); tid == 0 || int32(unix.Gettid()) != tid {
+	if tid := l.tid.Load(); tid == 0 || gettid() != tid {
 		panic("loop: " + l.name + ": loop-only method called off the loop goroutine")
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/sched"
-	"golang.org/x/sys/unix"
 )
 
 // A Loop is one event loop: one goroutine, locked to one OS thread for its
@@ -144,7 +143,7 @@ func (l *Loop) Features() Features {
 // concurrent use.
 func (l *Loop) InLoop() bool {
 	tid := l.tid.Load()
-	return tid != 0 && int32(unix.Gettid()) == tid
+	return tid != 0 && gettid() == tid
 }
 
 // Execute queues f to run on the loop and wakes the loop if it is waiting

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/sched"
-	"golang.org/x/sys/unix"
 )
 
 // maxCompletionsPerPoll bounds the completions one poll dispatches, so a
@@ -34,7 +33,7 @@ func (l *Loop) main(errc chan<- error) {
 	// single issuer (IORING_SETUP_SINGLE_ISSUER) is this thread, and when the
 	// goroutine returns still locked the runtime ends the thread with it.
 	runtime.LockOSThread()
-	l.tid.Store(int32(unix.Gettid()))
+	l.tid.Store(gettid())
 	setThreadName(l.name)
 	labels := pprof.Labels("ringloop.group", l.group.name, "ringloop.loop", strconv.Itoa(l.index))
 	pprof.Do(context.Background(), labels, func(context.Context) { l.body(errc) })
