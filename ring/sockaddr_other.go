@@ -1,0 +1,17 @@
+//go:build !linux
+
+package ring
+
+import "golang.org/x/sys/unix"
+
+// PutSockaddr encodes the kernel's struct sockaddr on Linux only; elsewhere
+// it returns ErrNotSupported.
+func PutSockaddr(raw *unix.RawSockaddrAny, sa unix.Sockaddr) (uint32, error) {
+	return 0, ErrNotSupported
+}
+
+// ParseSockaddr decodes the kernel's struct sockaddr on Linux only;
+// elsewhere it returns ErrNotSupported.
+func ParseSockaddr(raw *unix.RawSockaddrAny, n uint32) (unix.Sockaddr, error) {
+	return nil, ErrNotSupported
+}
