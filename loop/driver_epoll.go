@@ -73,7 +73,6 @@ type epollDriver struct {
 	retry   []int32           // fds to serve again next poll
 	retry2  []int32           // spare backing array for retry
 	epoch   time.Time         // origin of the driver's monotonic clock
-	sa      epollSockaddrs    // connect targets, reused
 	pfd     [1]unix.PollFd    // poll(2) argument, reused
 	wakeBuf [8]byte           // eventfd read target
 	ctl     unix.EpollEvent   // epoll_ctl argument, reused
@@ -653,6 +652,10 @@ func epollRes(err error) int32 {
 		return 0
 	}
 	if en, ok := err.(unix.Errno); ok {
+		return -int32(en)
+	}
+	var en unix.Errno
+	if errors.As(err, &en) {
 		return -int32(en)
 	}
 	return -int32(unix.EIO)

@@ -388,46 +388,31 @@ func (d *epollDriver) trySend(fd int, o *op) epStep {
 	}
 }
 
-// epollWritevMax is the most buffers unix.Writev gathers without
-// allocating (x/sys/unix minIovec).
-const epollWritevMax = 8
-
-// trySendmsg makes one gathered send of the op's buffers.
-//
-// x/sys/unix offers no sendmsg(2) on a caller's msghdr without unsafe, so:
-// with no flags beyond the default ones and at most epollWritevMax buffers,
-// writev(2), which gathers on the stack (the fd is non-blocking; SIGPIPE,
-// which writev cannot suppress, is ignored by the Go runtime unless the
-// program asked for it); otherwise sendmsg(2) through SendmsgBuffers, which
-// allocates its iovec array.
+// trySendmsg makes one gathered send of the op's buffers: sendmsg(2) on
+// the op's own msghdr and iovec array, built as for io_uring (buildMsg), so
+// it allocates nothing once the op record's iovec array has grown.
 func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
-	for {
-		var n int
-		var err error
-		if o.arg&^uint32(epollSendFlags) == 0 && len(o.bufs) <= epollWritevMax {
-			n, err = unix.Writev(fd, o.bufs)
-		} else {
-			n, err = unix.SendmsgBuffers(fd, o.bufs, nil, nil, int(o.arg)|epollSendFlags)
-		}
-		switch err {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return epWait
-		case nil:
-			d.finish(fd, o, int32(n))
-		default:
-			d.finish(fd, o, epollRes(err))
-		}
-		return epDone
+	buildMsg(o)
+	n, err := ring.Sendmsg(fd, &o.msg, int(o.arg)|epollSendFlags) // EINTR retried inside
+	switch err {
+	case unix.EAGAIN:
+		return epWait
+	case nil:
+		d.finish(fd, o, int32(n))
+	default:
+		d.finish(fd, o, epollRes(err))
 	}
+	return epDone
 }
 
 // connect starts a non-blocking connect(2). EINPROGRESS parks the op on the
-// write side; tryConnect finishes it.
+// write side; tryConnect finishes it. The target is kept in the kernel's
+// layout for io_uring (op.sa, op.saLen); connect(2) through x/sys/unix
+// wants a unix.Sockaddr, so it is decoded (ring.ParseSockaddr: one small
+// allocation per connect, next to the socket and epoll system calls).
 func (d *epollDriver) connect(o *op) {
 	fd := int(o.fd)
-	sa, err := d.sa.decodeSockaddr(&o.sa, o.saLen)
+	sa, err := ring.ParseSockaddr(&o.sa, o.saLen)
 	if err != nil {
 		d.final(o, epollRes(err))
 		return

@@ -4,7 +4,6 @@ package loop
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -282,40 +281,14 @@ func epPattern(n int) []byte {
 	return p
 }
 
-// epPutSockaddr encodes sa into raw by hand (the inverse of decodeSockaddr).
+// epPutSockaddr encodes sa into raw (ring.PutSockaddr, which cannot fail
+// on the addresses these tests use).
 func epPutSockaddr(raw *unix.RawSockaddrAny, sa unix.Sockaddr) uint32 {
-	var b [unix.SizeofSockaddrAny - 2]byte // after the family
-	var n int
-	*raw = unix.RawSockaddrAny{}
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		raw.Addr.Family = unix.AF_INET
-		binary.BigEndian.PutUint16(b[0:], uint16(a.Port))
-		copy(b[2:6], a.Addr[:])
-		n = unix.SizeofSockaddrInet4
-	case *unix.SockaddrInet6:
-		raw.Addr.Family = unix.AF_INET6
-		binary.BigEndian.PutUint16(b[0:], uint16(a.Port))
-		copy(b[6:22], a.Addr[:])
-		binary.NativeEndian.PutUint32(b[22:], a.ZoneId)
-		n = unix.SizeofSockaddrInet6
-	case *unix.SockaddrUnix:
-		raw.Addr.Family = unix.AF_UNIX
-		copy(b[:], a.Name)
-		n = 2 + len(a.Name)
-		if a.Name[0] == '@' {
-			b[0] = 0
-		} else {
-			n++ // the NUL
-		}
+	n, err := ring.PutSockaddr(raw, sa)
+	if err != nil {
+		panic(err)
 	}
-	for i := range raw.Addr.Data {
-		raw.Addr.Data[i] = int8(b[i])
-	}
-	for i := range raw.Pad {
-		raw.Pad[i] = int8(b[len(raw.Addr.Data)+i])
-	}
-	return uint32(n)
+	return n
 }
 
 func TestEpollDriverFeatures(t *testing.T) {
@@ -637,7 +610,8 @@ func TestEpollDriverSendShortWrite(t *testing.T) {
 }
 
 // TestEpollDriverSendmsg: a sendmsg writes its buffers in order in one
-// completion (few buffers: writev; many or with flags: sendmsg).
+// completion, through sendmsg(2) on the op's own msghdr, with or without
+// flags; to a peer that stopped reading it fails with -EPIPE.
 func TestEpollDriverSendmsg(t *testing.T) {
 	for _, p := range epPairs {
 		for _, n := range []int{3, 12} {
@@ -666,6 +640,15 @@ func TestEpollDriverSendmsg(t *testing.T) {
 			})
 		}
 	}
+	t.Run("epipe", func(t *testing.T) {
+		h := newEpHarness(t)
+		a, b := testutil.SocketPair(t)
+		if err := unix.Shutdown(b, unix.SHUT_RDWR); err != nil {
+			t.Fatal(err)
+		}
+		_, ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.bufs = [][]byte{[]byte("a"), []byte("b")} })
+		epWant(t, "sendmsg", h.final("sendmsg", ud), -int32(unix.EPIPE), false)
+	})
 }
 
 // TestEpollDriverSendZC: send_zc ends the io_uring way: the result with
@@ -756,29 +739,13 @@ func TestEpollDriverConnect(t *testing.T) {
 	})
 }
 
-// TestEpollSockaddrDecode: the raw sockaddr decoder inverts the kernel
-// layout for every family it supports.
-func TestEpollSockaddrDecode(t *testing.T) {
-	var s epollSockaddrs
-	for _, sa := range []unix.Sockaddr{
-		&unix.SockaddrInet4{Port: 0xabcd, Addr: [4]byte{10, 1, 2, 3}},
-		&unix.SockaddrInet6{Port: 443, ZoneId: 7, Addr: [16]byte{0: 0xfe, 1: 0x80, 15: 9}},
-		&unix.SockaddrUnix{Name: "/tmp/x.sock"},
-		&unix.SockaddrUnix{Name: "@hidden"},
-		&unix.SockaddrUnix{Name: string(bytes.Repeat([]byte{'p'}, 107))},
-	} {
-		var raw unix.RawSockaddrAny
-		n := epPutSockaddr(&raw, sa)
-		got, err := s.decodeSockaddr(&raw, n)
-		if err != nil || fmt.Sprint(got) != fmt.Sprint(sa) {
-			t.Errorf("decode %v: got %v, %v", sa, got, err)
-		}
-	}
-	var raw unix.RawSockaddrAny
-	raw.Addr.Family = unix.AF_INET
-	if _, err := s.decodeSockaddr(&raw, 8); err != unix.EINVAL {
-		t.Errorf("short inet4: %v", err)
-	}
+// TestEpollConnectShortSockaddr: a connect whose raw address is too short
+// for its family fails with -EINVAL, as connect(2) would.
+func TestEpollConnectShortSockaddr(t *testing.T) {
+	h := newEpHarness(t)
+	fd := epSocket(t, unix.AF_INET)
+	_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.sa.Addr.Family = unix.AF_INET; o.saLen = 8 })
+	epWant(t, "connect", h.final("connect", ud), -int32(unix.EINVAL), false)
 }
 
 // TestEpollDriverCloseWithdraws: a close op ends every op waiting on the fd

@@ -161,14 +161,20 @@ func (l *Loop) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
 	if sa == nil {
 		return 0, invalidArgument("connect: nil address")
 	}
+	if u, ok := sa.(*unix.SockaddrUnix); ok && u.Name == "" {
+		return 0, invalidArgument("connect: empty unix socket name")
+	}
 	o, err := l.newOp(tagConnect, fd, c)
 	if err != nil {
 		return 0, err
 	}
-	n, err := putSockaddr(&o.sa, sa)
+	n, err := ring.PutSockaddr(&o.sa, sa)
 	if err != nil {
 		l.ops.release(o)
-		return 0, err
+		if errors.Is(err, ring.ErrNotSupported) {
+			return 0, err
+		}
+		return 0, invalidArgument("connect: %w", err)
 	}
 	o.saLen = n
 	return l.startOp(o)
