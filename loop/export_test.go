@@ -32,8 +32,13 @@ func FailDriverAt(k int, err error) (restore func()) {
 }
 
 // InjectStall makes the loop's next n polls return at once with nothing,
-// as a stalled ring would (driver.injectStall).
-func (l *Loop) InjectStall(n int) { l.drv.injectStall(n) }
+// as a stalled ring would (driver.injectStall), and ends the wait the loop
+// may be in now (an ordinary wakeup), so the stall starts at once instead of
+// after that wait's timer or op completes.
+func (l *Loop) InjectStall(n int) {
+	l.drv.injectStall(n)
+	l.wakeup()
+}
 
 // Waiting reports whether the loop has published a wait deadline (it is
 // blocked in, or about to enter, a wait).

@@ -14,8 +14,16 @@ import (
 
 // inflight arms one op of every kind on l: a timeout, a recv on a socket
 // pair whose data arrives later, and a multishot accept (the eventfd read is
-// the driver's own and always armed). It returns what the test needs to
-// drive and check them.
+// the driver's own and always armed, and not counted). It returns what the
+// test needs to drive and check them.
+//
+// The timeout (inflightTimeout) outlasts the rebuild by far, so all
+// inflightOps ops are still in flight when it happens.
+const (
+	inflightOps     = 3
+	inflightTimeout = 500 * time.Millisecond
+)
+
 type inflight struct {
 	peer       int
 	addr       *unix.SockaddrInet4
@@ -30,7 +38,7 @@ func armEverything(t *testing.T, l *loop.Loop) *inflight {
 	in := &inflight{peer: peer, addr: addr, timeoutRes: make(chan int32, 1), recvData: make(chan []byte, 1), accepted: make(chan int32, 16)}
 	buf := make([]byte, 64)
 	runOn(t, l, func() {
-		if _, err := l.Timeout(300*time.Millisecond, completerFunc(func(c *loop.Completion) { in.timeoutRes <- c.Res })); err != nil {
+		if _, err := l.Timeout(inflightTimeout, completerFunc(func(c *loop.Completion) { in.timeoutRes <- c.Res })); err != nil {
 			t.Error(err)
 		}
 		if _, err := l.Recv(a, buf, 0, completerFunc(func(c *loop.Completion) {
@@ -94,14 +102,19 @@ func TestStallDetectorRebuilds(t *testing.T) {
 		l := g.Loop(0)
 		in := armEverything(t, l)
 		waitFor(t, time.Second, "the loop to wait", l.Waiting)
+		start := time.Now()
 		l.InjectStall(512)
 		waitFor(t, 5*time.Second, "the rebuild", func() bool { return l.Stats().Rebuilds == 1 })
+		took := time.Since(start)
 		in.check(t)
 		time.Sleep(50 * time.Millisecond)
 		s := l.Stats()
-		t.Logf("rebuilds %d, migrated %d ops, early returns %d", s.Rebuilds, s.MigratedOps, s.EarlyReturns)
+		t.Logf("rebuild after %v: rebuilds %d, migrated %d ops, early returns %d", took, s.Rebuilds, s.MigratedOps, s.EarlyReturns)
 		if s.Rebuilds != 1 {
-			t.Fatalf("rebuilds %d migrated %d", s.Rebuilds, s.MigratedOps)
+			t.Fatalf("rebuilds %d after %d early returns", s.Rebuilds, s.EarlyReturns)
+		}
+		if s.MigratedOps != inflightOps {
+			t.Fatalf("migrated %d ops, want the %d in flight (rebuild after %v)", s.MigratedOps, inflightOps, took)
 		}
 	})
 }
@@ -137,6 +150,9 @@ func TestRebuildRingFromOtherGoroutine(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, "the rebuild", func() bool { return l.Stats().Rebuilds == 1 })
+		if s := l.Stats(); s.MigratedOps != inflightOps {
+			t.Fatalf("migrated %d ops, want the %d in flight", s.MigratedOps, inflightOps)
+		}
 		in.check(t)
 	})
 }
