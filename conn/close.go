@@ -1,0 +1,193 @@
+package conn
+
+import (
+	"net"
+
+	"github.com/ringloop/ringloop/loop"
+	"golang.org/x/sys/unix"
+)
+
+// The close protocol (docs/op-lifecycle.md, "Closing an fd"): mark the
+// connection closed, cancel every op in flight on its fd, wait for their
+// final completions (c.ops reaching zero), then close the fd with a CLOSE
+// op, and only after that completes call OnClose, exactly once. No op names
+// the fd when it is closed, so its number can be reused at once without a
+// completion landing on the wrong connection.
+
+// Close closes the connection: receiving stops, bytes still queued are
+// dropped (call CloseWrite first to send them), ops in flight are canceled
+// and their final completions awaited, then the fd is closed and OnClose
+// runs with a nil error (or with the error that closed the connection
+// first). It returns at once; a second call returns an error wrapping
+// net.ErrClosed. Safe for concurrent use.
+func (c *Conn) Close() error {
+	if c.closeReq.Swap(true) {
+		return c.opError("close", "", net.ErrClosed)
+	}
+	c.mu.Lock()
+	c.wclosed = true
+	c.mu.Unlock()
+	if c.l.InLoop() {
+		c.closeNow(nil)
+		return nil
+	}
+	if err := c.l.Execute(c.closeTask); err != nil {
+		// The loop is shutting down: its drain cancels c's ops, and c
+		// closes as they complete (OnClose reports net.ErrClosed).
+		return nil
+	}
+	return nil
+}
+
+func (c *Conn) closeTask() { c.closeNow(nil) }
+
+// CloseWrite shuts down the sending side (shutdown(2) with SHUT_WR) once
+// every byte queued before the call is sent; the peer then reads EOF while
+// this side keeps receiving. Later Writes fail with net.ErrClosed. Safe for
+// concurrent use.
+func (c *Conn) CloseWrite() error {
+	c.mu.Lock()
+	if c.wclosed {
+		c.mu.Unlock()
+		return c.opError("close", "", net.ErrClosed)
+	}
+	c.wclosed = true
+	c.mu.Unlock()
+	f := func() {
+		if c.state != stateOpen {
+			return
+		}
+		c.shutWanted = true
+		if !c.send.active {
+			c.startSend() // sends what is queued, or shuts down at once
+		}
+	}
+	if c.l.InLoop() {
+		f()
+		return nil
+	}
+	if err := c.l.Execute(f); err != nil {
+		return c.opError("close", "", net.ErrClosed)
+	}
+	return nil
+}
+
+// startShutdown submits shutdown(SHUT_WR). Must be called on c's loop.
+func (c *Conn) startShutdown() {
+	m := &c.misc
+	id, err := c.l.Shutdown(c.fd, unix.SHUT_WR, m)
+	if err != nil {
+		c.closeNow(c.opError("close", "shutdown", err))
+		return
+	}
+	m.id, m.kind, m.active = id, miscShutdown, true
+	c.ops++
+}
+
+// closeNow starts the close protocol with cause err (nil: a local Close).
+// Only the first cause counts. Must be called on c's loop.
+func (c *Conn) closeNow(err error) {
+	if c.state >= stateClosing {
+		return
+	}
+	c.state = stateClosing
+	c.closeErr = err
+	c.closeReq.Store(true)
+	c.mu.Lock()
+	c.wclosed = true
+	c.mu.Unlock()
+	stopTimer(&c.readTimer)
+	stopTimer(&c.idleTimer)
+	// Cancel errors mean the op already reached its final completion,
+	// which is then on its way: nothing to do.
+	if c.recv.active {
+		_ = c.l.Cancel(c.recv.id)
+	}
+	if c.send.active {
+		_ = c.l.Cancel(c.send.id)
+	}
+	if c.misc.active {
+		_ = c.l.Cancel(c.misc.id)
+	}
+	c.maybeFinish()
+}
+
+// maybeFinish closes the fd once the connection is closing and no op is
+// left in flight. Must be called on c's loop.
+func (c *Conn) maybeFinish() {
+	if c.state != stateClosing || c.ops > 0 {
+		return
+	}
+	c.state = stateClosed
+	m := &c.misc
+	id, err := c.l.Close(c.fd, m)
+	if err != nil {
+		// The loop no longer takes ops (it is terminating): close
+		// synchronously; nothing is in flight on the fd.
+		_ = unix.Close(c.fd)
+		c.closed()
+		return
+	}
+	m.id, m.kind, m.active = id, miscClose, true
+}
+
+// closed runs after the fd is closed: it frees the outbound queue and
+// reports OnClose. Must be called on c's loop.
+func (c *Conn) closed() {
+	c.mu.Lock()
+	c.out.release()
+	c.buffered.Store(0)
+	c.mu.Unlock()
+	c.rbuf = nil
+	defer func() {
+		// Even if OnClose panics (the loop recovers it), the server
+		// forgets the connection.
+		if c.srv != nil {
+			c.srv.remove(c)
+		}
+	}()
+	c.h.OnClose(c, c.closeErr)
+}
+
+// miscKind tells what miscOp currently carries.
+type miscKind uint8
+
+const (
+	miscConnect miscKind = iota + 1
+	miscShutdown
+	miscClose
+)
+
+// miscOp is the connection's one op besides receive and send: its CONNECT
+// (Dial), its SHUTDOWN (CloseWrite) or its final CLOSE. They never overlap:
+// the shutdown starts only on an open connection (after connect), and the
+// close only when nothing else is in flight.
+type miscOp struct {
+	c      *Conn
+	id     loop.OpID
+	kind   miscKind
+	active bool
+}
+
+// Complete handles the completion of the connect, shutdown or close.
+func (m *miscOp) Complete(cp *loop.Completion) {
+	c := m.c
+	m.active = false
+	switch m.kind {
+	case miscConnect:
+		c.ops--
+		c.connected(cp.Res)
+	case miscShutdown:
+		c.ops--
+		if c.state != stateOpen {
+			c.maybeFinish()
+			return
+		}
+		if cp.Res < 0 && errnoOf(cp.Res) != unix.ENOTCONN {
+			c.closeNow(c.resultError("close", "shutdown", cp.Res))
+		}
+	case miscClose:
+		// close(2) errors are not actionable: the fd is gone either way.
+		c.closed()
+	}
+}

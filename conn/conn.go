@@ -1,0 +1,300 @@
+package conn
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
+)
+
+// connState is where a connection is in its life. It only moves forward
+// and is read and written on the loop goroutine only.
+//
+//	stateConnecting ─connect ok─► stateOpen ─Close / EOF flushed / error / timeout─► stateClosing
+//	        (Dial)                   ▲                                                   │ in-flight ops
+//	stateNew ─registered (accept)────┘                                                   │ reach their
+//	                                                                                      ▼ final completion
+//	                                                        stateClosed ◄─ close(fd) completes: OnClose
+type connState uint8
+
+const (
+	stateNew        connState = iota // accepted, not yet registered on its loop
+	stateConnecting                  // Dial's CONNECT in flight
+	stateOpen                        // OnOpen ran; receiving and sending
+	stateClosing                     // closed for the user; waiting for in-flight ops, then close(fd)
+	stateClosed                      // fd closed, OnClose ran (or Dial failed)
+)
+
+// A Conn is one TCP or Unix stream connection living on one loop for its
+// whole life. Its events go to its Handler on that loop. Every method is
+// safe for concurrent use unless its comment says otherwise.
+type Conn struct {
+	// Immutable after creation.
+	l       *loop.Loop
+	h       Handler
+	wh      WritabilityHandler // h, if it implements it
+	cfg     *config
+	srv     *Server // nil for a dialed conn
+	fd      int
+	network string // "tcp" or "unix"
+	laddr   net.Addr
+	raddr   net.Addr
+
+	// Shared with other goroutines.
+	userCtx     atomic.Pointer[ctxBox]
+	closeReq    atomic.Bool  // Close was called
+	writable    atomic.Bool  // false above the high-water mark until at or below the low one
+	buffered    atomic.Int64 // outbound bytes not yet sent (mirror of out.n)
+	mu          sync.Mutex   // guards out, flushQueued and wclosed
+	out         outQueue     // outbound bytes, appended by Write, consumed by sends
+	flushQueued bool         // a flush tail task is queued on the loop
+	wclosed     bool         // no more writes: closed or CloseWrite
+
+	// Loop goroutine only.
+	state        connState
+	closeErr     error // the cause OnClose reports
+	ops          int   // ops started and not yet at their final completion
+	recv         recvOp
+	send         sendOp
+	misc         miscOp // connect, shutdown and close
+	rbuf         []byte // single-shot receive buffer (fallback only)
+	notified     bool   // writability last reported to the handler
+	eof          bool   // the peer's FIN arrived
+	closeOnDrain error  // close with this cause once the outbound queue is empty
+	shutWanted   bool   // CloseWrite: shutdown(SHUT_WR) once the queue is empty
+	shutDone     bool   // shutdown submitted
+	readTimeout  time.Duration
+	idleTimeout  time.Duration
+	lastRead     int64 // monotonic ns of the last received data
+	lastIO       int64 // monotonic ns of the last receive or send
+	readTimer    *sched.Timer
+	idleTimer    *sched.Timer
+	dial         *dialState // non-nil while Dial waits
+
+	flushFn     func() // c.flush, bound once so queuing it allocates nothing
+	readTimerFn func()
+	idleTimerFn func()
+}
+
+// ctxBox holds the user's context value (atomic.Pointer needs one type).
+type ctxBox struct{ v any }
+
+func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *Server) *Conn {
+	c := &Conn{l: l, h: h, cfg: cfg, srv: srv, fd: fd, network: network}
+	c.wh, _ = h.(WritabilityHandler)
+	c.writable.Store(true)
+	c.notified = true
+	c.recv.c, c.send.c, c.misc.c = c, c, c
+	c.flushFn = c.flush
+	c.readTimerFn = c.onReadTimer
+	c.idleTimerFn = c.onIdleTimer
+	c.readTimeout, c.idleTimeout = cfg.readTimeout, cfg.idleTimeout
+	return c
+}
+
+// epoch anchors the monotonic clock the timeouts read.
+var epoch = time.Now()
+
+// now returns monotonic nanoseconds (a vDSO clock read: no system call, no
+// allocation).
+func now() int64 { return int64(time.Since(epoch)) }
+
+// open makes the connection live on its loop: socket options, addresses,
+// OnOpen, the first receive and the timers. Must be called on c's loop.
+func (c *Conn) open() {
+	applySockopts(c.fd, c.network, c.cfg)
+	c.laddr, c.raddr = localAddr(c.fd, c.network), remoteAddr(c.fd, c.network)
+	c.state = stateOpen
+	t := now()
+	c.lastRead, c.lastIO = t, t
+	c.h.OnOpen(c)
+	if c.state != stateOpen {
+		return // closed by OnOpen
+	}
+	c.armRecv()
+	c.armReadTimer()
+	c.armIdleTimer()
+}
+
+// LocalAddr returns the local address (*net.TCPAddr or *net.UnixAddr).
+// Safe for concurrent use.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr returns the peer's address (*net.TCPAddr or *net.UnixAddr).
+// Safe for concurrent use.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// Loop returns the loop the connection lives on; every Handler callback
+// runs there. Safe for concurrent use.
+func (c *Conn) Loop() *loop.Loop { return c.l }
+
+// Context returns the value last stored by SetContext, or nil. Safe for
+// concurrent use.
+func (c *Conn) Context() any {
+	if b := c.userCtx.Load(); b != nil {
+		return b.v
+	}
+	return nil
+}
+
+// SetContext stores v in the connection's user slot (for example per
+// connection protocol state). Safe for concurrent use.
+func (c *Conn) SetContext(v any) { c.userCtx.Store(&ctxBox{v}) }
+
+// Writable reports whether the outbound buffer is below the high-water
+// mark: false once more than the high mark is queued, until it drains to
+// the low mark. Safe for concurrent use.
+func (c *Conn) Writable() bool { return c.writable.Load() }
+
+// Buffered returns the outbound bytes queued and not yet sent. Safe for
+// concurrent use.
+func (c *Conn) Buffered() int { return int(c.buffered.Load()) }
+
+// onLoop runs f on c's loop: at once when the caller is on it, else as a
+// task, waiting for its result. It returns net.ErrClosed (decorated) when
+// the loop is gone.
+func (c *Conn) onLoop(op string, f func() error) error {
+	if c.l.InLoop() {
+		return f()
+	}
+	res := make(chan error, 1)
+	if err := c.l.Execute(func() { res <- f() }); err != nil {
+		return c.opError(op, "", net.ErrClosed)
+	}
+	return <-res
+}
+
+// SetReadTimeout closes the connection with an error wrapping
+// os.ErrDeadlineExceeded if no data arrives for d, counted from this call
+// and from each receive; 0 turns it off. The check runs on the loop's timer
+// wheel (resolution: the loop's tick). Safe for concurrent use.
+func (c *Conn) SetReadTimeout(d time.Duration) error {
+	if d < 0 {
+		return invalidOption("read timeout %v (expected >= 0)", d)
+	}
+	return c.onLoop("set", func() error {
+		if c.state >= stateClosing {
+			return c.opError("set", "", net.ErrClosed)
+		}
+		c.readTimeout = d
+		c.lastRead = now()
+		stopTimer(&c.readTimer)
+		if c.state == stateOpen {
+			c.armReadTimer()
+		}
+		return nil
+	})
+}
+
+// SetIdleTimeout closes the connection with an error wrapping
+// os.ErrDeadlineExceeded if it neither receives nor sends for d, counted
+// from this call; 0 turns it off. Safe for concurrent use.
+func (c *Conn) SetIdleTimeout(d time.Duration) error {
+	if d < 0 {
+		return invalidOption("idle timeout %v (expected >= 0)", d)
+	}
+	return c.onLoop("set", func() error {
+		if c.state >= stateClosing {
+			return c.opError("set", "", net.ErrClosed)
+		}
+		c.idleTimeout = d
+		c.lastIO = now()
+		stopTimer(&c.idleTimer)
+		if c.state == stateOpen {
+			c.armIdleTimer()
+		}
+		return nil
+	})
+}
+
+func stopTimer(t **sched.Timer) {
+	if *t != nil {
+		(*t).Stop()
+		*t = nil
+	}
+}
+
+func (c *Conn) armReadTimer() {
+	if c.readTimeout > 0 && c.readTimer == nil {
+		c.readTimer, _ = c.l.Schedule(c.readTimeout, c.readTimerFn)
+	}
+}
+
+func (c *Conn) armIdleTimer() {
+	if c.idleTimeout > 0 && c.idleTimer == nil {
+		c.idleTimer, _ = c.l.Schedule(c.idleTimeout, c.idleTimerFn)
+	}
+}
+
+// onReadTimer checks the read deadline (Netty's IdleStateHandler scheme:
+// one timer per connection, re-armed for the time left instead of being
+// reset on every receive, so receiving costs a clock read only).
+func (c *Conn) onReadTimer() {
+	c.readTimer = nil
+	if c.state != stateOpen || c.readTimeout <= 0 || c.eof {
+		return
+	}
+	if left := c.readTimeout - time.Duration(now()-c.lastRead); left > 0 {
+		c.readTimer, _ = c.l.Schedule(left, c.readTimerFn)
+		return
+	}
+	c.closeNow(c.opError("read", "", errDeadline))
+}
+
+func (c *Conn) onIdleTimer() {
+	c.idleTimer = nil
+	if c.state != stateOpen || c.idleTimeout <= 0 {
+		return
+	}
+	if left := c.idleTimeout - time.Duration(now()-c.lastIO); left > 0 {
+		c.idleTimer, _ = c.l.Schedule(left, c.idleTimerFn)
+		return
+	}
+	c.closeNow(c.opError("read", "", errDeadline))
+}
+
+// SetNoDelay sets TCP_NODELAY (a no-op for Unix sockets). Safe for
+// concurrent use.
+func (c *Conn) SetNoDelay(on bool) error {
+	return c.sockopt(func() error { return setNoDelay(c.fd, c.network, on) })
+}
+
+// SetKeepAlive enables keepalive probes with d as idle time and interval
+// (whole seconds, rounded up), or disables them for d <= 0. A no-op for Unix
+// sockets. Safe for concurrent use.
+func (c *Conn) SetKeepAlive(d time.Duration) error {
+	return c.sockopt(func() error { return setKeepAlive(c.fd, c.network, d) })
+}
+
+// SetReadBuffer sets SO_RCVBUF. Safe for concurrent use.
+func (c *Conn) SetReadBuffer(n int) error {
+	if n < 0 {
+		return invalidOption("read buffer %d (expected >= 0)", n)
+	}
+	return c.sockopt(func() error { return setBuffer(c.fd, false, n) })
+}
+
+// SetWriteBuffer sets SO_SNDBUF. Safe for concurrent use.
+func (c *Conn) SetWriteBuffer(n int) error {
+	if n < 0 {
+		return invalidOption("write buffer %d (expected >= 0)", n)
+	}
+	return c.sockopt(func() error { return setBuffer(c.fd, true, n) })
+}
+
+// sockopt runs a setsockopt on the loop, where the fd cannot be closed (and
+// its number reused) underneath it.
+func (c *Conn) sockopt(f func() error) error {
+	return c.onLoop("set", func() error {
+		if c.state >= stateClosing {
+			return c.opError("set", "", net.ErrClosed)
+		}
+		if err := f(); err != nil {
+			return c.opError("set", "setsockopt", err)
+		}
+		return nil
+	})
+}

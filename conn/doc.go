@@ -1,0 +1,81 @@
+// Package conn runs TCP and Unix stream connections on ringloop's event
+// loops: servers (Listen) and clients (Dial) whose events reach a Handler
+// on the connection's loop goroutine.
+//
+// # Handler model
+//
+// A connection is pinned to one loop.Loop for its whole life (Netty's
+// channel-to-EventLoop rule). Listen accepts on an acceptor loop and hands
+// every new fd to workers.Next(); with WithReusePort each worker loop has
+// its own SO_REUSEPORT listener and keeps what it accepts. Dial connects on
+// g.Next(). Every Handler callback (OnOpen, OnData, OnClose, and
+// OnWritabilityChanged for a WritabilityHandler) runs on that loop, one at a
+// time, and must not block: a blocked callback stalls every connection of
+// the loop. OnOpen runs once before any OnData; OnClose runs exactly once,
+// after the fd is closed, with nil after a local Close, io.EOF after the
+// peer's FIN, or a *net.OpError keeping the errno (errors.Is(err,
+// syscall.ECONNRESET)) or wrapping os.ErrDeadlineExceeded after a timeout.
+//
+// # Affinity
+//
+// Every exported method of Conn and Server is safe for concurrent use: a
+// method called off the loop posts its work to the loop (Loop.Execute), and
+// Write from the loop itself costs a lock and a copy, no system call. The
+// Handler callbacks are the loop-only side: they are called by the loop,
+// never by user code. Close, CloseWrite and the Set* methods act at once
+// when called on the connection's loop and are queued otherwise; the Set*
+// methods then wait for the result. Server.Shutdown must not be called on
+// one of the server's loops.
+//
+// # Buffer ownership
+//
+// The slice passed to OnData is valid only during the call: it is usually
+// one of the loop's provided buffers, which goes back to the kernel when
+// OnData returns. Copy what must outlive the call. Write and Writev copy
+// their arguments into the connection's outbound queue before returning, so
+// the caller may reuse its buffer at once (echoing data from OnData is
+// safe). The outbound queue is a list of pooled 16 KiB chunks; an idle
+// connection holds none.
+//
+// # Sending
+//
+// Writes queue; once per loop turn (a tail task, Loop.ExecuteAfterTurn) the
+// connection submits one SEND, or one SENDMSG gathering up to 64 queued
+// chunks. One send is in flight per connection; a short write continues
+// where it stopped, and bytes go out in the order the Write calls returned,
+// across goroutines. Above the high-water mark (default 64 KiB) Writable
+// reports false and a WritabilityHandler hears OnWritabilityChanged(false);
+// at the low-water mark (default 32 KiB) it becomes writable again. Write
+// never blocks and never refuses for backpressure: a producer must watch
+// writability. SEND_ZC is off by default (WithSendZCThreshold).
+//
+// # Receiving
+//
+// Each open connection keeps one multishot receive into the loop's
+// provided-buffer ring (sized by loop.WithBufferRing). When the ring runs
+// dry (-ENOBUFS) or the kernel ends the multishot receive, the connection
+// re-arms it; nothing is lost. Where the backend lacks multishot receive the
+// connection uses single-shot receives into a 16 KiB buffer of its own.
+// After the peer's FIN, receiving stops, the queued writes are sent, and the
+// connection closes with io.EOF: a half-closed peer (CloseWrite) still gets
+// every byte written before that.
+//
+// # Closing
+//
+// Close marks the connection closed (Write then fails with net.ErrClosed),
+// drops unsent bytes, cancels the ops in flight, waits for their final
+// completions, closes the fd with a CLOSE op and calls OnClose. CloseWrite
+// sends what is queued, then shuts the sending side down (SHUT_WR).
+//
+// # Defaults
+//
+// TCP_NODELAY on; keepalive, SO_RCVBUF and SO_SNDBUF left to the kernel;
+// listen backlog 4096; water marks 32 KiB / 64 KiB; no read or idle
+// timeout (WithReadTimeout, WithIdleTimeout, Conn.SetReadTimeout and
+// Conn.SetIdleTimeout use the loop's timer wheel); SEND_ZC off; accept
+// errors that mean "out of fds or memory" (EMFILE, ENFILE, ENOBUFS, ENOMEM)
+// pause accepting for 10 ms, doubling up to 1 s, instead of spinning.
+//
+// Both backends (loop.BackendUring and loop.BackendEpoll) run the same op
+// contract, so a connection behaves identically on either.
+package conn

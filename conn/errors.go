@@ -1,0 +1,58 @@
+package conn
+
+import (
+	"errors"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Errors of package conn. Failures of the network itself are *net.OpError
+// values, as package net returns them, so the usual checks work:
+// errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed),
+// errors.Is(err, os.ErrDeadlineExceeded).
+var (
+	// ErrInvalidOption is wrapped by the error Listen and Dial return for an
+	// option value that cannot work.
+	ErrInvalidOption = errors.New("conn: invalid option")
+	// ErrUnknownNetwork is wrapped by the error Listen and Dial return for
+	// a network other than "tcp", "tcp4", "tcp6" and "unix".
+	ErrUnknownNetwork = errors.New("conn: unknown network")
+	// ErrServerClosed is returned by Shutdown and Close once the server was
+	// closed before.
+	ErrServerClosed = errors.New("conn: server closed")
+)
+
+// errnoOf turns a negative completion result into its errno.
+func errnoOf(res int32) unix.Errno { return unix.Errno(-res) }
+
+// opError builds the error package net would return: a *net.OpError whose
+// Err is an *os.SyscallError naming the failed call when err is an errno,
+// so the errno stays reachable with errors.Is.
+func opError(op, network, call string, src, dst net.Addr, err error) error {
+	if errno, ok := err.(unix.Errno); ok && call != "" {
+		err = os.NewSyscallError(call, errno)
+	}
+	return &net.OpError{Op: op, Net: network, Source: src, Addr: dst, Err: err}
+}
+
+// opError decorates err with the connection's network and addresses.
+func (c *Conn) opError(op, call string, err error) error {
+	return opError(op, c.network, call, c.laddr, c.raddr, err)
+}
+
+// resultError maps the failed result of one of c's ops: -ECANCELED, which
+// only the loop's own shutdown causes while c is open, becomes net.ErrClosed
+// (a canceled op reports why it was canceled, not ECANCELED).
+func (c *Conn) resultError(op, call string, res int32) error {
+	errno := errnoOf(res)
+	if errno == unix.ECANCELED {
+		return c.opError(op, "", net.ErrClosed)
+	}
+	return c.opError(op, call, errno)
+}
+
+// errDeadline is what a read or idle timeout reports (wrapped in a
+// *net.OpError), as package net does for an expired deadline.
+var errDeadline = os.ErrDeadlineExceeded

@@ -1,0 +1,507 @@
+package conn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
+	"golang.org/x/sys/unix"
+)
+
+// A Server accepts connections on one listening socket (or, in reuse-port
+// mode, one per worker loop) and runs each on a worker loop with its
+// Handler. Its methods are safe for concurrent use.
+type Server struct {
+	workers *loop.Group
+	h       Handler
+	cfg     *config
+	network string // "tcp" or "unix"
+	addr    net.Addr
+	lns     []*listener
+
+	closeOnce sync.Once
+	closing   atomic.Bool // Close or Shutdown was called
+	shutting  atomic.Bool // Shutdown was called: new conns are closed at once
+	live      atomic.Int64
+	mu        sync.Mutex
+	conns     map[*Conn]struct{}
+}
+
+// Backoff bounds for accept errors that mean "out of resources" (EMFILE,
+// ENFILE, ENOBUFS, ENOMEM): the listener stops accepting for a while
+// instead of spinning on the same error, doubling the pause up to the cap,
+// and resets it on the next successful accept (hard-coded, as Go's
+// net/http.Server does for temporary accept errors).
+const (
+	acceptBackoffMin = 10 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// forceSingleAccept makes listeners use single-shot accepts (a test seam set
+// through export_test.go).
+var forceSingleAccept atomic.Bool
+
+// Listen opens a listening socket and serves connections on workers with h.
+// network is "tcp", "tcp4", "tcp6" or "unix". An empty or unspecified host
+// listens on every address ("tcp": dual stack where IPv6 exists); port 0
+// picks a free port (Addr tells which). Each accepted connection is handed
+// to workers.Next() and lives on that loop; the acceptor loop is
+// WithAcceptor's, else workers.Next(). With WithReusePort(true) (TCP only)
+// every worker loop gets its own SO_REUSEPORT listener and keeps the
+// connections it accepts. A Unix socket's path is removed by Close. Safe
+// for concurrent use.
+func Listen(network, address string, workers *loop.Group, h Handler, opts ...Option) (*Server, error) {
+	if workers == nil || h == nil {
+		return nil, fmt.Errorf("conn: Listen: nil group or handler")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.acceptor != nil && cfg.acceptor.State() >= loop.StateShuttingDown {
+		return nil, invalidOption("acceptor loop %v is shutting down", cfg.acceptor)
+	}
+	s := &Server{workers: workers, h: h, cfg: cfg, network: netOf(network), conns: make(map[*Conn]struct{})}
+	fail := func(err error) (*Server, error) {
+		for _, ln := range s.lns {
+			unix.Close(ln.fd)
+		}
+		return nil, opError("listen", network, "", nil, nil, err)
+	}
+	sa, family, v6only, err := resolveListen(network, address)
+	if err != nil {
+		return fail(err)
+	}
+	if cfg.reusePort && family == unix.AF_UNIX {
+		return fail(invalidOption("reuse-port needs a TCP network, not %q", network))
+	}
+	n := 1
+	if cfg.reusePort {
+		n = workers.Len()
+	}
+	for i := range n {
+		fd, err := listenSocket(family, sa, v6only, cfg.reusePort, cfg.backlog)
+		if err != nil && i == 0 && family == unix.AF_INET6 && network == "tcp" && isUnspecified(sa) {
+			// No IPv6 on this host: "tcp" on every address falls back to IPv4.
+			family, sa, v6only = unix.AF_INET, &unix.SockaddrInet4{Port: sockPort(sa)}, false
+			fd, err = listenSocket(family, sa, v6only, cfg.reusePort, cfg.backlog)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		ln := &listener{s: s, fd: fd, done: make(chan struct{})}
+		s.lns = append(s.lns, ln)
+		if i == 0 {
+			bound, err := unix.Getsockname(fd)
+			if err != nil {
+				return fail(os.NewSyscallError("getsockname", err))
+			}
+			if u, ok := sa.(*unix.SockaddrUnix); ok {
+				s.addr = &net.UnixAddr{Name: u.Name, Net: "unix"}
+				if len(u.Name) > 0 && u.Name[0] != '@' {
+					ln.path = u.Name
+				}
+			} else {
+				s.addr = sockaddrToAddr(bound)
+				sa = withPort(sa, sockPort(bound)) // the other reuse-port listeners share the port
+			}
+		}
+		switch {
+		case cfg.reusePort:
+			ln.l = workers.Loop(i)
+		case cfg.acceptor != nil:
+			ln.l = cfg.acceptor
+		default:
+			ln.l = workers.Next()
+		}
+	}
+	for i, ln := range s.lns {
+		ln.rearmFn = ln.arm
+		if err := ln.l.Execute(ln.arm); err != nil {
+			for _, ln := range s.lns[i:] {
+				unix.Close(ln.fd)
+				ln.removePath()
+				close(ln.done)
+			}
+			s.lns = s.lns[:i]
+			s.Close()
+			return nil, opError("listen", network, "", nil, s.addr, err)
+		}
+	}
+	return s, nil
+}
+
+// Addr returns the address the server listens on, with the real port when
+// Listen asked for port 0. Safe for concurrent use.
+func (s *Server) Addr() net.Addr { return s.addr }
+
+// Conns returns the number of live connections: registered on their loop
+// and not yet through OnClose. Safe for concurrent use.
+func (s *Server) Conns() int { return int(s.live.Load()) }
+
+// Close stops accepting and closes the listening sockets (removing a Unix
+// socket's path); live connections stay open. It waits for the listeners'
+// accept ops to end, unless called on one of the acceptor loops, where it
+// returns at once and the listeners close right after. A second call
+// returns ErrServerClosed. Safe for concurrent use.
+func (s *Server) Close() error {
+	first := false
+	s.closeOnce.Do(func() { first = true })
+	if !first {
+		return ErrServerClosed
+	}
+	s.closing.Store(true)
+	var wait []*listener
+	for _, ln := range s.lns {
+		if err := ln.l.Execute(ln.stop); err != nil {
+			// The loop terminated: its drain ended the accept; the
+			// listener's fd is closed by its last completion, or here if
+			// it never started.
+			ln.closeFdOnce()
+			continue
+		}
+		if !ln.l.InLoop() {
+			wait = append(wait, ln)
+		}
+	}
+	for _, ln := range wait {
+		select {
+		case <-ln.done:
+		case <-ln.l.Done():
+			ln.closeFdOnce()
+		}
+	}
+	return nil
+}
+
+// Shutdown closes the server (as Close), then closes every live connection
+// (as Conn.Close) and waits until all of them went through OnClose, or
+// until ctx ends (returning ctx.Err()). Connections accepted meanwhile are
+// closed as they register. Must not be called on one of the workers' loops
+// (it would wait for itself). Safe for concurrent use.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutting.Store(true)
+	err := s.Close()
+	if err != nil && !errors.Is(err, ErrServerClosed) {
+		return err
+	}
+	s.mu.Lock()
+	live := make([]*Conn, 0, len(s.conns))
+	for c := range s.conns {
+		live = append(live, c)
+	}
+	s.mu.Unlock()
+	for _, c := range live {
+		_ = c.Close()
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for s.live.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// add registers a new connection. It reports false once Shutdown began.
+func (s *Server) add(c *Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.live.Add(1)
+	return true
+}
+
+// remove forgets a connection after its OnClose.
+func (s *Server) remove(c *Conn) {
+	s.mu.Lock()
+	if _, ok := s.conns[c]; ok {
+		delete(s.conns, c)
+		s.live.Add(-1)
+	}
+	s.mu.Unlock()
+}
+
+// listener is one listening socket and the accept op on its loop. Fields
+// below fdClosed are owned by the loop goroutine.
+type listener struct {
+	s        *Server
+	l        *loop.Loop
+	fd       int
+	path     string // Unix socket path to remove on close
+	done     chan struct{}
+	fdClosed atomic.Bool
+
+	id      loop.OpID
+	active  bool
+	closing bool
+	backoff time.Duration
+	pause   bool // the next arm waits for a backoff timer
+	timer   *sched.Timer
+	rearmFn func()
+}
+
+// arm starts the accept op (multishot where the backend has it). Must be
+// called on ln's loop.
+func (ln *listener) arm() {
+	ln.timer = nil
+	if ln.closing || ln.active {
+		return
+	}
+	id, err := ln.l.Accept(ln.fd, !forceSingleAccept.Load(), ln)
+	if err != nil {
+		if errors.Is(err, loop.ErrTooManyOps) {
+			ln.backOff()
+			return
+		}
+		// The loop no longer takes ops: the listener is done.
+		ln.closing = true
+		ln.closeFdOnce()
+		return
+	}
+	ln.id, ln.active = id, true
+}
+
+// Complete handles the accept op's completions: a new fd (handed to a
+// worker), or an error. Must be called on ln's loop.
+func (ln *listener) Complete(cp *loop.Completion) {
+	final := !cp.More()
+	if final {
+		ln.active = false
+	}
+	res := cp.Res
+	if ln.closing {
+		if res >= 0 {
+			unix.Close(int(res)) // accepted while closing: nobody will serve it
+		}
+		if final {
+			ln.closeFdOnce()
+		}
+		return
+	}
+	if res >= 0 {
+		ln.backoff = 0
+		ln.s.handoff(ln, int(res))
+		if final {
+			ln.next()
+		}
+		return
+	}
+	switch errnoOf(res) {
+	case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
+		// Out of resources: stop accepting (so the same error cannot
+		// come back at once) and try again after a pause.
+		ln.pause = true
+		if !final {
+			_ = ln.l.Cancel(ln.id)
+			return
+		}
+		ln.next()
+	case unix.ECANCELED:
+		if final && !ln.pause {
+			// Canceled by the loop's own shutdown: the listener is done.
+			ln.closing = true
+			ln.closeFdOnce()
+			return
+		}
+		if final {
+			ln.next()
+		}
+	case unix.ECONNABORTED, unix.EINTR, unix.EAGAIN, unix.EPROTO, unix.EPERM:
+		// The peer gave up, or a transient condition: accept the next one.
+		if final {
+			ln.next()
+		}
+	default:
+		ln.pause = true
+		if final {
+			ln.next()
+		}
+	}
+}
+
+// next follows the accept op's final completion: re-arm at once, or after a
+// pause if an error asked for one.
+func (ln *listener) next() {
+	if ln.pause {
+		ln.pause = false
+		ln.backOff()
+		return
+	}
+	ln.arm()
+}
+
+// backOff schedules the next arm after a growing pause.
+func (ln *listener) backOff() {
+	if ln.timer != nil {
+		return
+	}
+	ln.backoff = min(max(2*ln.backoff, acceptBackoffMin), acceptBackoffMax)
+	t, err := ln.l.Schedule(ln.backoff, ln.rearmFn)
+	if err != nil {
+		ln.closing = true
+		if !ln.active {
+			ln.closeFdOnce()
+		}
+		return
+	}
+	ln.timer = t
+}
+
+// stop ends accepting: the accept op is canceled and the fd closed on its
+// final completion. Must be called on ln's loop.
+func (ln *listener) stop() {
+	if ln.closing {
+		return
+	}
+	ln.closing = true
+	if ln.timer != nil {
+		ln.timer.Stop()
+		ln.timer = nil
+	}
+	if ln.active {
+		if err := ln.l.Cancel(ln.id); err == nil {
+			return
+		}
+	}
+	ln.closeFdOnce()
+}
+
+// closeFdOnce closes the listening fd (once), removes a Unix path and
+// signals done.
+func (ln *listener) closeFdOnce() {
+	if ln.fdClosed.Swap(true) {
+		return
+	}
+	unix.Close(ln.fd)
+	ln.removePath()
+	close(ln.done)
+}
+
+func (ln *listener) removePath() {
+	if ln.path != "" {
+		_ = os.Remove(ln.path)
+	}
+}
+
+// handoff gives an accepted fd to a worker loop (reuse-port: ln's own
+// loop). A worker that refuses the task (shutting down, queue full) makes
+// the fd close at once: it is never leaked.
+func (s *Server) handoff(ln *listener, fd int) {
+	w := ln.l
+	if !s.cfg.reusePort {
+		w = s.workers.Next()
+	}
+	c := newConn(w, fd, s.network, s.h, s.cfg, s)
+	if w == ln.l {
+		c.register()
+		return
+	}
+	if err := w.Execute(c.register); err != nil {
+		unix.Close(fd)
+	}
+}
+
+// register runs on the connection's loop: the server counts it, then it
+// opens. After Shutdown began it is closed at once instead.
+func (c *Conn) register() {
+	if !c.srv.add(c) {
+		unix.Close(c.fd)
+		c.state = stateClosed
+		return
+	}
+	c.open()
+}
+
+// resolveListen turns network and address into the socket address to bind.
+func resolveListen(network, address string) (sa unix.Sockaddr, family int, v6only bool, err error) {
+	switch network {
+	case "unix":
+		if address == "" {
+			return nil, 0, false, fmt.Errorf("conn: empty unix socket path")
+		}
+		return &unix.SockaddrUnix{Name: address}, unix.AF_UNIX, false, nil
+	case "tcp", "tcp4", "tcp6":
+	default:
+		return nil, 0, false, fmt.Errorf("%w: %q", ErrUnknownNetwork, network)
+	}
+	host, portStr, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	port, err := parsePort(context.Background(), network, portStr)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	var ip netip.Addr
+	switch {
+	case host == "" && network == "tcp4":
+		ip = netip.IPv4Unspecified()
+	case host == "":
+		ip = netip.IPv6Unspecified()
+	default:
+		if ip, err = netip.ParseAddr(host); err != nil {
+			ips, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			if ip, err = pickAddr(network, ips, host); err != nil {
+				return nil, 0, false, err
+			}
+		}
+	}
+	if ip.IsUnspecified() && ip.Is6() && network == "tcp" {
+		// "tcp" on every address: dual stack.
+		return &unix.SockaddrInet6{Port: port}, unix.AF_INET6, false, nil
+	}
+	sa, family, err = tcpSockaddr(network, netip.AddrPortFrom(ip, uint16(port)))
+	return sa, family, network == "tcp6", err
+}
+
+func isUnspecified(sa unix.Sockaddr) bool {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet6:
+		return a.Addr == [16]byte{}
+	case *unix.SockaddrInet4:
+		return a.Addr == [4]byte{}
+	}
+	return false
+}
+
+func sockPort(sa unix.Sockaddr) int {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return a.Port
+	case *unix.SockaddrInet6:
+		return a.Port
+	}
+	return 0
+}
+
+func withPort(sa unix.Sockaddr, port int) unix.Sockaddr {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		b := *a
+		b.Port = port
+		return &b
+	case *unix.SockaddrInet6:
+		b := *a
+		b.Port = port
+		return &b
+	}
+	return sa
+}

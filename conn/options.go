@@ -1,0 +1,165 @@
+package conn
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ringloop/ringloop/loop"
+)
+
+// An Option configures Listen or Dial. Options are applied in order; later
+// ones win. Zero values mean the default, and values that cannot work make
+// Listen or Dial return an error wrapping ErrInvalidOption, never panic.
+// Options that only make sense for a listener (WithAcceptor, WithReusePort,
+// WithBacklog) are ignored by Dial.
+type Option func(*config)
+
+// Defaults.
+const (
+	// DefaultBacklog is the listen(2) backlog; the kernel caps it at
+	// net.core.somaxconn.
+	DefaultBacklog = 4096
+	// DefaultLowWaterMark and DefaultHighWaterMark bound a connection's
+	// outbound buffer: above the high mark the connection reports itself
+	// unwritable until it drains to the low mark (Netty's defaults).
+	DefaultLowWaterMark  = 32 << 10
+	DefaultHighWaterMark = 64 << 10
+	// DefaultSendZCThreshold is 0: SEND_ZC is off. On loopback the kernel
+	// copies a zero-copy send anyway and the extra notification completion
+	// makes it slower than a plain SEND at every size measured (see
+	// docs/conn.md); over a real NIC it can pay above roughly 16 KiB, which
+	// WithSendZCThreshold lets a user choose.
+	DefaultSendZCThreshold = 0
+	// maxBufferOption caps WithReadBuffer and WithWriteBuffer (hard-coded:
+	// 1 GiB is far above any kernel's wmem_max/rmem_max default).
+	maxBufferOption = 1 << 30
+)
+
+// config holds every setting. defaultConfig is the only place defaults live.
+type config struct {
+	acceptor    *loop.Loop
+	reusePort   bool
+	backlog     int
+	delay       bool // TCP_NODELAY off (the zero value keeps it on)
+	keepAlive   time.Duration
+	readBuf     int
+	writeBuf    int
+	lowWater    int
+	highWater   int
+	readTimeout time.Duration
+	idleTimeout time.Duration
+	sendZC      int
+}
+
+func defaultConfig() config {
+	return config{
+		backlog:   DefaultBacklog,
+		lowWater:  DefaultLowWaterMark,
+		highWater: DefaultHighWaterMark,
+		sendZC:    DefaultSendZCThreshold,
+	}
+}
+
+// WithAcceptor sets the loop that accepts connections for Listen. nil (the
+// default) means workers.Next() at the time Listen is called. Ignored with
+// WithReusePort(true), where every worker loop accepts for itself.
+func WithAcceptor(l *loop.Loop) Option { return func(c *config) { c.acceptor = l } }
+
+// WithReusePort makes Listen open one SO_REUSEPORT listener per worker
+// loop, each accepting for itself, so a connection lives on the loop that
+// accepted it and no hand-off happens (TCP only; default false).
+func WithReusePort(on bool) Option { return func(c *config) { c.reusePort = on } }
+
+// WithBacklog sets the listen(2) backlog (default 4096; 0 means the
+// default; negative values are rejected). The kernel caps it at
+// net.core.somaxconn.
+func WithBacklog(n int) Option { return func(c *config) { c.backlog = n } }
+
+// WithNoDelay sets TCP_NODELAY on every TCP connection (default true:
+// writes go out as soon as the loop flushes them). Ignored for Unix sockets.
+func WithNoDelay(on bool) Option { return func(c *config) { c.delay = !on } }
+
+// WithKeepAlive enables TCP keepalive probes with d as both the idle time
+// and the probe interval (whole seconds, rounded up). 0 (the default) leaves
+// the kernel's setting (off unless a sysctl says otherwise); negative
+// disables keepalive explicitly.
+func WithKeepAlive(d time.Duration) Option { return func(c *config) { c.keepAlive = d } }
+
+// WithReadBuffer sets SO_RCVBUF (bytes). 0 (the default) keeps the
+// kernel's autotuned size; negative values are rejected.
+func WithReadBuffer(n int) Option { return func(c *config) { c.readBuf = n } }
+
+// WithWriteBuffer sets SO_SNDBUF (bytes). 0 (the default) keeps the
+// kernel's autotuned size; negative values are rejected.
+func WithWriteBuffer(n int) Option { return func(c *config) { c.writeBuf = n } }
+
+// WithWaterMarks sets the outbound water marks in bytes (defaults 32 KiB
+// and 64 KiB). A connection becomes unwritable when more than high bytes are
+// queued and writable again at low or fewer. Both 0 means the defaults;
+// otherwise 0 <= low <= high and high > 0 are required.
+func WithWaterMarks(low, high int) Option {
+	return func(c *config) { c.lowWater, c.highWater = low, high }
+}
+
+// WithReadTimeout closes a connection with an error wrapping
+// os.ErrDeadlineExceeded when no data arrives for d (0, the default, means
+// no timeout; negative values are rejected). See Conn.SetReadTimeout.
+func WithReadTimeout(d time.Duration) Option { return func(c *config) { c.readTimeout = d } }
+
+// WithIdleTimeout closes a connection with an error wrapping
+// os.ErrDeadlineExceeded when it neither receives nor sends for d (0, the
+// default, means no timeout; negative values are rejected). See
+// Conn.SetIdleTimeout.
+func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idleTimeout = d } }
+
+// WithSendZCThreshold sends a flush of at least n bytes that goes out as a
+// single buffer with SEND_ZC (zero copy) where the kernel supports it. 0
+// (the default) never uses SEND_ZC; negative values are rejected.
+func WithSendZCThreshold(n int) Option { return func(c *config) { c.sendZC = n } }
+
+// newConfig applies opts over the defaults and validates the result.
+func newConfig(opts []Option) (*config, error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalidOption("nil Option")
+		}
+		o(&c)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *config) validate() error {
+	d := defaultConfig()
+	switch {
+	case c.backlog < 0:
+		return invalidOption("backlog %d (expected >= 0)", c.backlog)
+	case c.readBuf < 0 || c.readBuf > maxBufferOption:
+		return invalidOption("read buffer %d (expected 0..%d)", c.readBuf, maxBufferOption)
+	case c.writeBuf < 0 || c.writeBuf > maxBufferOption:
+		return invalidOption("write buffer %d (expected 0..%d)", c.writeBuf, maxBufferOption)
+	case c.readTimeout < 0:
+		return invalidOption("read timeout %v (expected >= 0)", c.readTimeout)
+	case c.idleTimeout < 0:
+		return invalidOption("idle timeout %v (expected >= 0)", c.idleTimeout)
+	case c.sendZC < 0:
+		return invalidOption("send-zc threshold %d (expected >= 0)", c.sendZC)
+	}
+	if c.backlog == 0 {
+		c.backlog = d.backlog
+	}
+	if c.lowWater == 0 && c.highWater == 0 {
+		c.lowWater, c.highWater = d.lowWater, d.highWater
+	}
+	if c.lowWater < 0 || c.highWater <= 0 || c.lowWater > c.highWater {
+		return invalidOption("water marks low %d, high %d (expected 0 <= low <= high, high > 0)", c.lowWater, c.highWater)
+	}
+	return nil
+}
+
+func invalidOption(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,330 @@
+package conn
+
+import (
+	"net"
+	"sync"
+
+	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// The send path.
+//
+// Write copies into the connection's outbound queue, a FIFO of fixed-size
+// chunks taken from a process-wide pool, under c.mu, and queues one flush
+// tail task per loop turn (c.flushQueued deduplicates it). The flush, on the
+// loop, gathers up to maxSendIov queued ranges into one SEND (one range) or
+// one SENDMSG (several). Only one send is in flight per connection; its
+// completion consumes the bytes sent, hands emptied chunks back to the pool,
+// and submits the next send if bytes remain, so a short write continues
+// exactly where it stopped and order is kept.
+//
+// Writers only ever append to the last chunk; a chunk that is not last
+// never changes again. A send snapshot therefore covers whole frozen chunks
+// plus a prefix of the last one, and writers may keep appending behind that
+// prefix while the kernel reads it: the two ranges never overlap.
+//
+// Steady state allocates nothing: chunks come from the pool, the chunk FIFO
+// and the iovec list keep their backing arrays, and the flush is a method
+// value bound once. An idle connection holds no chunk.
+
+const (
+	// chunkSize is the outbound chunk size. 16 KiB keeps a small echo in
+	// one chunk and a large write in few iovecs (hard-coded).
+	chunkSize = 16 << 10
+	// maxSendIov bounds the ranges one SENDMSG gathers (1 MiB of chunks;
+	// the kernel's UIO_MAXIOV is 1024).
+	maxSendIov = 64
+)
+
+type chunk struct {
+	buf  []byte
+	r, w int // bytes [r, w) are queued
+}
+
+var chunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, chunkSize)} }}
+
+// outQueue is a FIFO of chunks: q[head:] are live.
+type outQueue struct {
+	q    []*chunk
+	head int
+	n    int // bytes queued
+}
+
+// append copies p behind the queued bytes. Caller holds c.mu.
+func (o *outQueue) append(p []byte) {
+	o.n += len(p)
+	for len(p) > 0 {
+		var t *chunk
+		if len(o.q) > o.head {
+			t = o.q[len(o.q)-1]
+		}
+		if t == nil || t.w == len(t.buf) {
+			t = chunkPool.Get().(*chunk)
+			t.r, t.w = 0, 0
+			if o.head > 0 && len(o.q) == cap(o.q) {
+				// Slide the live chunks down instead of growing.
+				k := copy(o.q, o.q[o.head:])
+				clear(o.q[k:])
+				o.q, o.head = o.q[:k], 0
+			}
+			o.q = append(o.q, t)
+		}
+		k := copy(t.buf[t.w:], p)
+		t.w += k
+		p = p[k:]
+	}
+}
+
+// gather appends up to max queued ranges to iov. Caller holds c.mu.
+func (o *outQueue) gather(iov [][]byte, max int) ([][]byte, int) {
+	total := 0
+	for i := o.head; i < len(o.q) && len(iov) < max; i++ {
+		t := o.q[i]
+		if t.w > t.r {
+			iov = append(iov, t.buf[t.r:t.w])
+			total += t.w - t.r
+		}
+	}
+	return iov, total
+}
+
+// consume drops the first n queued bytes, returning emptied chunks to the
+// pool. Caller holds c.mu, and no send may still reference those bytes.
+func (o *outQueue) consume(n int) {
+	o.n -= n
+	for n > 0 {
+		t := o.q[o.head]
+		k := min(n, t.w-t.r)
+		t.r += k
+		n -= k
+		if t.r == t.w {
+			o.q[o.head] = nil
+			o.head++
+			chunkPool.Put(t)
+		}
+	}
+	if o.head == len(o.q) {
+		o.q, o.head = o.q[:0], 0
+	}
+}
+
+// release returns every chunk to the pool and drops the queue.
+func (o *outQueue) release() {
+	for i := o.head; i < len(o.q); i++ {
+		chunkPool.Put(o.q[i])
+	}
+	*o = outQueue{}
+}
+
+// Write queues a copy of p for sending and returns len(p), nil: p may be
+// reused as soon as Write returns. Bytes go out in the order Write calls
+// return, also across goroutines (each call's bytes stay contiguous). Write
+// does not block and does not wait for the peer: it queues even above the
+// high-water mark, so a producer that can outrun the peer should watch
+// Writable or OnWritabilityChanged. After Close or CloseWrite it returns an
+// error wrapping net.ErrClosed. Safe for concurrent use.
+func (c *Conn) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		if c.closeReq.Load() {
+			return 0, c.opError("write", "", net.ErrClosed)
+		}
+		return 0, nil
+	}
+	c.mu.Lock()
+	if c.wclosed {
+		c.mu.Unlock()
+		return 0, c.opError("write", "", net.ErrClosed)
+	}
+	c.out.append(p)
+	kick := c.queued()
+	c.mu.Unlock()
+	if kick {
+		c.kick()
+	}
+	return len(p), nil
+}
+
+// Writev queues a copy of every buffer of bufs, in order and contiguous, as
+// one Write of their concatenation would. Safe for concurrent use.
+func (c *Conn) Writev(bufs [][]byte) (int64, error) {
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	c.mu.Lock()
+	if c.wclosed {
+		c.mu.Unlock()
+		return 0, c.opError("write", "", net.ErrClosed)
+	}
+	if n == 0 {
+		c.mu.Unlock()
+		return 0, nil
+	}
+	for _, b := range bufs {
+		c.out.append(b)
+	}
+	kick := c.queued()
+	c.mu.Unlock()
+	if kick {
+		c.kick()
+	}
+	return n, nil
+}
+
+// queued publishes the queue's new size after an append and reports
+// whether a flush must be queued. Caller holds c.mu.
+func (c *Conn) queued() bool {
+	c.buffered.Store(int64(c.out.n))
+	if c.out.n > c.cfg.highWater && c.writable.Load() {
+		c.writable.Store(false)
+	}
+	if c.flushQueued {
+		return false
+	}
+	c.flushQueued = true
+	return true
+}
+
+// kick queues the flush as a tail task. From the loop itself this is a
+// queue push (no wakeup, no system call); from another goroutine it wakes
+// the loop at most once per wait. A refused task means the loop is shutting
+// down: its drain cancels c's ops and c closes with net.ErrClosed.
+func (c *Conn) kick() {
+	if err := c.l.ExecuteAfterTurn(c.flushFn); err != nil {
+		c.mu.Lock()
+		c.flushQueued = false
+		c.mu.Unlock()
+	}
+}
+
+// flush is the per-turn tail task: it starts a send unless one is in
+// flight (its completion continues), and reports writability changes.
+func (c *Conn) flush() {
+	c.mu.Lock()
+	c.flushQueued = false
+	c.mu.Unlock()
+	if c.state != stateOpen {
+		return
+	}
+	if !c.send.active {
+		c.startSend()
+	}
+	c.notifyWritability()
+}
+
+// startSend submits one SEND, SENDMSG or SEND_ZC for the queued bytes, or,
+// with nothing queued, runs what waited for the queue to drain (CloseWrite's
+// shutdown, the close after the peer's FIN). Must be called on c's loop with
+// no send in flight.
+func (c *Conn) startSend() {
+	c.mu.Lock()
+	var total int
+	c.send.iov, total = c.out.gather(c.send.iov[:0], maxSendIov)
+	c.mu.Unlock()
+	if total == 0 {
+		c.drained()
+		return
+	}
+	var (
+		id  loop.OpID
+		err error
+	)
+	s := &c.send
+	s.zc, s.zcRes = false, 0
+	switch {
+	case len(s.iov) > 1:
+		id, err = c.l.Sendmsg(c.fd, s.iov, 0, s)
+	case c.cfg.sendZC > 0 && total >= c.cfg.sendZC && c.l.Features().SendZC:
+		s.zc = true
+		id, err = c.l.SendZC(c.fd, s.iov[0], 0, s)
+	default:
+		id, err = c.l.Send(c.fd, s.iov[0], 0, s)
+	}
+	if err != nil {
+		clear(s.iov)
+		c.closeNow(c.opError("write", "", err))
+		return
+	}
+	s.id, s.active = id, true
+	c.ops++
+}
+
+// drained runs once the outbound queue is empty and no send is in flight.
+func (c *Conn) drained() {
+	if c.closeOnDrain != nil {
+		c.closeNow(c.closeOnDrain)
+		return
+	}
+	if c.shutWanted && !c.shutDone {
+		c.shutDone = true
+		c.startShutdown()
+	}
+}
+
+// notifyWritability reports a writability change to the handler.
+func (c *Conn) notifyWritability() {
+	w := c.writable.Load()
+	if w == c.notified || c.state != stateOpen {
+		return
+	}
+	c.notified = w
+	if c.wh != nil {
+		c.wh.OnWritabilityChanged(c, w)
+	}
+}
+
+// sendOp is the connection's send in flight and its completer.
+type sendOp struct {
+	c      *Conn
+	id     loop.OpID
+	active bool
+	zc     bool     // SEND_ZC: the result arrives first, the buffer is free at the notification
+	zcRes  int32    // SEND_ZC result kept until the notification
+	iov    [][]byte // the ranges in flight (referenced by the op until its final completion)
+}
+
+// Complete handles the send's completions. Must be called on c's loop.
+func (s *sendOp) Complete(cp *loop.Completion) {
+	c := s.c
+	res := cp.Res
+	if s.zc {
+		if cp.Flags&ring.CQEFNotif == 0 {
+			s.zcRes = res // the result; the notification follows if F_MORE
+			if cp.More() {
+				return
+			}
+		} else {
+			res = s.zcRes
+		}
+	}
+	s.active = false
+	clear(s.iov) // drop references to chunks that may go back to the pool
+	s.iov = s.iov[:0]
+	c.ops--
+	if c.state != stateOpen {
+		c.maybeFinish()
+		return
+	}
+	if res < 0 {
+		if errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR {
+			c.startSend()
+			return
+		}
+		c.closeNow(c.resultError("write", "send", res))
+		return
+	}
+	c.lastIO = now()
+	c.mu.Lock()
+	c.out.consume(int(res))
+	c.buffered.Store(int64(c.out.n))
+	if !c.writable.Load() && c.out.n <= c.cfg.lowWater {
+		c.writable.Store(true)
+	}
+	c.mu.Unlock()
+	c.notifyWritability()
+	if c.state == stateOpen {
+		c.startSend()
+	}
+}

@@ -1,0 +1,113 @@
+//go:build linux
+
+package conn
+
+import (
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// newSocket returns a non-blocking, close-on-exec stream socket of family.
+func newSocket(family int) (int, error) {
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	return fd, nil
+}
+
+// listenSocket creates, binds and listens a socket for sa. v6only applies
+// to AF_INET6 (false: dual stack). reusePort sets SO_REUSEPORT.
+func listenSocket(family int, sa unix.Sockaddr, v6only, reusePort bool, backlog int) (int, error) {
+	fd, err := newSocket(family)
+	if err != nil {
+		return -1, err
+	}
+	fail := func(call string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, os.NewSyscallError(call, err)
+	}
+	if family != unix.AF_UNIX {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return fail("setsockopt", err)
+		}
+		if reusePort {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+				return fail("setsockopt", err)
+			}
+		}
+	}
+	if family == unix.AF_INET6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(v6only)); err != nil {
+			return fail("setsockopt", err)
+		}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return fail("bind", err)
+	}
+	if err := unix.Listen(fd, backlog); err != nil {
+		return fail("listen", err)
+	}
+	return fd, nil
+}
+
+// applySockopts sets the options cfg asks for on a new connection. Errors
+// are ignored, as package net ignores them for its defaults: an option the
+// socket refuses must not fail the connection.
+func applySockopts(fd int, network string, cfg *config) {
+	if network == "tcp" {
+		_ = setNoDelay(fd, network, !cfg.delay)
+		if cfg.keepAlive != 0 {
+			_ = setKeepAlive(fd, network, cfg.keepAlive)
+		}
+	}
+	if cfg.readBuf > 0 {
+		_ = setBuffer(fd, false, cfg.readBuf)
+	}
+	if cfg.writeBuf > 0 {
+		_ = setBuffer(fd, true, cfg.writeBuf)
+	}
+}
+
+func setNoDelay(fd int, network string, on bool) error {
+	if network != "tcp" {
+		return nil
+	}
+	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(on))
+}
+
+// setKeepAlive turns keepalive on with d as idle time and interval (whole
+// seconds, rounded up), or off for d <= 0.
+func setKeepAlive(fd int, network string, d time.Duration) error {
+	if network != "tcp" {
+		return nil
+	}
+	if d <= 0 {
+		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 0)
+	}
+	secs := int((d + time.Second - 1) / time.Second)
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs); err != nil {
+		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs); err != nil {
+		return err
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+}
+
+func setBuffer(fd int, write bool, n int) error {
+	opt := unix.SO_RCVBUF
+	if write {
+		opt = unix.SO_SNDBUF
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, n)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

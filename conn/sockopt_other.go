@@ -1,0 +1,28 @@
+//go:build !linux
+
+package conn
+
+import (
+	"time"
+
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// Outside Linux the loops cannot be created (loop.NewGroup returns
+// ring.ErrNotSupported), so these are never reached; they exist so that code
+// using conn builds everywhere.
+
+func newSocket(int) (int, error) { return -1, ring.ErrNotSupported }
+
+func listenSocket(int, unix.Sockaddr, bool, bool, int) (int, error) {
+	return -1, ring.ErrNotSupported
+}
+
+func applySockopts(int, string, *config) {}
+
+func setNoDelay(int, string, bool) error { return ring.ErrNotSupported }
+
+func setKeepAlive(int, string, time.Duration) error { return ring.ErrNotSupported }
+
+func setBuffer(int, bool, int) error { return ring.ErrNotSupported }
