@@ -156,6 +156,7 @@ const (
 	miscConnect miscKind = iota + 1
 	miscShutdown
 	miscClose
+	miscDialClose // the fd of a failed Dial
 )
 
 // miscOp is the connection's one op besides receive and send: its CONNECT
@@ -189,5 +190,9 @@ func (m *miscOp) Complete(cp *loop.Completion) {
 	case miscClose:
 		// close(2) errors are not actionable: the fd is gone either way.
 		c.closed()
+	case miscDialClose:
+		ds := c.dial
+		c.dial = nil
+		ds.done <- c.dialErr
 	}
 }

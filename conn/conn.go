@@ -73,6 +73,7 @@ type Conn struct {
 	readTimer    *sched.Timer
 	idleTimer    *sched.Timer
 	dial         *dialState // non-nil while Dial waits
+	dialErr      error      // why Dial failed, reported once the fd is closed
 
 	flushFn     func() // c.flush, bound once so queuing it allocates nothing
 	readTimerFn func()

@@ -111,9 +111,19 @@ func (c *Conn) connected(res int32) {
 		default:
 			err = opError("dial", c.network, "connect", nil, c.raddr, errnoOf(res))
 		}
-		_ = unix.Close(c.fd)
+		// Close through the loop (the backend may track the fd), then
+		// report.
 		c.state = stateClosed
-		ds.done <- err
+		c.dialErr = err
+		m := &c.misc
+		id, cerr := c.l.Close(c.fd, m)
+		if cerr != nil {
+			_ = unix.Close(c.fd)
+			ds.done <- err
+			return
+		}
+		m.id, m.kind, m.active = id, miscDialClose, true
+		c.dial = ds
 		return
 	}
 	c.open()

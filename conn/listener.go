@@ -127,9 +127,9 @@ func Listen(network, address string, workers *loop.Group, h Handler, opts ...Opt
 		ln.rearmFn = ln.arm
 		if err := ln.l.Execute(ln.arm); err != nil {
 			for _, ln := range s.lns[i:] {
-				unix.Close(ln.fd)
-				ln.removePath()
-				close(ln.done)
+				ln.fdClosed.Store(true)
+				unix.Close(ln.fd) // never armed: the loop never saw it
+				ln.closed()
 			}
 			s.lns = s.lns[:i]
 			s.Close()
@@ -382,15 +382,31 @@ func (ln *listener) stop() {
 }
 
 // closeFdOnce closes the listening fd (once), removes a Unix path and
-// signals done.
+// signals done. On the loop it closes through a CLOSE op, so the backend
+// forgets the fd before its number can be reused (the epoll backend keeps
+// per-fd registrations); off the loop (the loop is gone) it closes directly.
 func (ln *listener) closeFdOnce() {
 	if ln.fdClosed.Swap(true) {
 		return
 	}
+	if ln.l.State() < loop.StateShutdown && ln.l.InLoop() {
+		if _, err := ln.l.Close(ln.fd, listenerClose{ln}); err == nil {
+			return
+		}
+	}
 	unix.Close(ln.fd)
+	ln.closed()
+}
+
+func (ln *listener) closed() {
 	ln.removePath()
 	close(ln.done)
 }
+
+// listenerClose completes the listener's CLOSE op.
+type listenerClose struct{ ln *listener }
+
+func (lc listenerClose) Complete(*loop.Completion) { lc.ln.closed() }
 
 func (ln *listener) removePath() {
 	if ln.path != "" {
