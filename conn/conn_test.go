@@ -399,3 +399,72 @@ func TestEchoAllocs(t *testing.T) {
 type echoHandler struct{ conn.NopHandler }
 
 func (echoHandler) OnData(c *conn.Conn, data []byte) { c.Write(data) }
+
+// pingPong sends size bytes per round from a conn and waits for the peer's
+// one-byte reply, so each round is one flush of one buffer (where SEND_ZC
+// applies).
+type pingPong struct {
+	conn.NopHandler
+	msg  []byte
+	left int
+	done chan struct{}
+}
+
+func (p *pingPong) OnData(c *conn.Conn, data []byte) {
+	for range data {
+		p.left--
+		if p.left == 0 {
+			close(p.done)
+			return
+		}
+		c.Write(p.msg)
+	}
+}
+
+// BenchmarkSendZC compares SEND_ZC with SEND for single-buffer flushes on
+// loopback (the measurement behind DefaultSendZCThreshold).
+func BenchmarkSendZC(b *testing.B) {
+	testutil.SkipIfNoUring(b)
+	for _, size := range []int{4 << 10, 16 << 10} {
+		for _, zc := range []bool{false, true} {
+			b.Run(fmt.Sprintf("zc=%v/size=%d", zc, size), func(b *testing.B) {
+				g := ctGroup(b, loop.BackendUring, 1)
+				if zc && !g.Features().SendZC {
+					b.Skip("no SEND_ZC")
+				}
+				ln := testutil.Loopback(b)
+				p := &pingPong{msg: make([]byte, size), left: b.N, done: make(chan struct{})}
+				thr := 0
+				if zc {
+					thr = 1
+				}
+				c, err := conn.Dial(context.Background(), g, "tcp", ln.Addr().String(), p, conn.WithSendZCThreshold(thr))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				peer, err := ln.Accept()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer peer.Close()
+				go func() {
+					buf := make([]byte, size)
+					for {
+						if _, err := io.ReadFull(peer, buf); err != nil {
+							return
+						}
+						if _, err := peer.Write(buf[:1]); err != nil {
+							return
+						}
+					}
+				}()
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				c.Write(p.msg)
+				<-p.done
+			})
+		}
+	}
+}

@@ -24,11 +24,14 @@ const (
 	// unwritable until it drains to the low mark (Netty's defaults).
 	DefaultLowWaterMark  = 32 << 10
 	DefaultHighWaterMark = 64 << 10
-	// DefaultSendZCThreshold is 0: SEND_ZC is off. On loopback the kernel
-	// copies a zero-copy send anyway and the extra notification completion
-	// makes it slower than a plain SEND at every size measured (see
-	// docs/conn.md); over a real NIC it can pay above roughly 16 KiB, which
-	// WithSendZCThreshold lets a user choose.
+	// DefaultSendZCThreshold is 0: SEND_ZC is off. It applies only to a
+	// flush that goes out as one buffer, so at most one 16 KiB outbound
+	// chunk. Measured on loopback (BenchmarkSendZC: one flush per round
+	// trip, uring backend, Linux 6.18, 2 shared cores), SEND_ZC did not
+	// pay: at 16 KiB a round trip took about 42 µs against 34 µs with
+	// SEND (medians of 4 runs), and 4 KiB was within noise. Loopback copies
+	// a zero-copy send anyway and adds a notification completion; over a
+	// NIC it may pay, which WithSendZCThreshold lets a user choose.
 	DefaultSendZCThreshold = 0
 	// maxBufferOption caps WithReadBuffer and WithWriteBuffer (hard-coded:
 	// 1 GiB is far above any kernel's wmem_max/rmem_max default).
