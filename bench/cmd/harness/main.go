@@ -1,0 +1,245 @@
+//go:build linux
+
+// Command harness runs the side-by-side echo comparison of bench/README.md:
+// it builds every server and the load generator, sweeps connections ×
+// message sizes × pipelining depths over every server with the server
+// pinned to one CPU and the client to another, repeats each cell, and writes
+// the raw CSV, a summary, docs/benchmarks.md and SVG plots.
+//
+//	go run ./cmd/harness -profile short              # a few minutes
+//	go run ./cmd/harness -profile full -publish      # the whole sweep, into docs/
+//	go run ./cmd/harness -report out/<run>/results.csv -publish   # redraw from a CSV
+//
+// Run it from bench/.
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type profile struct {
+	conns, sizes, depths []int
+	reps                 int
+	warmup, duration     time.Duration
+}
+
+var profiles = map[string]profile{
+	"short": {conns: []int{1, 64, 256, 1024}, sizes: []int{64, 4096}, depths: []int{1},
+		reps: 3, warmup: 500 * time.Millisecond, duration: 1500 * time.Millisecond},
+	"full": {conns: []int{1, 16, 64, 256, 1024}, sizes: []int{64, 512, 4096, 16384}, depths: []int{1, 16},
+		reps: 3, warmup: time.Second, duration: 3 * time.Second},
+	// smoke checks that every piece works; its numbers mean little.
+	"smoke": {conns: []int{4}, sizes: []int{64}, depths: []int{1},
+		reps: 1, warmup: 200 * time.Millisecond, duration: 700 * time.Millisecond},
+}
+
+func progress(format string, a ...any) { fmt.Fprintf(os.Stderr, format, a...) }
+
+func main() {
+	prof := flag.String("profile", "short", "short, full or smoke: sets the defaults of the sweep flags below")
+	serversFlag := flag.String("servers", strings.Join(serverOrder, ","), "servers to run")
+	connsFlag := flag.String("conns", "", "connection counts (comma-separated; default from the profile)")
+	sizesFlag := flag.String("sizes", "", "message sizes in bytes")
+	depthsFlag := flag.String("depths", "", "pipelining depths")
+	reps := flag.Int("reps", 0, "repetitions of every cell (≥ 3 for a result; default from the profile)")
+	warmup := flag.Duration("warmup", 0, "warm-up of every run")
+	duration := flag.Duration("duration", 0, "measured window of every run")
+	requests := flag.Uint64("requests", 200_000_000, "upper bound on the requests of one measured window")
+	serverCPU := flag.String("server-cpu", "0", "CPU the server is pinned to (taskset -c)")
+	clientCPU := flag.String("client-cpu", "1", "CPU the load generator is pinned to")
+	outDir := flag.String("out", "", "output directory (default out/<time>-<profile>)")
+	publish := flag.Bool("publish", false, "also write ../docs/benchmarks.md and ../docs/bench/ (CSV and plots)")
+	label := flag.String("label", "", "label printed at the top of the report (default names the profile)")
+	setup := flag.Bool("setup", true, "install gcc and liburing-dev with apt-get when missing (root only)")
+	report := flag.String("report", "", "only regenerate the report from this raw CSV")
+	flag.Parse()
+
+	p, ok := profiles[*prof]
+	if !ok {
+		fatal(fmt.Errorf("unknown profile %q", *prof))
+	}
+	if *connsFlag != "" {
+		p.conns = ints(*connsFlag)
+	}
+	if *sizesFlag != "" {
+		p.sizes = ints(*sizesFlag)
+	}
+	if *depthsFlag != "" {
+		p.depths = ints(*depthsFlag)
+	}
+	if *reps > 0 {
+		p.reps = *reps
+	}
+	if *warmup > 0 {
+		p.warmup = *warmup
+	}
+	if *duration > 0 {
+		p.duration = *duration
+	}
+	if *label == "" {
+		*label = fmt.Sprintf("%s profile", *prof)
+	}
+	benchDir, err := os.Getwd()
+	if err != nil || !fileExists(filepath.Join(benchDir, "cmd", "harness")) {
+		fatal(fmt.Errorf("run the harness from bench/"))
+	}
+	meta := collectMeta(*prof, *label, p)
+	meta.ServerCPU, meta.ClientCP = *serverCPU, *clientCPU
+
+	if *report != "" {
+		rows, err := readCSV(*report)
+		if err != nil {
+			fatal(err)
+		}
+		meta = readMeta(*report, meta)
+		dir := filepath.Dir(*report)
+		if err := writeReport(dir, rows, meta, *publish, benchDir); err != nil {
+			fatal(err)
+		}
+		return
+	}
+
+	wanted := map[string]bool{}
+	for _, s := range strings.Split(*serversFlag, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			wanted[s] = true
+		}
+	}
+	for s := range wanted {
+		if !contains(serverOrder, s) {
+			fatal(fmt.Errorf("unknown server %q (have %s)", s, strings.Join(serverOrder, ", ")))
+		}
+	}
+	binDir := filepath.Join(benchDir, "bin")
+	progress("building servers and load generator into %s…\n", binDir)
+	servers, cinfo, err := build(benchDir, binDir, wanted, *setup)
+	if err != nil {
+		fatal(err)
+	}
+	meta.CInfo = cinfo
+	var order []server
+	for _, n := range serverOrder {
+		if s, ok := servers[n]; ok {
+			order = append(order, s)
+		}
+	}
+	if len(order) == 0 {
+		fatal(fmt.Errorf("no server could be built"))
+	}
+	if *outDir == "" {
+		*outDir = filepath.Join(benchDir, "out", time.Now().Format("20060102-150405")+"-"+*prof)
+	}
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		fatal(err)
+	}
+
+	var specs []runSpec
+	for rep := 1; rep <= p.reps; rep++ {
+		for _, size := range p.sizes {
+			for _, depth := range p.depths {
+				for _, conns := range p.conns {
+					for _, s := range order { // servers innermost: drift hits all alike
+						specs = append(specs, runSpec{Server: s, Conns: conns, Size: size, Depth: depth, Rep: rep,
+							Warmup: p.warmup, Duration: p.duration, Requests: *requests,
+							ServerCPU: *serverCPU, ClientCP: *clientCPU})
+					}
+				}
+			}
+		}
+	}
+	names := make([]string, len(order))
+	for i, s := range order {
+		names[i] = s.Name
+	}
+	meta.Servers = names
+	perRun := p.warmup + p.duration + 400*time.Millisecond
+	progress("%d runs (%s; %d reps) of about %s each: about %s; output in %s\n",
+		len(specs), strings.Join(names, ", "), p.reps, perRun.Round(100*time.Millisecond),
+		(time.Duration(len(specs)) * perRun).Round(time.Second), *outDir)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rawPath := filepath.Join(*outDir, "results.csv")
+	f, err := os.Create(rawPath)
+	if err != nil {
+		fatal(err)
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(csvHeader)
+	writeMeta(*outDir, meta)
+	var rows []row
+	start := time.Now()
+	loadgenBin := filepath.Join(binDir, "loadgen")
+	for i, spec := range specs {
+		if ctx.Err() != nil {
+			progress("\ninterrupted: %d of %d runs done\n", i, len(specs))
+			break
+		}
+		r, err := runOne(ctx, spec, loadgenBin)
+		if err != nil {
+			r.Errors++
+			r.Note = firstLine(err.Error())
+		}
+		rows = append(rows, r)
+		_ = w.Write(r.fields())
+		w.Flush()
+		done := i + 1
+		eta := time.Duration(float64(time.Since(start)) / float64(done) * float64(len(specs)-done)).Round(time.Second)
+		status := fmt.Sprintf("%7.0f req/s %6.1f MB/s  srv %3.0f%% CPU %7.0f req/CPU-s  p99 %7.0fµs",
+			r.RPS, r.MBps, r.ServerUtil*100, r.ReqPerCPU, r.P99)
+		if r.Elapsed > 0 && r.RunqWait/r.Elapsed > 0.05 {
+			status += fmt.Sprintf("  (server waited %.0f%% for its CPU)", 100*r.RunqWait/r.Elapsed)
+		}
+		if r.Errors > 0 {
+			status += "  ERR " + r.Note
+		}
+		progress("[%3d/%d %3.0f%% eta %8s] %-15s c=%-4d s=%-5d d=%-2d rep %d  %s\n", done, len(specs),
+			100*float64(done)/float64(len(specs)), eta, spec.Server.Name, spec.Conns, spec.Size, spec.Depth, spec.Rep, status)
+	}
+	f.Close()
+	meta.Finished = time.Now().UTC().Format(time.RFC3339)
+	meta.LoadAfter = loadavg()
+	writeMeta(*outDir, meta)
+	if err := writeReport(*outDir, rows, meta, *publish, benchDir); err != nil {
+		fatal(err)
+	}
+	progress("raw CSV: %s\n", rawPath)
+}
+
+func ints(s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v <= 0 {
+			fatal(fmt.Errorf("bad number %q in %q", f, s))
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "harness:", err)
+	os.Exit(1)
+}

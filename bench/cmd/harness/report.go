@@ -1,0 +1,569 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ringloop/ringloop/bench/internal/svgplot"
+)
+
+// meta describes the machine and the sweep; it is saved next to the CSV so
+// that -report can redraw a run.
+type meta struct {
+	Label, Profile      string
+	Started, Finished   string
+	Kernel, CPU, GoVer  string
+	CPUs                int
+	CInfo               string
+	LoadBefore          string
+	LoadAfter           string
+	Conns, Sizes        []int
+	Depths              []int
+	Reps                int
+	Warmup, Duration    string
+	Servers             []string
+	Command             string
+	ServerCPU, ClientCP string
+}
+
+func collectMeta(prof, label string, p profile) meta {
+	m := meta{Label: label, Profile: prof, Started: time.Now().UTC().Format(time.RFC3339),
+		Conns: p.conns, Sizes: p.sizes, Depths: p.depths, Reps: p.reps,
+		Warmup: p.warmup.String(), Duration: p.duration.String(), LoadBefore: loadavg(),
+		Command: "go run ./cmd/harness " + strings.Join(os.Args[1:], " ")}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				m.CPU = strings.TrimSpace(l[strings.IndexByte(l, ':')+1:])
+			}
+			if strings.HasPrefix(l, "processor") {
+				m.CPUs++
+			}
+		}
+	}
+	if b, err := exec.Command("go", "version").Output(); err == nil {
+		m.GoVer = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+func writeMeta(dir string, m meta) {
+	b, _ := json.MarshalIndent(m, "", "  ")
+	_ = os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644)
+}
+
+func readMeta(csvPath string, def meta) meta {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(csvPath), "meta.json"))
+	if err != nil {
+		return def
+	}
+	var m meta
+	if json.Unmarshal(b, &m) != nil {
+		return def
+	}
+	return m
+}
+
+func readCSV(path string) ([]row, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	var rows []row
+	for i, rec := range recs {
+		if i == 0 || len(rec) != len(csvHeader) {
+			continue
+		}
+		fl := func(j int) float64 { v, _ := strconv.ParseFloat(rec[j], 64); return v }
+		in := func(j int) int { v, _ := strconv.Atoi(rec[j]); return v }
+		u := func(j int) uint64 { v, _ := strconv.ParseUint(rec[j], 10, 64); return v }
+		rows = append(rows, row{Server: rec[0], Conns: in(1), Size: in(2), Depth: in(3), Rep: in(4),
+			Elapsed: fl(5), Requests: u(6), RPS: fl(7), MBps: fl(8), ServerCPU: fl(9), ServerUtil: fl(10),
+			CPUPerMReq: fl(11), ReqPerCPU: fl(12), ClientCPU: fl(13), RunqWait: fl(14), P50: fl(15), P99: fl(16), P999: fl(17), Max: fl(18),
+			RSSBaseKB: u(19), RSSPlateauKB: u(20), HWMKB: u(21), MemPerConnKB: fl(22), Errors: u(23), Note: rec[24]})
+	}
+	return rows, nil
+}
+
+type cellKey struct {
+	Server             string
+	Conns, Size, Depth int
+}
+
+// stat is the median of a metric over a cell's good repetitions, with its
+// spread as (max-min)/median.
+type stat struct {
+	Med, Min, Max float64
+	N             int
+}
+
+func (s stat) ok() bool { return s.N > 0 }
+
+func (s stat) spread() float64 {
+	if s.Med == 0 {
+		return 0
+	}
+	return (s.Max - s.Min) / s.Med
+}
+
+type summary struct {
+	cells   map[cellKey]map[string]stat
+	errs    map[cellKey]int
+	servers []string
+	conns   []int
+	sizes   []int
+	depths  []int
+}
+
+var metrics = map[string]func(*row) float64{
+	"rps":        func(r *row) float64 { return r.RPS },
+	"mbps":       func(r *row) float64 { return r.MBps },
+	"reqpercpu":  func(r *row) float64 { return r.ReqPerCPU },
+	"cpupermreq": func(r *row) float64 { return r.CPUPerMReq },
+	"util":       func(r *row) float64 { return r.ServerUtil },
+	"p50":        func(r *row) float64 { return r.P50 },
+	"p99":        func(r *row) float64 { return r.P99 },
+	"p999":       func(r *row) float64 { return r.P999 },
+	"hwm":        func(r *row) float64 { return float64(r.HWMKB) },
+	"memconn":    func(r *row) float64 { return r.MemPerConnKB },
+	"clientcpu":  func(r *row) float64 { return r.ClientCPU },
+	"runqwait": func(r *row) float64 {
+		if r.Elapsed == 0 {
+			return 0
+		}
+		return r.RunqWait / r.Elapsed
+	},
+}
+
+func summarize(rows []row) *summary {
+	s := &summary{cells: map[cellKey]map[string]stat{}, errs: map[cellKey]int{}}
+	vals := map[cellKey]map[string][]float64{}
+	seenSrv, seenC, seenS, seenD := map[string]bool{}, map[int]bool{}, map[int]bool{}, map[int]bool{}
+	for i := range rows {
+		r := &rows[i]
+		k := cellKey{r.Server, r.Conns, r.Size, r.Depth}
+		seenSrv[r.Server], seenC[r.Conns], seenS[r.Size], seenD[r.Depth] = true, true, true, true
+		if r.Errors > 0 || r.Requests == 0 {
+			s.errs[k]++
+			continue
+		}
+		if vals[k] == nil {
+			vals[k] = map[string][]float64{}
+		}
+		for name, f := range metrics {
+			vals[k][name] = append(vals[k][name], f(r))
+		}
+	}
+	for k, m := range vals {
+		s.cells[k] = map[string]stat{}
+		for name, v := range m {
+			sort.Float64s(v)
+			med := v[len(v)/2]
+			if len(v)%2 == 0 {
+				med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+			}
+			s.cells[k][name] = stat{Med: med, Min: v[0], Max: v[len(v)-1], N: len(v)}
+		}
+	}
+	for _, n := range serverOrder {
+		if seenSrv[n] {
+			s.servers = append(s.servers, n)
+		}
+	}
+	s.conns, s.sizes, s.depths = keys(seenC), keys(seenS), keys(seenD)
+	return s
+}
+
+func keys(m map[int]bool) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+func (s *summary) get(server string, conns, size, depth int, metric string) stat {
+	return s.cells[cellKey{server, conns, size, depth}][metric]
+}
+
+func (s *summary) has(server string) bool { return contains(s.servers, server) }
+
+// writeReport writes summary.csv, benchmarks.md and the plots into dir, and
+// with publish also into ../docs (benchmarks.md) and ../docs/bench.
+func writeReport(dir string, rows []row, m meta, publish bool, benchDir string) error {
+	s := summarize(rows)
+	if err := writeSummaryCSV(filepath.Join(dir, "summary.csv"), s); err != nil {
+		return err
+	}
+	plots, err := writePlots(dir, s)
+	if err != nil {
+		return err
+	}
+	md := markdown(s, m, plots, "")
+	if err := os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	progress("report: %s\n", filepath.Join(dir, "benchmarks.md"))
+	if !publish {
+		return nil
+	}
+	docs := filepath.Join(benchDir, "..", "docs")
+	dbench := filepath.Join(docs, "bench")
+	if err := os.MkdirAll(dbench, 0o755); err != nil {
+		return err
+	}
+	if _, err := writePlots(dbench, s); err != nil {
+		return err
+	}
+	for _, f := range []string{"results.csv", "summary.csv", "meta.json"} {
+		if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+			if err := os.WriteFile(filepath.Join(dbench, f), b, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	md = markdown(s, m, plots, "bench/")
+	if err := os.WriteFile(filepath.Join(docs, "benchmarks.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	progress("published: docs/benchmarks.md, docs/bench/\n")
+	return nil
+}
+
+func writeSummaryCSV(path string, s *summary) error {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	hdr := []string{"server", "conns", "size", "depth", "reps_ok", "reps_failed"}
+	names := []string{"rps", "mbps", "reqpercpu", "cpupermreq", "util", "p50", "p99", "p999", "hwm", "memconn", "clientcpu", "runqwait"}
+	for _, n := range names {
+		hdr = append(hdr, n+"_median", n+"_min", n+"_max")
+	}
+	_ = w.Write(hdr)
+	for _, size := range s.sizes {
+		for _, depth := range s.depths {
+			for _, conns := range s.conns {
+				for _, srv := range s.servers {
+					k := cellKey{srv, conns, size, depth}
+					st := s.cells[k]
+					rec := []string{srv, strconv.Itoa(conns), strconv.Itoa(size), strconv.Itoa(depth),
+						strconv.Itoa(st["rps"].N), strconv.Itoa(s.errs[k])}
+					for _, n := range names {
+						v := st[n]
+						rec = append(rec, g(v.Med), g(v.Min), g(v.Max))
+					}
+					_ = w.Write(rec)
+				}
+			}
+		}
+	}
+	w.Flush()
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+func g(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+
+// serverColor keeps each server's colour the same in every plot.
+var serverColor = map[string]string{
+	"c-liburing":     "#555555",
+	"ringloop-uring": "#d62728",
+	"ringloop-epoll": "#ff7f0e",
+	"gnet":           "#1f77b4",
+	"net":            "#2ca02c",
+}
+
+type plotRef struct {
+	Title, File string
+}
+
+func writePlots(dir string, s *summary) ([]plotRef, error) {
+	var refs []plotRef
+	for _, size := range s.sizes {
+		for _, depth := range s.depths {
+			for _, pm := range []struct{ metric, file, title, ylabel string }{
+				{"rps", "throughput", "Throughput", "requests/s (median)"},
+				{"reqpercpu", "cpu-efficiency", "Server CPU efficiency", "requests per server CPU-second (median)"},
+			} {
+				p := svgplot.Plot{Title: fmt.Sprintf("%s, %d B messages, depth %d", pm.title, size, depth),
+					XLabel: "connections", YLabel: pm.ylabel, XLog2: true}
+				for _, srv := range s.servers {
+					ser := svgplot.Series{Name: srv, Color: serverColor[srv]}
+					for _, c := range s.conns {
+						st := s.get(srv, c, size, depth, pm.metric)
+						y := math.NaN()
+						if st.ok() {
+							y = st.Med
+						}
+						ser.X = append(ser.X, float64(c))
+						ser.Y = append(ser.Y, y)
+					}
+					p.Series = append(p.Series, ser)
+				}
+				name := fmt.Sprintf("%s-s%d-d%d.svg", pm.file, size, depth)
+				var b bytes.Buffer
+				if err := p.Write(&b); err != nil {
+					return nil, err
+				}
+				if err := os.WriteFile(filepath.Join(dir, name), b.Bytes(), 0o644); err != nil {
+					return nil, err
+				}
+				refs = append(refs, plotRef{p.Title, name})
+			}
+		}
+	}
+	return refs, nil
+}
+
+// target is one goal of issue 6, checked cell by cell.
+type target struct {
+	text     string
+	subject  string // server whose ratio is checked
+	peer     string
+	metric   string
+	min      float64 // subject/peer must be ≥ min (or, for lower-is-better, ≤ 1/min)
+	lower    bool    // metric is better when lower (latency)
+	cellOK   func(conns, size int) bool
+	measured []string
+	pass     bool
+	any      bool
+}
+
+func targets() []*target {
+	midConns := func(c, size int) bool { return c >= 64 && c <= 1024 && size == 64 }
+	return []*target{
+		{text: "ringloop/uring requests per server CPU-second ≥ 1.15× gnet (64–1024 conns × 64 B)", subject: "ringloop-uring", peer: "gnet", metric: "reqpercpu", min: 1.15, cellOK: midConns},
+		{text: "ringloop/uring requests per server CPU-second ≥ 1.3× net (64–1024 conns × 64 B)", subject: "ringloop-uring", peer: "net", metric: "reqpercpu", min: 1.3, cellOK: midConns},
+		{text: "ringloop/uring requests per server CPU-second ≥ 0.9× C liburing (64–1024 conns × 64 B)", subject: "ringloop-uring", peer: "c-liburing", metric: "reqpercpu", min: 0.9, cellOK: midConns},
+		{text: "ringloop/uring requests per server CPU-second ≥ 1.1× ringloop/epoll (≥ 64 conns, every size)", subject: "ringloop-uring", peer: "ringloop-epoll", metric: "reqpercpu", min: 1.1, cellOK: func(c, _ int) bool { return c >= 64 }},
+		{text: "ringloop/uring p99 latency no worse than gnet's (every cell)", subject: "ringloop-uring", peer: "gnet", metric: "p99", min: 1, lower: true, cellOK: func(int, int) bool { return true }},
+	}
+}
+
+func (t *target) evaluate(s *summary) {
+	t.pass = true
+	for _, size := range s.sizes {
+		for _, depth := range s.depths {
+			for _, c := range s.conns {
+				if !t.cellOK(c, size) {
+					continue
+				}
+				a, b := s.get(t.subject, c, size, depth, t.metric), s.get(t.peer, c, size, depth, t.metric)
+				if !a.ok() || !b.ok() || b.Med == 0 {
+					continue
+				}
+				t.any = true
+				ratio := a.Med / b.Med
+				good := ratio >= t.min
+				if t.lower {
+					good = a.Med <= b.Med
+				}
+				mark := "✓"
+				if !good {
+					mark = "✗"
+					t.pass = false
+				}
+				t.measured = append(t.measured, fmt.Sprintf("%d×%dB d%d: %.2f %s", c, size, depth, ratio, mark))
+			}
+		}
+	}
+}
+
+func markdown(s *summary, m meta, plots []plotRef, plotPrefix string) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("# Benchmarks\n\n")
+	w("> **%s.** Generated by the harness in `bench/` (`%s`), %s to %s. Do not edit by hand: rerun the harness.\n\n", m.Label, m.Command, m.Started, m.Finished)
+	w("Echo servers side by side in one run on one machine; what counts are the ratios between them, not the absolute numbers. ")
+	w("Each server runs alone, pinned to CPU %s, against the same epoll load generator pinned to CPU %s (both with GOMAXPROCS=1 where they are Go programs); every byte echoed is verified. ", orDefault(m.ServerCPU, "0"), orDefault(m.ClientCP, "1"))
+	w("How the numbers are taken and how to read them: [bench/README.md](../bench/README.md). Raw data: [%sresults.csv](%sresults.csv), medians: [%ssummary.csv](%ssummary.csv).\n\n", plotPrefix, plotPrefix, plotPrefix, plotPrefix)
+	w("## Machine and sweep\n\n")
+	w("| | |\n|---|---|\n")
+	w("| kernel | %s |\n| CPU | %s (%d logical CPUs) |\n| Go | %s |\n| C server | %s |\n", m.Kernel, m.CPU, m.CPUs, m.GoVer, orDefault(m.CInfo, "not built"))
+	w("| load average before / after | %s / %s (a shared machine shows here) |\n", m.LoadBefore, m.LoadAfter)
+	w("| sweep | conns %v × sizes %v × depth %v, %d repetitions, warm-up %s, window %s |\n", m.Conns, m.Sizes, m.Depths, m.Reps, m.Warmup, m.Duration)
+	w("| servers | %s |\n\n", strings.Join(s.servers, ", "))
+	missing := []string{}
+	for _, n := range serverOrder {
+		if !s.has(n) {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		w("Not measured in this run: %s.\n\n", strings.Join(missing, ", "))
+	}
+
+	w("## Targets (issue 6)\n\n| target | result | cells (ratio, ✓/✗) |\n|---|---|---|\n")
+	for _, t := range targets() {
+		t.evaluate(s)
+		res := "not measured"
+		if t.any && t.pass {
+			res = "**pass**"
+		} else if t.any {
+			res = "**miss**"
+		}
+		w("| %s | %s | %s |\n", t.text, res, strings.Join(t.measured, "; "))
+	}
+	w("\nRatios are of medians; for latency the ratio is ringloop/uring p99 ÷ gnet p99 (≤ 1 passes).\n\n")
+
+	w("## Server CPU efficiency\n\nRequests per server CPU-second: median of the repetitions, ± half their range relative to the median, and ratios of the first ringloop server against the C ceiling, gnet and `net`.\n\n")
+	subject := ""
+	for _, n := range []string{"ringloop-uring", "ringloop-epoll"} {
+		if s.has(n) {
+			subject = n
+			break
+		}
+	}
+	for _, size := range s.sizes {
+		for _, depth := range s.depths {
+			w("### %d B, depth %d\n\n", size, depth)
+			hdr := "| conns |"
+			sep := "|---:|"
+			for _, srv := range s.servers {
+				hdr += " " + srv + " |"
+				sep += "---:|"
+			}
+			var peers []string
+			if subject != "" {
+				for _, p := range []string{"c-liburing", "gnet", "net", "ringloop-epoll"} {
+					if s.has(p) && p != subject {
+						peers = append(peers, p)
+						hdr += fmt.Sprintf(" %s ÷ %s |", short(subject), short(p))
+						sep += "---:|"
+					}
+				}
+			}
+			w("%s\n%s\n", hdr, sep)
+			for _, c := range s.conns {
+				line := fmt.Sprintf("| %d |", c)
+				for _, srv := range s.servers {
+					st := s.get(srv, c, size, depth, "reqpercpu")
+					line += " " + cellText(st, s.errs[cellKey{srv, c, size, depth}], kfmt) + " |"
+				}
+				for _, p := range peers {
+					line += " " + ratio(s.get(subject, c, size, depth, "reqpercpu"), s.get(p, c, size, depth, "reqpercpu")) + " |"
+				}
+				w("%s\n", line)
+			}
+			w("\n")
+		}
+	}
+
+	section := func(title, metric, note string, f func(float64) string) {
+		w("## %s\n\n%s\n\n", title, note)
+		for _, size := range s.sizes {
+			for _, depth := range s.depths {
+				w("**%d B, depth %d**\n\n| conns |", size, depth)
+				for _, srv := range s.servers {
+					w(" %s |", srv)
+				}
+				w("\n|---:|%s\n", strings.Repeat("---:|", len(s.servers)))
+				for _, c := range s.conns {
+					w("| %d |", c)
+					for _, srv := range s.servers {
+						w(" %s |", cellText(s.get(srv, c, size, depth, metric), s.errs[cellKey{srv, c, size, depth}], f))
+					}
+					w("\n")
+				}
+				w("\n")
+			}
+		}
+	}
+	section("Throughput", "rps", "Requests per second (median ± half the range of the repetitions). MB/s is requests/s × size (one direction); it is in the CSVs.", kfmt)
+	section("Server CPU utilisation", "util", "Server CPU-seconds per second of the window: 100 % means the server's CPU was saturated; below that the client or the round trip limited the rate.", pct)
+	section("CPU contention", "runqwait", "Time the server's threads were runnable but waited for their CPU, per second of the window (from /proc/<pid>/task/*/schedstat). Near 0 % on a quiet machine; a few percent or more means other work shared the server's CPU and the cell's numbers are disturbed.", pct)
+	section("Latency p99", "p99", "p99 latency in µs (median of the repetitions' p99). p50 and p99.9 are in the CSVs.", us1)
+	section("Latency p99.9", "p999", "p99.9 latency in µs.", us1)
+	section("Peak RSS", "hwm", "VmHWM of the server in MiB at the end of the run.", mib)
+	section("Memory per connection", "memconn", "(VmRSS when the measured window starts − VmRSS before the first connection) ÷ connections, in KiB; meaningful from ~64 connections up.", kib)
+
+	w("## Plots\n\n")
+	for _, p := range plots {
+		w("![%s](%s%s)\n\n", p.Title, plotPrefix, p.File)
+	}
+	return b.String()
+}
+
+func short(n string) string {
+	switch n {
+	case "ringloop-uring":
+		return "uring"
+	case "ringloop-epoll":
+		return "epoll"
+	case "c-liburing":
+		return "C"
+	}
+	return n
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func cellText(st stat, failed int, f func(float64) string) string {
+	if !st.ok() {
+		if failed > 0 {
+			return "failed"
+		}
+		return "–"
+	}
+	t := f(st.Med)
+	if st.N > 1 {
+		t += fmt.Sprintf(" ±%.0f%%", st.spread()*50)
+	}
+	if failed > 0 {
+		t += fmt.Sprintf(" (%d failed)", failed)
+	}
+	return t
+}
+
+func ratio(a, b stat) string {
+	if !a.ok() || !b.ok() || b.Med == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", a.Med/b.Med)
+}
+
+func kfmt(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.0fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func pct(v float64) string { return fmt.Sprintf("%.0f%%", v*100) }
+func us1(v float64) string { return fmt.Sprintf("%.0f", v) }
+func mib(v float64) string { return fmt.Sprintf("%.1f", v/1024) }
+func kib(v float64) string { return fmt.Sprintf("%.1f", v) }

@@ -1,0 +1,52 @@
+// Command netecho is the standard-library peer of the comparison: a
+// goroutine per connection reading into a fixed buffer and writing back what
+// it read (the loop io.CopyBuffer runs), until the peer closes.
+package main
+
+import (
+	"flag"
+	"net"
+
+	"github.com/ringloop/ringloop/bench/internal/serve"
+)
+
+func main() {
+	f := serve.Register()
+	bufSize := flag.Int("buf", 16384, "per-connection read buffer in bytes")
+	flag.Parse()
+
+	ln, err := net.Listen("tcp", f.Addr)
+	if err != nil {
+		serve.Fatal("listen", err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go echo(c, *bufSize)
+		}
+	}()
+	serve.Ready(ln.Addr().String())
+	serve.Wait(f.MaxRuntime)
+	ln.Close()
+}
+
+// echo copies c's input back to c. Unlike io.Copy it does not hand the
+// socket to splice: the peers all move the bytes through user space.
+func echo(c net.Conn, size int) {
+	defer c.Close()
+	buf := make([]byte, size)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

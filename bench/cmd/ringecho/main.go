@@ -1,0 +1,54 @@
+// Command ringecho is ringloop's side of the comparison: a loop.Group on the
+// backend given by -backend (uring or epoll) and a conn server whose OnData
+// writes back what it received.
+package main
+
+import (
+	"context"
+	"flag"
+	"time"
+
+	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/loop"
+
+	"github.com/ringloop/ringloop/bench/internal/serve"
+)
+
+type echo struct{ conn.NopHandler }
+
+func (echo) OnData(c *conn.Conn, data []byte) { _, _ = c.Write(data) }
+
+func main() {
+	f := serve.Register()
+	backend := flag.String("backend", "uring", "uring or epoll")
+	loops := flag.Int("loops", 1, "event loops")
+	flag.Parse()
+
+	var b loop.Backend
+	switch *backend {
+	case "uring":
+		b = loop.BackendUring
+	case "epoll":
+		b = loop.BackendEpoll
+	default:
+		serve.Fatal("backend", errBackend(*backend))
+	}
+	g, err := loop.NewGroup(loop.WithLoops(*loops), loop.WithBackend(b), loop.WithName("ringecho"))
+	if err != nil {
+		serve.Fatal("loop group", err)
+	}
+	s, err := conn.Listen("tcp", f.Addr, g, echo{})
+	if err != nil {
+		serve.Fatal("listen", err)
+	}
+	serve.Ready(s.Addr().String())
+	serve.Wait(f.MaxRuntime)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.Shutdown(ctx)
+	_ = g.Shutdown(ctx)
+}
+
+type errBackend string
+
+func (e errBackend) Error() string { return "unknown backend " + string(e) + " (uring or epoll)" }
