@@ -61,6 +61,8 @@ func boundAddr(eng gnet.Engine) (string, error) {
 func main() {
 	f := serve.Register()
 	serve.ParseFlags()
+	stopProfile := f.StartProfile()
+	defer stopProfile()
 	e := &echo{}
 	done := make(chan error, 1)
 	go func() {

@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -62,6 +63,7 @@ func main() {
 	label := flag.String("label", "", "label printed at the top of the report (default names the profile)")
 	setup := flag.Bool("setup", true, "install gcc and liburing-dev with apt-get when missing (root only)")
 	report := flag.String("report", "", "only regenerate the report from this raw CSV")
+	dryRun := flag.Bool("dry-run", false, "build, list the sweep and its estimated time, run nothing")
 	flag.Parse()
 
 	p, ok := profiles[*prof]
@@ -109,6 +111,12 @@ func main() {
 		return
 	}
 
+	if *serverCPU == *clientCPU {
+		fatal(fmt.Errorf("server and client must be pinned to different CPUs"))
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		fatal(fmt.Errorf("taskset (util-linux) is needed to pin server and client: %v", err))
+	}
 	wanted := map[string]bool{}
 	for _, s := range strings.Split(*serversFlag, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -139,9 +147,6 @@ func main() {
 	if *outDir == "" {
 		*outDir = filepath.Join(benchDir, "out", time.Now().Format("20060102-150405")+"-"+*prof)
 	}
-	if err := os.MkdirAll(*outDir, 0o755); err != nil {
-		fatal(err)
-	}
 
 	var specs []runSpec
 	for rep := 1; rep <= p.reps; rep++ {
@@ -167,6 +172,12 @@ func main() {
 		len(specs), strings.Join(names, ", "), p.reps, perRun.Round(100*time.Millisecond),
 		(time.Duration(len(specs)) * perRun).Round(time.Second), *outDir)
 
+	if *dryRun {
+		return
+	}
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		fatal(err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rawPath := filepath.Join(*outDir, "results.csv")
@@ -186,6 +197,10 @@ func main() {
 			break
 		}
 		r, err := runOne(ctx, spec, loadgenBin)
+		if ctx.Err() != nil {
+			progress("\ninterrupted: %d of %d runs done\n", i, len(specs))
+			break
+		}
 		if err != nil {
 			r.Errors++
 			r.Note = firstLine(err.Error())

@@ -28,8 +28,10 @@ func main() {
 			go echo(c, *bufSize)
 		}
 	}()
+	stopProfile := f.StartProfile()
 	serve.Ready(ln.Addr().String())
 	serve.Wait(f.MaxRuntime)
+	stopProfile()
 	ln.Close()
 }
 

@@ -41,8 +41,10 @@ func main() {
 	if err != nil {
 		serve.Fatal("listen", err)
 	}
+	stopProfile := f.StartProfile()
 	serve.Ready(s.Addr().String())
 	serve.Wait(f.MaxRuntime)
+	stopProfile()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.Shutdown(ctx)

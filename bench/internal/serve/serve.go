@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 )
@@ -15,6 +16,7 @@ import (
 type Flags struct {
 	Addr       string
 	MaxRuntime time.Duration
+	CPUProfile string
 }
 
 // Register adds -addr and -max-runtime to the default flag set.
@@ -22,7 +24,27 @@ func Register() *Flags {
 	f := &Flags{}
 	flag.StringVar(&f.Addr, "addr", "127.0.0.1:0", "listen address (port 0: any free port)")
 	flag.DurationVar(&f.MaxRuntime, "max-runtime", time.Hour, "exit after this long whatever happens")
+	flag.StringVar(&f.CPUProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run to this file")
 	return f
+}
+
+// StartProfile starts the CPU profile asked for by -cpuprofile, if any, and
+// returns the function that ends it.
+func (f *Flags) StartProfile() func() {
+	if f.CPUProfile == "" {
+		return func() {}
+	}
+	out, err := os.Create(f.CPUProfile)
+	if err != nil {
+		Fatal("cpuprofile", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		Fatal("cpuprofile", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		out.Close()
+	}
 }
 
 // Ready prints the line the harness waits for: "LISTEN host:port".
