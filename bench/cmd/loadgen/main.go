@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/ringloop/ringloop/bench/internal/loadgen"
@@ -33,28 +34,55 @@ func main() {
 	flag.Uint64Var(&cfg.Requests, "requests", 1e9, "measured requests (upper bound)")
 	flag.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 5*time.Second, "timeout of each connect")
 	asJSON := flag.Bool("json", false, "machine-readable output for the harness")
+	cpuprofile := flag.String("cpuprofile", "", "write a pprof CPU profile of the run to this file")
 	flag.Parse()
 
-	if *asJSON {
-		cfg.OnPhase = func(p string) { fmt.Fprintf(os.Stdout, "PHASE %s\n", p) }
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cpuprofile:", err)
+			os.Exit(1)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	res, err := loadgen.Run(cfg)
-	if err != nil {
+
+	if *asJSON {
+		cfg.OnPhase = func(p string) {
+			fmt.Fprintf(os.Stdout, "PHASE %s\n", p)
+			if p == "done" {
+				// Give the harness time to sample the server before the
+				// connections close and their teardown costs server CPU.
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	if err := run(cfg, *asJSON); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if *asJSON {
+}
+
+func run(cfg loadgen.Config, asJSON bool) error {
+	res, err := loadgen.Run(cfg)
+	if err != nil {
+		return err
+	}
+	if asJSON {
 		b, _ := json.Marshal(res)
 		fmt.Fprintf(os.Stdout, "RESULT %s\n", b)
-		return
+		return nil
 	}
 	fmt.Printf("conns %d  size %d  depth %d  window %.2fs\n", res.Conns, res.Size, res.Depth, res.Elapsed)
 	fmt.Printf("requests %d  %.0f req/s  %.1f MB/s  client CPU %.2fs\n", res.Requests, res.RPS, res.MBps, res.ClientCPU)
 	fmt.Printf("latency p50 %s  p99 %s  p99.9 %s  max %s\n", dur(res.P50), dur(res.P99), dur(res.P999), dur(res.Max))
 	fmt.Printf("errors %d %s\n", res.Errors, res.FirstError)
 	if res.Errors > 0 {
-		os.Exit(3)
+		return fmt.Errorf("%d errors", res.Errors)
 	}
+	return nil
 }
 
 func dur(ns uint64) time.Duration { return time.Duration(ns).Round(time.Microsecond / 10) }

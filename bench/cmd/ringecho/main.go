@@ -6,6 +6,8 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
@@ -22,6 +24,7 @@ func main() {
 	f := serve.Register()
 	backend := flag.String("backend", "uring", "uring or epoll")
 	loops := flag.Int("loops", 1, "event loops")
+	stats := flag.Bool("stats", false, "print the loops' counters to stderr at exit")
 	flag.Parse()
 
 	var b loop.Backend
@@ -45,6 +48,11 @@ func main() {
 	serve.Ready(s.Addr().String())
 	serve.Wait(f.MaxRuntime)
 	stopProfile()
+	if *stats {
+		t := g.Stats().Total
+		fmt.Fprintf(os.Stderr, "turns %d sleeps %d wake-writes %d wakeups %d ops %d completions %d tasks %d\n",
+			t.Turns, t.Sleeps, t.WakeWrites, t.Wakeups, t.OpsSubmitted, t.Completions, t.Tasks)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.Shutdown(ctx)

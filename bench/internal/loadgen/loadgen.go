@@ -103,7 +103,6 @@ type conn struct {
 	rx    uint64 // stream bytes received and verified
 	sent  []int64
 	dead  bool
-	werr  bool
 	index int
 }
 
@@ -112,7 +111,7 @@ type worker struct {
 	run   *runState
 	epfd  int
 	conns []*conn
-	byFD  map[int]*conn
+	byFD  []*conn // indexed by fd
 	h     hist.Hist
 	reqs  uint64
 	errs  uint64
@@ -178,7 +177,7 @@ func Run(cfg Config) (Result, error) {
 			closeAll(ws)
 			return Result{}, fmt.Errorf("loadgen: epoll_create1: %w", err)
 		}
-		ws[i] = &worker{cfg: &cfg, run: rs, epfd: epfd, byFD: map[int]*conn{},
+		ws[i] = &worker{cfg: &cfg, run: rs, epfd: epfd,
 			rbuf: make([]byte, maxChunk), evs: make([]unix.EpollEvent, 512)}
 	}
 	for i := 0; i < cfg.Conns; i++ {
@@ -196,6 +195,9 @@ func Run(cfg Config) (Result, error) {
 			return Result{}, fmt.Errorf("loadgen: epoll_ctl: %w", err)
 		}
 		w.conns = append(w.conns, c)
+		for len(w.byFD) <= fd {
+			w.byFD = append(w.byFD, nil)
+		}
 		w.byFD[fd] = c
 		w.live++
 	}
@@ -302,7 +304,11 @@ func (w *worker) loop() {
 		}
 		for i := 0; i < n; i++ {
 			ev := &w.evs[i]
-			c := w.byFD[int(ev.Fd)]
+			fd := int(ev.Fd)
+			if fd >= len(w.byFD) {
+				continue
+			}
+			c := w.byFD[fd]
 			if c == nil || c.dead {
 				continue
 			}
@@ -421,7 +427,7 @@ func (w *worker) fail(c *conn, err error) {
 	if c != nil && !c.dead {
 		c.dead = true
 		unix.Close(c.fd)
-		delete(w.byFD, c.fd)
+		w.byFD[c.fd] = nil
 		w.live--
 	}
 }
