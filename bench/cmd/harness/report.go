@@ -33,6 +33,8 @@ type meta struct {
 	Warmup, Duration    string
 	Servers             []string
 	Command             string
+	Commit              string // repository HEAD the servers were built from
+	Dirty               string // uncommitted library files in the build, if any
 	ServerCPU, ClientCP string
 }
 
@@ -56,6 +58,19 @@ func collectMeta(prof, label string, p profile) meta {
 	}
 	if b, err := exec.Command("go", "version").Output(); err == nil {
 		m.GoVer = strings.TrimSpace(string(b))
+	}
+	if b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(b))
+	}
+	// Library files with uncommitted changes go into the build too; say so.
+	if b, err := exec.Command("git", "status", "--porcelain", "--", "../ring", "../sched", "../loop", "../conn").Output(); err == nil {
+		var files []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if len(l) > 3 && strings.HasSuffix(l, ".go") && !strings.HasSuffix(l, "_test.go") {
+				files = append(files, strings.TrimSpace(l[3:]))
+			}
+		}
+		m.Dirty = strings.Join(files, ", ")
 	}
 	return m
 }
@@ -405,10 +420,29 @@ func markdown(s *summary, m meta, plots []plotRef, plotPrefix string) string {
 	w("How the numbers are taken and how to read them: [bench/README.md](../bench/README.md). Raw data: [%sresults.csv](%sresults.csv), medians: [%ssummary.csv](%ssummary.csv).\n\n", plotPrefix, plotPrefix, plotPrefix, plotPrefix)
 	w("## Machine and sweep\n\n")
 	w("| | |\n|---|---|\n")
+	w("| built from | commit %s%s |\n", orDefault(m.Commit, "?"), dirtyNote(m.Dirty))
 	w("| kernel | %s |\n| CPU | %s (%d logical CPUs) |\n| Go | %s |\n| C server | %s |\n", m.Kernel, m.CPU, m.CPUs, m.GoVer, orDefault(m.CInfo, "not built"))
 	w("| load average before / after | %s / %s (a shared machine shows here) |\n", m.LoadBefore, m.LoadAfter)
 	w("| sweep | conns %v × sizes %v × depth %v, %d repetitions, warm-up %s, window %s |\n", m.Conns, m.Sizes, m.Depths, m.Reps, m.Warmup, m.Duration)
 	w("| servers | %s |\n\n", strings.Join(s.servers, ", "))
+	if m.Reps > 0 && m.Reps < 3 {
+		w("**Fewer than 3 repetitions per cell: a check that the harness works, not a result.**\n\n")
+	}
+	var disturbed []string
+	for _, size := range s.sizes {
+		for _, depth := range s.depths {
+			for _, c := range s.conns {
+				for _, srv := range s.servers {
+					if st := s.get(srv, c, size, depth, "runqwait"); st.ok() && st.Med > 0.05 {
+						disturbed = append(disturbed, fmt.Sprintf("%s %d×%dB d%d (%.0f%%)", srv, c, size, depth, st.Med*100))
+					}
+				}
+			}
+		}
+	}
+	if len(disturbed) > 0 {
+		w("**Disturbed cells** (the server waited more than 5 %% of the window for its CPU, median of the repetitions; other work shared the CPU): %s.\n\n", strings.Join(disturbed, ", "))
+	}
 	missing := []string{}
 	for _, n := range serverOrder {
 		if !s.has(n) {
@@ -508,6 +542,13 @@ func markdown(s *summary, m meta, plots []plotRef, plotPrefix string) string {
 		w("![%s](%s%s)\n\n", p.Title, plotPrefix, p.File)
 	}
 	return b.String()
+}
+
+func dirtyNote(d string) string {
+	if d == "" {
+		return ""
+	}
+	return " plus uncommitted changes to " + d
 }
 
 func short(n string) string {
