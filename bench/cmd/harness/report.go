@@ -42,7 +42,7 @@ func collectMeta(prof, label string, p profile) meta {
 	m := meta{Label: label, Profile: prof, Started: time.Now().UTC().Format(time.RFC3339),
 		Conns: p.conns, Sizes: p.sizes, Depths: p.depths, Reps: p.reps,
 		Warmup: p.warmup.String(), Duration: p.duration.String(), LoadBefore: loadavg(),
-		Command: "go run ./cmd/harness " + strings.Join(os.Args[1:], " ")}
+		Command: "go run ./cmd/harness " + shellJoin(os.Args[1:])}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
@@ -73,6 +73,17 @@ func collectMeta(prof, label string, p profile) meta {
 		m.Dirty = strings.Join(files, ", ")
 	}
 	return m
+}
+
+func shellJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = a
+		if strings.ContainsAny(a, " ()'\"") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
 }
 
 func loadavg() string {
@@ -429,18 +440,29 @@ func markdown(s *summary, m meta, plots []plotRef, plotPrefix string) string {
 		w("**Fewer than 3 repetitions per cell: a check that the harness works, not a result.**\n\n")
 	}
 	var disturbed []string
+	cells := 0
+	lo, hi := math.Inf(1), 0.0
 	for _, size := range s.sizes {
 		for _, depth := range s.depths {
 			for _, c := range s.conns {
 				for _, srv := range s.servers {
-					if st := s.get(srv, c, size, depth, "runqwait"); st.ok() && st.Med > 0.05 {
+					st := s.get(srv, c, size, depth, "runqwait")
+					if !st.ok() {
+						continue
+					}
+					cells++
+					if st.Med > 0.05 {
 						disturbed = append(disturbed, fmt.Sprintf("%s %d×%dB d%d (%.0f%%)", srv, c, size, depth, st.Med*100))
+						lo, hi = math.Min(lo, st.Med), math.Max(hi, st.Med)
 					}
 				}
 			}
 		}
 	}
-	if len(disturbed) > 0 {
+	switch {
+	case len(disturbed) == cells && cells > 0:
+		w("**Every cell was disturbed**: the servers waited %.0f–%.0f %% of the window for their CPU (median of the repetitions; see the contention table), so other work shared the server's CPU throughout the run. Read the ratios as indicative only.\n\n", lo*100, hi*100)
+	case len(disturbed) > 0:
 		w("**Disturbed cells** (the server waited more than 5 %% of the window for its CPU, median of the repetitions; other work shared the CPU): %s.\n\n", strings.Join(disturbed, ", "))
 	}
 	missing := []string{}

@@ -93,7 +93,7 @@ func (p *Plot) Write(w io.Writer) error {
 			seen[x] = true
 			px := fx(x)
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", px, top, px, top+plotH, gridColor)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="%d" text-anchor="middle">%s</text>`+"\n", px, top+plotH+tickLen+13, tickFontSize, human(x))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="%d" text-anchor="middle">%s</text>`+"\n", px, top+plotH+tickLen+13, tickFontSize, xLabel(x))
 		}
 	}
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", left, top, plotW, plotH, axisColor)
@@ -125,6 +125,14 @@ func (p *Plot) Write(w io.Writer) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// xLabel prints whole x values below 100000 as they are (1024, not 1.02k).
+func xLabel(x float64) string {
+	if x == math.Trunc(x) && math.Abs(x) < 1e5 {
+		return fmt.Sprintf("%d", int64(x))
+	}
+	return human(x)
 }
 
 func niceStep(raw float64) float64 {
