@@ -322,8 +322,7 @@ func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
 		return errRejectedShutdown
 	}
 	if err := q.Push(t); err != nil {
-		l.submitters.Add(-1)
-		l.stats.rejected.Add(1)
+		l.rejectedFull()
 		return errRejectedFull
 	}
 	err := l.ensureStarted()
@@ -332,6 +331,18 @@ func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
 	}
 	l.submitters.Add(-1)
 	return err
+}
+
+// rejectedFull ends a submission refused by a full queue: counted, and the
+// loop woken if it waits. A full queue can be made of tasks that did not
+// wake it (LazyExecute, timers due after its wait ends); without this wakeup
+// every producer would be refused until that wait ended on its own (up to a
+// second), since a refused task wakes nothing. Called with submitters held,
+// so the eventfd is still open.
+func (l *Loop) rejectedFull() {
+	l.stats.rejected.Add(1)
+	l.wakeup()
+	l.submitters.Add(-1)
 }
 
 // scheduleTimer posts a new timer to the loop (Timer.Run inserts it into the
@@ -349,8 +360,7 @@ func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
 		return nil, errRejectedShutdown
 	}
 	if err := l.tasks.Push(t); err != nil {
-		l.submitters.Add(-1)
-		l.stats.rejected.Add(1)
+		l.rejectedFull()
 		return nil, errRejectedFull
 	}
 	err := l.ensureStarted()

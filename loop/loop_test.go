@@ -426,46 +426,108 @@ func TestPanickingTaskRecovered(t *testing.T) {
 	})
 }
 
+// TestMaxPendingTasks: with WithMaxPendingTasks(n) and the loop held by an
+// ordinary task, n more tasks are accepted and the (n+1)-th outside Execute
+// is rejected (the running task holds no slot); due timers that do not fit
+// in the full queue wait in the wheel and each runs exactly once later.
 func TestMaxPendingTasks(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		const n = 64
+		const timers = 3 * n
 		g := newGroup(t, b, loop.WithLoops(1), loop.WithMaxPendingTasks(n))
 		l := g.Loop(0)
-		release := make(chan struct{})
-		blocked := make(chan struct{})
-		// The blocker is a tail task, so the task queue's consumption is
-		// fully published while it holds the loop.
-		l.ExecuteAfterTurn(func() { close(blocked); <-release })
-		<-blocked
-		var ran atomic.Int64
-		for i := 0; i < n; i++ {
-			if err := l.Execute(func() { ran.Add(1) }); err != nil {
-				t.Fatalf("Execute %d of %d: %v", i+1, n, err)
-			}
-		}
-		err := l.Execute(func() {})
-		if !errors.Is(err, loop.ErrRejected) || !errors.Is(err, loop.ErrQueueFull) {
-			t.Fatalf("Execute beyond the bound: %v", err)
-		}
-		// Timers due while the queue is full wait in the wheel.
-		var timersRan atomic.Int64
-		close(release)
-		waitFor(t, 5*time.Second, "queued tasks", func() bool { return ran.Load() == n })
-		for i := 0; i < 3*n; i++ {
-			if _, err := l.Schedule(0, func() { timersRan.Add(1) }); err != nil {
-				// The queue may be momentarily full of timers on their way
-				// to the wheel: retry.
+		// retry submits f until the bounded queue takes it.
+		retry := func(f func() error) {
+			t.Helper()
+			for {
+				err := f()
+				if err == nil {
+					return
+				}
+				if !errors.Is(err, loop.ErrQueueFull) {
+					t.Fatal(err)
+				}
 				time.Sleep(time.Millisecond)
-				i--
 			}
 		}
-		waitFor(t, 5*time.Second, "timers", func() bool { return timersRan.Load() == 3*n })
-		time.Sleep(10 * time.Millisecond)
-		if ran.Load() != n || timersRan.Load() != 3*n {
-			t.Fatalf("tasks %d timers %d", ran.Load(), timersRan.Load())
+		// 3n timers go to the wheel (through the task queue, so some may
+		// have to wait for room) before the loop is held. Timers due after
+		// the loop's wait do not wake it, so the queue fills up with them;
+		// the refused Schedule wakes the loop, which makes room at once
+		// (else the setup would last until the first timer is due).
+		// They fall due only after the queue below is full (delay bounds
+		// the time the setup may take).
+		const delay = 150 * time.Millisecond
+		var fired [timers]atomic.Int32
+		first := time.Now()
+		for i := range timers {
+			retry(func() error {
+				_, err := l.Schedule(delay, func() { fired[i].Add(1) })
+				return err
+			})
 		}
-		if l.Stats().Rejected == 0 {
-			t.Fatal("rejection not counted")
+		scheduled := time.Now()
+		inWheel := make(chan struct{})
+		retry(func() error { return l.Execute(func() { close(inWheel) }) })
+		<-inWheel
+
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		unblock := func() { releaseOnce.Do(func() { close(release) }) }
+		defer unblock() // also when the test fails while the loop is held
+		blocked := make(chan struct{})
+		if err := l.Execute(func() { close(blocked); <-release }); err != nil {
+			t.Fatal(err)
+		}
+		<-blocked
+		var order []int
+		for i := range n {
+			if err := l.Execute(func() { order = append(order, i) }); err != nil {
+				t.Fatalf("Execute %d of %d while a task runs: %v", i+1, n, err)
+			}
+		}
+		if err := l.Execute(func() {}); !errors.Is(err, loop.ErrRejected) || !errors.Is(err, loop.ErrQueueFull) {
+			t.Fatalf("Execute %d: %v, want ErrRejected and ErrQueueFull", n+1, err)
+		}
+		if _, err := l.Schedule(0, func() {}); !errors.Is(err, loop.ErrRejected) || !errors.Is(err, loop.ErrQueueFull) {
+			t.Fatalf("Schedule on a full queue: %v", err)
+		}
+		if s := l.Stats(); s.PendingTasks != n || s.Rejected < 2 {
+			t.Fatalf("pending %d, rejected %d", s.PendingTasks, s.Rejected)
+		}
+		if setup := time.Since(first); setup >= delay {
+			t.Fatalf("setup took %v, longer than the timers' delay", setup)
+		}
+		// Let the timers fall due while the queue is full, then release: the
+		// queued tasks run, then the due timers move into the queue, n at a
+		// time, the rest waiting in the wheel.
+		time.Sleep(time.Until(scheduled.Add(delay + 20*time.Millisecond)))
+		unblock()
+
+		allFired := func() bool {
+			for i := range fired {
+				if fired[i].Load() == 0 {
+					return false
+				}
+			}
+			return true
+		}
+		waitFor(t, 5*time.Second, "the timers", allFired)
+		var got []int
+		runOn(t, l, func() { got = append(got, order...) })
+		time.Sleep(20 * time.Millisecond)
+		for i := range fired {
+			if c := fired[i].Load(); c != 1 {
+				t.Fatalf("timer %d ran %d times", i, c)
+			}
+		}
+		if len(got) != n {
+			t.Fatalf("%d of %d queued tasks ran", len(got), n)
+		}
+		for i, v := range got {
+			if v != i {
+				t.Fatalf("tasks ran in order %v", got)
+			}
 		}
 	})
 }

@@ -11,9 +11,9 @@ import (
 // 64 bytes is the line size of amd64 and of most arm64 cores.
 const cacheLine = 64
 
-// drainPublishEvery bounds how many tasks the consumer takes before it
-// publishes the freed space, so producers of a bounded queue are not refused
-// for the whole of a long batch.
+// drainPublishEvery bounds how many tasks the consumer of an unbounded
+// queue takes before it publishes its progress (read by Len only). A
+// bounded queue publishes every task it takes, before running it.
 const drainPublishEvery = 64
 
 // chunkLen is the number of tasks per queue chunk: 256 interface values, a
@@ -53,10 +53,12 @@ const maxSpareChunks = 4
 //     read-mostly word instead of the producers' lock.
 //   - Up to maxSpareChunks emptied chunks are reused, so a queue in steady
 //     state allocates nothing.
-//   - consumed counts tasks taken by the consumer and is published every
-//     drainPublishEvery tasks and at the end of each Pop or Drain; the bound
-//     is checked against it, so a bounded queue never holds more than limit
-//     tasks the consumer has not taken.
+//   - consumed counts tasks taken by the consumer. A bounded queue publishes
+//     it as each task is taken, before the task runs, and the bound is
+//     checked against it: the queue accepts a task whenever fewer than limit
+//     tasks are not yet taken, so a task that is running (or blocked) does
+//     not hold a slot. An unbounded queue publishes it every
+//     drainPublishEvery tasks and at the end of each Pop or Drain, for Len.
 //   - mu is a spin lock that yields (see spinLock): a producer preempted
 //     while holding it delays the other producers, never loses a task.
 type Queue struct {
@@ -69,6 +71,7 @@ type Queue struct {
 	spare  *taskChunk  // emptied chunks for reuse, linked by next; under mu
 	nspare int         // chunks on spare; under mu
 	pushed uint64      // tasks accepted since creation; under mu
+	seen   uint64      // consumed as last loaded by a producer, <= consumed; under mu
 	ready  atomic.Bool // head holds a task; written under mu, read by the consumer without it
 
 	_        [cacheLine]byte
@@ -112,9 +115,15 @@ func (q *Queue) Push(t Task) error {
 		return ErrNilTask
 	}
 	q.mu.Lock()
-	if q.limit != 0 && q.pushed-q.consumed.Load() >= q.limit {
-		q.mu.Unlock()
-		return ErrQueueFull
+	if q.limit != 0 && q.pushed-q.seen >= q.limit {
+		// Full as far as this producer knew: look at the consumer's
+		// progress (only now, so the consumer's line is not pulled over
+		// on every push).
+		q.seen = q.consumed.Load()
+		if q.pushed-q.seen >= q.limit {
+			q.mu.Unlock()
+			return ErrQueueFull
+		}
 	}
 	c := q.tail
 	if c.n == chunkLen {
@@ -208,8 +217,9 @@ func (q *Queue) Pop() Task {
 // Drain removes up to max tasks (every task, including those pushed while it
 // runs, if max <= 0) and passes each to fn in queue order. It returns how
 // many it removed. Drain takes the producers' lock once per batch of pushed
-// tasks, never per task, and publishes the freed space once per 64 tasks and
-// at the end.
+// tasks, never per task. On a bounded queue each task's slot is free for
+// producers before fn sees the task; an unbounded queue publishes its
+// progress (for Len) once per 64 tasks and at the end.
 //
 // fn must not panic; pass the task to [Run] inside fn to contain panics. A
 // task is removed before fn sees it, so it is never handed out twice.
@@ -222,7 +232,7 @@ func (q *Queue) Drain(max int, fn func(Task)) int {
 			break
 		}
 		n++
-		if n%drainPublishEvery == 0 {
+		if q.limit != 0 || n%drainPublishEvery == 0 {
 			q.consumed.Store(q.taken)
 		}
 		fn(t)

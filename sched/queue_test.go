@@ -97,6 +97,40 @@ func TestQueueDrainFreesSpaceDuringBatch(t *testing.T) {
 	}
 }
 
+// A bounded queue counts tasks not yet taken: while the consumer runs a
+// task (which may block), exactly limit tasks can be queued behind it, and
+// the one after is refused.
+func TestQueueBoundExcludesRunningTask(t *testing.T) {
+	const limit = 3 * drainPublishEvery / 2
+	q := NewQueue(limit)
+	bad := 0
+	var task Task
+	task = TaskFunc(func() {
+		if q.Push(task) != nil {
+			bad++ // the slot of the running task is free
+		}
+		if q.Push(task) == nil {
+			bad++ // but no other
+		}
+	})
+	for range limit {
+		if err := q.Push(task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := q.Drain(2*limit, func(t Task) { t.Run() }); n != 2*limit || bad != 0 {
+		t.Fatalf("drained %d tasks, %d pushes against the bound of %d", n, bad, limit)
+	}
+	if q.Len() != limit {
+		t.Fatalf("Len %d, want %d", q.Len(), limit)
+	}
+	// Pop publishes as it takes, too.
+	q.Pop()
+	if err := q.Push(TaskFunc(func() {})); err != nil {
+		t.Fatalf("Push after a Pop: %v", err)
+	}
+}
+
 // seqTask records its producer and position when run.
 type seqTask struct {
 	p, i int32
