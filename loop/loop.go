@@ -151,7 +151,10 @@ func (l *Loop) InLoop() bool {
 // first call starts the loop goroutine. It returns ErrNilTask for a nil f,
 // and an error wrapping ErrRejected once the loop is shut down or when its
 // bounded queue is full. Tasks run in the order each goroutine queued them.
-// Safe for concurrent use.
+// If starting the loop fails (its backend cannot start on the new thread),
+// the call that started it returns an error wrapping ErrRejected and the
+// cause, and the loop terminates for good; f, already queued, still runs
+// during that termination. Safe for concurrent use.
 func (l *Loop) Execute(f func()) error {
 	if f == nil {
 		return ErrNilTask
@@ -378,6 +381,17 @@ func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
 // one caller wins the NotStarted → Started CAS and waits until the goroutine
 // has locked its thread and started the backend, so a start failure is
 // reported to that caller.
+//
+// A failed start is final, unlike Netty's, which puts the state back to
+// NotStarted so a later execute tries again. Here a retry would run on a
+// half-set-up backend: the io_uring ring was enabled by (and, with
+// SINGLE_ISSUER, bound to) the thread that failed, which exits with its
+// goroutine, and the registered ring fd and buffer ring may be in place. So
+// the loop terminates instead: the caller that started it gets an error
+// wrapping ErrRejected and the cause (errno kept), the tasks accepted until
+// then, including that caller's, run on the loop goroutine as it terminates
+// (as on any termination: accepted tasks are never dropped), its backend is
+// closed, Done is closed, and later submissions return ErrRejected.
 func (l *Loop) ensureStarted() error {
 	if State(l.state.Load()) != StateNotStarted {
 		return nil
