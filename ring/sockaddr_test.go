@@ -155,18 +155,24 @@ func TestSockaddrKernel(t *testing.T) {
 				}
 			}
 
-			var target, peer unix.RawSockaddrAny
-			tn, err := ring.PutSockaddr(&target, lsa)
+			// On the heap: the kernel reads and writes them after the Prep
+			// calls, and a goroutine stack can move (it did under -race).
+			// Prep keeps only their addresses, so nothing would make them
+			// escape without the package variable.
+			target, peer, peerLen := new(unix.RawSockaddrAny), new(unix.RawSockaddrAny), new(uint32)
+			kernelOwned = []any{target, peer, peerLen}
+			defer func() { kernelOwned = nil }()
+			tn, err := ring.PutSockaddr(target, lsa)
 			if err != nil {
 				t.Fatal(err)
 			}
-			peerLen := uint32(unix.SizeofSockaddrAny)
+			*peerLen = unix.SizeofSockaddrAny
 			r := newRing(t, 8, nil)
 			sqe := getSQE(t, r)
-			sqe.PrepAccept(lfd, &peer, &peerLen, unix.SOCK_CLOEXEC)
+			sqe.PrepAccept(lfd, peer, peerLen, unix.SOCK_CLOEXEC)
 			sqe.UserData = 1
 			sqe = getSQE(t, r)
-			sqe.PrepConnect(cfd, &target, tn)
+			sqe.PrepConnect(cfd, target, tn)
 			sqe.UserData = 2
 			got := byUserData(t, reap(t, r, 2, 5e9))
 			if got[2].Res != 0 {
@@ -186,12 +192,12 @@ func TestSockaddrKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dec, err := ring.ParseSockaddr(&peer, peerLen)
+			dec, err := ring.ParseSockaddr(peer, *peerLen)
 			if err != nil {
-				t.Fatalf("ParseSockaddr(accepted peer, %d bytes): %v", peerLen, err)
+				t.Fatalf("ParseSockaddr(accepted peer, %d bytes): %v", *peerLen, err)
 			}
 			want := saString(csa)
-			if c.family == unix.AF_UNIX && peerLen == 2 {
+			if c.family == unix.AF_UNIX && *peerLen == 2 {
 				// Unnamed: x/sys/unix ignores the length and spells it
 				// "@", the name of an abstract socket; the length says
 				// there is no name at all.
@@ -209,12 +215,15 @@ func TestSockaddrKernel(t *testing.T) {
 			}
 			// The kernel's length is the one PutSockaddr gives.
 			var again unix.RawSockaddrAny
-			if n, err := ring.PutSockaddr(&again, dec); err != nil || n != peerLen || again != peer {
-				t.Fatalf("re-encoded peer: %d bytes (kernel %d), %v, same bytes %v", n, peerLen, err, again == peer)
+			if n, err := ring.PutSockaddr(&again, dec); err != nil || n != *peerLen || again != *peer {
+				t.Fatalf("re-encoded peer: %d bytes (kernel %d), %v, same bytes %v", n, *peerLen, err, again == *peer)
 			}
 		})
 	}
 }
+
+// kernelOwned keeps memory whose address is in an SQE on the heap.
+var kernelOwned []any
 
 func sockaddrSocket(t *testing.T, family int) int {
 	t.Helper()
