@@ -1,0 +1,65 @@
+// Command uringecho is an echo server on ringloop: every byte a client sends
+// comes back to it. Run it with
+//
+//	go run ./cmd/uringecho
+//
+// and talk to it with nc 127.0.0.1 7777. See -h for the flags.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/loop"
+)
+
+// exitBudget bounds the shutdown after SIGINT/SIGTERM (connections get half
+// of it, the loops the rest), so the process is gone within one second.
+const exitBudget = 800 * time.Millisecond
+
+func main() {
+	cfg := parseFlags(os.Args[1:])
+	// Loops name their OS threads "<name>-<group>-<index>"; one of them may
+	// be the main thread, which names the process in ps, top and pgrep.
+	g, err := loop.NewGroup(loop.WithName("uringecho"), loop.WithLoops(cfg.loops),
+		loop.WithBackend(cfg.backend), loop.WithIORatio(cfg.ioRatio))
+	if err != nil {
+		fatalf("loops: %v", err)
+	}
+	h := newEcho(g.Len())
+	srv, err := conn.Listen("tcp", cfg.addr, g, h, conn.WithReusePort(cfg.reusePort))
+	if err != nil {
+		g.Shutdown(context.Background())
+		fatalf("listen: %v", err)
+	}
+	printBanner(os.Stdout, cfg, srv, g)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if cfg.stats > 0 {
+		go reportStats(ctx, os.Stdout, cfg.stats, srv, g, h)
+	}
+	<-ctx.Done()
+	stop() // a second signal now kills the process the default way
+
+	deadline, cancel := context.WithTimeout(context.Background(), exitBudget)
+	defer cancel()
+	connCtx, connCancel := context.WithTimeout(deadline, exitBudget/2)
+	defer connCancel()
+	errConns := srv.Shutdown(connCtx) // stop accepting, close every connection
+	errLoops := g.Shutdown(deadline)  // run what is queued, reap every op
+	fmt.Printf("uringecho: shut down: %d bytes echoed (conns: %s, loops: %s)\n", h.total(), orOK(errConns), orOK(errLoops))
+	if errConns != nil || errLoops != nil {
+		os.Exit(1)
+	}
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "uringecho: "+format+"\n", args...)
+	os.Exit(1)
+}

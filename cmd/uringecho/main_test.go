@@ -1,0 +1,324 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ringloop/ringloop/internal/testutil"
+)
+
+// The binary is built once per test run, into a temporary directory.
+var binPath string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "uringecho-test-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	binPath = filepath.Join(dir, "uringecho")
+	return m.Run()
+}
+
+// build compiles the command with the go tool on PATH, once.
+func build(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(binPath); err == nil {
+		return binPath
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("go tool not found: %v", err)
+	}
+	cmd := exec.Command(gobin, "build", "-o", binPath, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return binPath
+}
+
+// server is a running uringecho process.
+type server struct {
+	cmd   *exec.Cmd
+	lines chan string // stdout, line by line; closed at EOF
+	addr  string      // from the banner
+	out   bytes.Buffer
+}
+
+var listening = regexp.MustCompile(`^uringecho: listening on (\S+)$`)
+
+// start runs name with args in a process group of its own, waits for the
+// banner, and kills the group when the test ends if it is still there.
+func start(t *testing.T, dir, name string, args ...string) *server {
+	t.Helper()
+	s := &server{cmd: exec.Command(name, args...), lines: make(chan string, 1024)}
+	s.cmd.Dir = dir
+	s.cmd.Stderr = os.Stderr
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := s.cmd.Process.Pid
+	t.Cleanup(func() {
+		if syscall.Kill(-pgid, 0) == nil {
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			s.cmd.Wait()
+			t.Errorf("process group %d was still running at the end of the test", pgid)
+		}
+	})
+	go func() {
+		defer close(s.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+	}()
+	deadline := time.After(60 * time.Second) // go run may compile first
+	for s.addr == "" {
+		select {
+		case line, ok := <-s.lines:
+			if !ok {
+				t.Fatalf("%s exited before its banner:\n%s", name, s.out.String())
+			}
+			s.out.WriteString(line + "\n")
+			if m := listening.FindStringSubmatch(line); m != nil {
+				s.addr = m[1]
+			}
+		case <-deadline:
+			t.Fatalf("no banner within 60s; output so far:\n%s", s.out.String())
+		}
+	}
+	return s
+}
+
+// expectLine reads output until a line matching re appears (bounded).
+func (s *server) expectLine(t *testing.T, re *regexp.Regexp, d time.Duration) string {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case line, ok := <-s.lines:
+			if !ok {
+				t.Fatalf("output ended before a line matching %v:\n%s", re, s.out.String())
+			}
+			s.out.WriteString(line + "\n")
+			if re.MatchString(line) {
+				return line
+			}
+		case <-deadline:
+			t.Fatalf("no line matching %v within %v:\n%s", re, d, s.out.String())
+		}
+	}
+}
+
+// interrupt sends SIGINT to the server's process group and checks that the
+// process exits within one second, leaving nothing behind, and (if
+// wantStatus0) with status 0. Under go run the status is the go command's,
+// which reports the interrupt it also received, so TestGoRun checks the
+// server's own shutdown line instead.
+func (s *server) interrupt(t *testing.T, wantStatus0 bool) {
+	t.Helper()
+	pgid := s.cmd.Process.Pid
+	done := make(chan error, 1)
+	sent := time.Now()
+	if err := syscall.Kill(-pgid, syscall.SIGINT); err != nil {
+		t.Fatalf("SIGINT: %v", err)
+	}
+	go func() {
+		for line := range s.lines { // drain until EOF so Wait can finish
+			s.out.WriteString(line + "\n")
+		}
+		done <- s.cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		took := time.Since(sent)
+		t.Logf("exited %v after SIGINT", took.Round(time.Millisecond))
+		if err != nil && wantStatus0 {
+			t.Fatalf("exit after SIGINT: %v\n%s", err, s.out.String())
+		}
+		if took > time.Second {
+			t.Errorf("exit took %v after SIGINT, want ≤ 1s", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("still running 5s after SIGINT:\n%s", s.out.String())
+	}
+	// Nothing may be left in the process group (go run's child included).
+	deadline := time.Now().Add(time.Second)
+	for syscall.Kill(-pgid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("process group %d still has members after exit", pgid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// echoGo checks the echo through Go clients: a few connections, each sending
+// payloads of random sizes while reading them back.
+func echoGo(t *testing.T, addr string) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 4; i++ {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		for _, size := range []int{1, 100, 1 + rng.IntN(64<<10), 256 << 10} {
+			msg := make([]byte, size)
+			for j := range msg {
+				msg[j] = byte(rng.Uint32())
+			}
+			errc := make(chan error, 1)
+			go func() { _, err := c.Write(msg); errc <- err }()
+			got := make([]byte, size)
+			if _, err := io.ReadFull(c, got); err != nil {
+				t.Fatalf("read echo of %d bytes: %v", size, err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			if !bytes.Equal(got, msg) {
+				t.Fatalf("echo of %d bytes differs", size)
+			}
+		}
+		c.Close()
+	}
+}
+
+// echoNC checks the echo through nc, if it is installed: a line written to
+// nc's stdin comes back on its stdout.
+func echoNC(t *testing.T, addr string) {
+	t.Helper()
+	nc, err := exec.LookPath("nc")
+	if err != nil {
+		t.Logf("nc not installed; echo checked with the Go client only")
+		return
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(nc, host, port)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("nc: %v", err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	const line = "hello from nc\n"
+	if _, err := io.WriteString(stdin, line); err != nil {
+		t.Fatalf("write to nc: %v", err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		got <- s
+	}()
+	select {
+	case s := <-got:
+		if s != line {
+			t.Fatalf("nc echoed %q, want %q", s, line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no echo through nc within 10s")
+	}
+}
+
+var cleanShutdown = regexp.MustCompile(`(?m)^uringecho: shut down: \d+ bytes echoed \(conns: ok, loops: ok\)$`)
+
+var statsLine = regexp.MustCompile(`^stats: conns=\d+ bytes=\d+ .*turns=\d+`)
+
+// TestEcho runs the binary on each backend: banner, echo through a Go client
+// and nc, periodic stats, and a clean exit on SIGINT.
+func TestEcho(t *testing.T) {
+	bin := build(t)
+	for _, backend := range []string{"uring", "epoll"} {
+		t.Run("backend="+backend, func(t *testing.T) {
+			if backend == "uring" {
+				testutil.SkipIfNoUring(t)
+			}
+			s := start(t, ".", bin, "-addr", "127.0.0.1:0", "-backend", backend, "-loops", "2", "-stats", "50ms")
+			s.expectLine(t, regexp.MustCompile(`^  backend:  `+backend+`$`), 5*time.Second)
+			s.expectLine(t, regexp.MustCompile(`^  loops:    2 `), 5*time.Second)
+			s.expectLine(t, regexp.MustCompile(`^  kernel:   `), 5*time.Second)
+			echoGo(t, s.addr)
+			echoNC(t, s.addr)
+			line := s.expectLine(t, statsLine, 5*time.Second)
+			t.Logf("banner:\n%s", strings.TrimSpace(s.out.String()[:strings.Index(s.out.String(), line)]))
+			s.interrupt(t, true)
+			if !cleanShutdown.MatchString(s.out.String()) {
+				t.Errorf("no clean shutdown line in the output:\n%s", s.out.String())
+			}
+		})
+	}
+}
+
+// TestGoRun starts the server with the README's command (plus a free port,
+// since 7777 may be taken on a shared machine), as a newcomer would.
+func TestGoRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles the command; skipped in -short mode")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("go tool not found: %v", err)
+	}
+	s := start(t, "../..", gobin, "run", "./cmd/uringecho", "-addr", "127.0.0.1:0")
+	echoGo(t, s.addr)
+	s.interrupt(t, false)
+	if !cleanShutdown.MatchString(s.out.String()) {
+		t.Errorf("no clean shutdown line in the output:\n%s", s.out.String())
+	}
+}
+
+// TestHelp checks that -h describes the command and every flag with its
+// default, and exits with status 0.
+func TestHelp(t *testing.T) {
+	bin := build(t)
+	out, err := exec.Command(bin, "-h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("-h: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"Usage: uringecho", "echo server", "-addr", `(default "127.0.0.1:7777")`, "-loops", "GOMAXPROCS",
+		"-backend", `(default "auto")`, "-ioratio", "(default 50)", "-reuseport", "-stats", "SIGINT",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("-h output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestBadFlags checks that invalid values are refused with status 2.
+func TestBadFlags(t *testing.T) {
+	bin := build(t)
+	for _, args := range [][]string{{"-backend", "kqueue"}, {"-ioratio", "0"}, {"-loops", "-1"}, {"-stats", "-1s"}, {"extra"}} {
+		err := exec.Command(bin, args...).Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("uringecho %v: %v, want exit status 2", args, err)
+		}
+	}
+}
