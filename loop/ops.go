@@ -285,6 +285,11 @@ func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 	if !l.ioStarted {
 		l.ioStarted = true
 		l.ioStart = l.clock.Now()
+		// The wait is over once completions are being delivered: mark the
+		// loop awake now, not after poll returns, so that callbacks calling
+		// Execute or ExecuteAfterTurn (conn's Write from OnData) do not
+		// write the eventfd for a loop that is already running.
+		l.nextWakeup.Store(awake)
 	}
 	o := l.ops.lookup(ud)
 	if o == nil {

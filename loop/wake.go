@@ -13,11 +13,12 @@ package loop
 //	  else: CAS(deadline → awake)                write eventfd (driver.wake)
 //	        ok → do not block
 //	        lost → a producer is writing the eventfd: wait (returns at once)
-//	wait returns; nextWakeup = awake
+//	first completion delivered, or wait
+//	returns: nextWakeup = awake
 //
 // Exactly one goroutine moves nextWakeup from a published deadline back to
-// awake: the loop (it found work before blocking) or the one producer that
-// writes the eventfd. So there is at most one eventfd write per published
+// awake: the loop (it found work before blocking, or its wait ended with
+// completions to deliver) or the one producer that writes the eventfd. So there is at most one eventfd write per published
 // deadline, every such write ends a wait that was counted in Stats.Sleeps,
 // and Stats.WakeWrites <= Stats.Sleeps. The loop itself never writes the
 // eventfd: while it runs, nextWakeup is awake.
