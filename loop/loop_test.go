@@ -537,12 +537,15 @@ func TestTailTasks(t *testing.T) {
 		g := newGroup(t, b, loop.WithLoops(1))
 		l := g.Loop(0)
 		var order []string
+		tailRan := make(chan struct{})
 		runOn(t, l, func() {
-			l.ExecuteAfterTurn(func() { order = append(order, "tail") })
+			l.ExecuteAfterTurn(func() { order = append(order, "tail"); close(tailRan) })
 			l.Execute(func() { order = append(order, "task") })
 			order = append(order, "first")
 		})
-		runOn(t, l, func() {})
+		// Wait for the tail task itself: a task queued from here may still
+		// run in the same turn, before the tail tasks.
+		<-tailRan
 		if strings.Join(order, ",") != "first,task,tail" {
 			t.Fatalf("order %v", order)
 		}
