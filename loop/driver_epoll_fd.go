@@ -41,9 +41,22 @@ func (d *epollDriver) internalFd(fd int) bool {
 	return fd == d.epfd || fd == d.evfd || fd == d.tfd
 }
 
-// register adds fd to the epoll instance once, edge-triggered for both
+// register adds fd to the epoll instance, edge-triggered for both
 // directions, and makes it non-blocking (io_uring needs neither, so the
 // fds the loop is given may be blocking).
+//
+// An fd is normally registered once, and loop.Close (closeFd) forgets it.
+// But an fd closed with close(2) behind the loop's back leaves its entry
+// marked registered while epoll itself dropped the file, and a new file
+// that gets the same number would never be added: its ops would wait
+// forever. So when an op arrives for a registered fd on which no op waits
+// (the only time such a close can have happened without breaking the op
+// contract), register asks the kernel again with EPOLL_CTL_ADD: EEXIST
+// means the same file is still registered; success means a new file took
+// the number, now registered and made non-blocking like any other. An fd
+// with waiters, the hot path (a connection's armed receive or accept),
+// costs nothing extra; an op on an otherwise idle fd costs one
+// epoll_ctl(2).
 func (d *epollDriver) register(fd int) error {
 	if fd < 0 || d.internalFd(fd) {
 		return unix.EBADF
@@ -51,8 +64,46 @@ func (d *epollDriver) register(fd int) error {
 	d.growFds(fd)
 	f := &d.fds[fd]
 	if f.registered {
-		return nil
+		if !fdIdle(f) {
+			return nil
+		}
+		d.ctl = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
+		switch err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_ADD, fd, &d.ctl); err {
+		case unix.EEXIST:
+			return nil // the same file, still registered
+		case nil:
+			// A new file under a reused number: registered now.
+			f.retry = false
+			return setNonblock(fd)
+		default:
+			f.registered = false
+			f.retry = false
+			return err
+		}
 	}
+	if err := setNonblock(fd); err != nil {
+		return err
+	}
+	d.ctl = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
+	if err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_ADD, fd, &d.ctl); err != nil && err != unix.EEXIST {
+		return err
+	}
+	f.registered = true
+	return nil
+}
+
+// fdIdle reports whether no op waits on f.
+func fdIdle(f *epollFd) bool {
+	for _, l := range f.lists {
+		if l.head != noSlot {
+			return false
+		}
+	}
+	return true
+}
+
+// setNonblock sets O_NONBLOCK on fd unless it is set already.
+func setNonblock(fd int) error {
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
 		return err
@@ -62,11 +113,6 @@ func (d *epollDriver) register(fd int) error {
 			return err
 		}
 	}
-	d.ctl = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
-	if err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_ADD, fd, &d.ctl); err != nil && err != unix.EEXIST {
-		return err
-	}
-	f.registered = true
 	return nil
 }
 
