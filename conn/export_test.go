@@ -7,3 +7,7 @@ func SetForceSingleRecv(on bool) { forceSingleRecv.Store(on) }
 
 // SetForceSingleAccept makes new accepts single shots.
 func SetForceSingleAccept(on bool) { forceSingleAccept.Store(on) }
+
+// AcceptOutOfResources returns how many accepts of s failed with EMFILE,
+// ENFILE, ENOBUFS or ENOMEM (each one starts a backoff).
+func AcceptOutOfResources(s *Server) int64 { return s.outOfRes.Load() }

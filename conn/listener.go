@@ -31,6 +31,7 @@ type Server struct {
 	closing   atomic.Bool // Close or Shutdown was called
 	shutting  atomic.Bool // Shutdown was called: new conns are closed at once
 	live      atomic.Int64
+	outOfRes  atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
 	mu        sync.Mutex
 	conns     map[*Conn]struct{}
 }
@@ -305,6 +306,7 @@ func (ln *listener) Complete(cp *loop.Completion) {
 	case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
 		// Out of resources: stop accepting (so the same error cannot
 		// come back at once) and try again after a pause.
+		ln.s.outOfRes.Add(1)
 		ln.pause = true
 		if !final {
 			_ = ln.l.Cancel(ln.id)

@@ -6,12 +6,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
-	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 	"golang.org/x/sys/unix"
 )
@@ -144,12 +142,14 @@ func TestReusePort(t *testing.T) {
 // TestAcceptEMFILE: with RLIMIT_NOFILE just above the fds in use, an accept
 // storm hits EMFILE; the acceptor backs off (its loop turns stay few
 // instead of spinning) and serves every client once the limit is raised.
+// The limit is lowered before Listen: io_uring reads RLIMIT_NOFILE when an
+// accept is prepared, so a multishot accept armed earlier keeps the old
+// limit. The server's count of out-of-resource accept failures proves that
+// EMFILE was hit.
 func TestAcceptEMFILE(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 1)
 		h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
-		s := ctListen(t, "tcp", "127.0.0.1:0", g, h)
-		sa := &unix.SockaddrInet4{Port: s.Addr().(*net.TCPAddr).Port, Addr: [4]byte{127, 0, 0, 1}}
 		// Create the client sockets first: connecting needs no new fd.
 		const clients = 16
 		var fds []int
@@ -170,7 +170,7 @@ func TestAcceptEMFILE(t *testing.T) {
 			t.Fatal(err)
 		}
 		lim := old
-		lim.Cur = uint64(maxFd() + 3) // room for two or three accepts
+		lim.Cur = uint64(limitForFree(4)) // the listener, then room for a few accepts
 		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 			t.Skipf("setrlimit: %v", err)
 		}
@@ -182,6 +182,17 @@ func TestAcceptEMFILE(t *testing.T) {
 			}
 		}
 		defer restore()
+		s, err := conn.Listen("tcp", "127.0.0.1:0", g, h)
+		if err != nil {
+			restore()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s.Shutdown(ctx)
+		})
+		sa := &unix.SockaddrInet4{Port: s.Addr().(*net.TCPAddr).Port, Addr: [4]byte{127, 0, 0, 1}}
 		for _, fd := range fds {
 			if err := unix.Connect(fd, sa); err != nil {
 				restore()
@@ -191,7 +202,13 @@ func TestAcceptEMFILE(t *testing.T) {
 		before := g.Stats().Total.Turns
 		time.Sleep(300 * time.Millisecond)
 		turns := g.Stats().Total.Turns - before
+		emfile := conn.AcceptOutOfResources(s)
+		held := s.Conns()
 		restore()
+		t.Logf("under the limit: %d conns, %d accepts failed with EMFILE, %d loop turns in 300ms", held, emfile, turns)
+		if emfile == 0 {
+			t.Fatalf("no accept failed with EMFILE (%d of %d clients accepted): the limit did not apply", held, clients)
+		}
 		// 300 ms of backoff (10, 20, 40, 80, 160 ms) is a handful of
 		// timer turns; a spinning acceptor would turn thousands of times.
 		if turns > 200 {
@@ -208,21 +225,27 @@ func TestAcceptEMFILE(t *testing.T) {
 				t.Fatalf("echo after recovery: %d, %v", n, err)
 			}
 		}
-		_ = syscall.EMFILE
 	})
 }
 
-// maxFd returns the highest open fd number.
-func maxFd() int {
+// limitForFree returns the lowest RLIMIT_NOFILE under which exactly n fd
+// numbers are free (the kernel hands out the lowest free number, so holes
+// below the highest open fd count too).
+func limitForFree(n int) int {
 	ents, _ := os.ReadDir("/proc/self/fd")
-	hi := 0
+	open := map[int]bool{}
 	for _, e := range ents {
-		var n int
+		var k int
 		for _, ch := range e.Name() {
-			n = n*10 + int(ch-'0')
+			k = k*10 + int(ch-'0')
 		}
-		hi = max(hi, n)
+		open[k] = true
 	}
-	_ = testutil.FdCount
-	return hi
+	free, l := 0, 0
+	for ; free < n; l++ {
+		if !open[l] {
+			free++
+		}
+	}
+	return l
 }
