@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -88,18 +87,6 @@ func TestAcceptanceBackpressure(t *testing.T) {
 	wantSum := h.Sum(nil)
 
 	accForEachBackend(t, func(t *testing.T, b loop.Backend) {
-		if b == loop.BackendEpoll && os.Getenv("RINGLOOP_KNOWN_BUGS") != "1" {
-			// Known bug: writes made inside OnWritabilityChanged(true) push
-			// the queue past the high mark (the pump sees Writable() false
-			// and stops), and on epoll the send drains it below the low
-			// mark before conn next compares the level with the one it
-			// last reported. conn reports levels, not edges: true → false
-			// → true looks like no change, nothing is reported, and the
-			// writer is never resumed (the stream stalls at 160 KiB with
-			// Buffered() 0 and Writable() true).
-			// RINGLOOP_KNOWN_BUGS=1 runs it anyway.
-			t.Skip("known bug: a coalesced writability change leaves a Writable()-driven writer stalled on epoll; RINGLOOP_KNOWN_BUGS=1 runs it")
-		}
 		testutil.Watchdog(t, 3*time.Minute)
 		g := accGroup(t, b, loop.WithLoops(1))
 		p := &accPump{block: block, chunk: chunk, total: total, closed: make(chan error, 1)}

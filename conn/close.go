@@ -14,12 +14,19 @@ import (
 // the fd when it is closed, so its number can be reused at once without a
 // completion landing on the wrong connection.
 
-// Close closes the connection: receiving stops, bytes still queued are
-// dropped (call CloseWrite first to send them), ops in flight are canceled
-// and their final completions awaited, then the fd is closed and OnClose
-// runs with a nil error (or with the error that closed the connection
-// first). It returns at once; a second call returns an error wrapping
-// net.ErrClosed. Safe for concurrent use.
+// Close closes the connection. Receiving stops at once (no OnData after
+// Close returns on the loop, none once the close task ran otherwise); the
+// bytes queued by earlier Writes are still handed to the kernel, a send at a
+// time, and the fd is closed once the queue is empty, as c.Write(resp);
+// c.Close() would deliver resp with a net.Conn. The wait is bounded by the
+// linger time (WithLinger, default 2 s): then the send in flight is
+// canceled and what is still queued is dropped; WithLinger(0) drops it at
+// once. Either way the ops in flight are canceled and their final
+// completions awaited, then the fd is closed and OnClose runs with a nil
+// error (or with the error that closed the connection before Close was
+// called; errors while lingering are not reported). It returns at once; a
+// second call returns an error wrapping net.ErrClosed, as do Writes after
+// Close. Safe for concurrent use.
 func (c *Conn) Close() error {
 	if c.closeReq.Swap(true) {
 		return c.opError("close", "", net.ErrClosed)
@@ -28,7 +35,7 @@ func (c *Conn) Close() error {
 	c.wclosed = true
 	c.mu.Unlock()
 	if c.l.InLoop() {
-		c.closeNow(nil)
+		c.closeLinger()
 		return nil
 	}
 	if err := c.l.Execute(c.closeTask); err != nil {
@@ -39,7 +46,51 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-func (c *Conn) closeTask() { c.closeNow(nil) }
+func (c *Conn) closeTask() { c.closeLinger() }
+
+// closeLinger is a local Close on the loop: stop receiving, then close once
+// the outbound queue has drained (drained) or the linger timer fires,
+// whichever comes first. Must be called on c's loop.
+func (c *Conn) closeLinger() {
+	if c.state != stateOpen || c.cfg.linger == 0 {
+		c.closeNow(nil)
+		return
+	}
+	if c.lingering {
+		return
+	}
+	c.mu.Lock()
+	empty := c.out.n == 0
+	c.mu.Unlock()
+	if empty {
+		c.closeNow(nil)
+		return
+	}
+	t, err := c.l.Schedule(c.cfg.linger, c.lingerTimerFn)
+	if err != nil {
+		c.closeNow(nil) // the loop is terminating
+		return
+	}
+	c.lingering, c.lingerTimer = true, t
+	c.closeErr = nil
+	stopTimer(&c.readTimer)
+	stopTimer(&c.idleTimer)
+	if c.recv.active {
+		_ = c.l.Cancel(c.recv.id) // its completions are dropped from now on
+	}
+	if !c.send.active {
+		c.startSend()
+	}
+}
+
+// onLingerTimer ends the linger: the send in flight is canceled and the
+// queue dropped.
+func (c *Conn) onLingerTimer() {
+	c.lingerTimer = nil
+	if c.lingering {
+		c.closeNow(nil)
+	}
+}
 
 // CloseWrite shuts down the sending side (shutdown(2) with SHUT_WR) once
 // every byte queued before the call is sent; the peer then reads EOF while
@@ -90,6 +141,9 @@ func (c *Conn) closeNow(err error) {
 	if c.state >= stateClosing {
 		return
 	}
+	if c.lingering {
+		err = nil // Close came first: OnClose reports the local close
+	}
 	c.state = stateClosing
 	c.closeErr = err
 	c.closeReq.Store(true)
@@ -98,6 +152,7 @@ func (c *Conn) closeNow(err error) {
 	c.mu.Unlock()
 	stopTimer(&c.readTimer)
 	stopTimer(&c.idleTimer)
+	stopTimer(&c.lingerTimer)
 	// Cancel errors mean the op already reached its final completion,
 	// which is then on its way: nothing to do.
 	if c.recv.active {

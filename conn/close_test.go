@@ -18,16 +18,22 @@ import (
 // TestCloseInFlight: Close while a send (8 MiB to a peer that does not
 // read) and a receive are in flight: OnClose runs once with nil, the fd
 // count returns to its baseline, the loop saw no stale completion and no
-// op is left in flight, and a second Close reports net.ErrClosed.
+// op is left in flight, and a second Close reports net.ErrClosed. With
+// WithLinger(0) the close cancels both at once; with a short linger the
+// send stays in flight until the linger timer cancels it.
 func TestCloseInFlight(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 1)
 		ln := testutil.Loopback(t)
 		baseline := testutil.FdCount()
-		for round := range 3 {
+		for round := range 4 {
 			ce := ctNewEvents(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			c, err := conn.Dial(ctx, g, "tcp", ln.Addr().String(), ce)
+			linger := time.Duration(0)
+			if round == 3 {
+				linger = 50 * time.Millisecond
+			}
+			c, err := conn.Dial(ctx, g, "tcp", ln.Addr().String(), ce, conn.WithLinger(linger))
 			cancel()
 			if err != nil {
 				t.Fatal(err)
@@ -103,8 +109,9 @@ func TestPeerReset(t *testing.T) {
 	})
 }
 
-// TestCloseInCallbacks: Close from OnOpen and from OnData on the loop runs
-// the close at once: no OnData after it, OnClose(nil) once.
+// TestCloseInCallbacks: Close from OnOpen and from OnData on the loop stops
+// receiving at once (no OnData after it) and still delivers what was
+// written before it; OnClose(nil) once.
 func TestCloseInCallbacks(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 1)
@@ -114,7 +121,7 @@ func TestCloseInCallbacks(t *testing.T) {
 					e.onOpen = func(c *conn.Conn) { c.Close() }
 				} else {
 					e.onData = func(c *conn.Conn, _ []byte) {
-						c.Write([]byte("dropped")) // Close drops what is still queued
+						c.Write([]byte("kept")) // Close still sends what is queued
 						c.Close()
 					}
 				}
@@ -126,10 +133,12 @@ func TestCloseInCallbacks(t *testing.T) {
 			}
 			nc.Write([]byte("a"))
 			if where == "data" {
-				// EOF arrives after Close ran on the loop.
+				// The queued bytes, then EOF, arrive after Close ran on
+				// the loop.
 				nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-				if n, err := nc.Read(make([]byte, 16)); err != io.EOF {
-					t.Fatalf("client read %d, %v; want EOF (queued bytes dropped by Close)", n, err)
+				got, err := io.ReadAll(nc)
+				if err != nil || string(got) != "kept" {
+					t.Fatalf("client read %q, %v; want \"kept\" then EOF", got, err)
 				}
 				nc.Write([]byte("b"))
 			}
@@ -143,4 +152,115 @@ func TestCloseInCallbacks(t *testing.T) {
 			nc.Close()
 		}
 	})
+}
+
+// TestWriteThenClose: Write 1 MiB, then Close at once (from another
+// goroutine and from the loop): the peer, reading at its own pace, gets
+// every byte, in order, then EOF; OnClose(nil) runs once the queue drained,
+// and Write after Close fails with net.ErrClosed.
+func TestWriteThenClose(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		g := ctGroup(t, b, 1)
+		ln := testutil.Loopback(t)
+		want := make([]byte, 1<<20)
+		for i := range want {
+			want[i] = byte(i * 7 / 5)
+		}
+		for _, onLoop := range []bool{false, true} {
+			ce := ctNewEvents(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			c, err := conn.Dial(ctx, g, "tcp", ln.Addr().String(), ce, conn.WithWriteBuffer(64<<10))
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			peer, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if onLoop {
+				done := make(chan error, 1)
+				c.Loop().Execute(func() {
+					c.Write(want)
+					done <- c.Close()
+				})
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if n, err := c.Write(want); n != len(want) || err != nil {
+					t.Fatalf("Write: %d, %v", n, err)
+				}
+				if err := c.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := c.Write([]byte("late")); !errorsIsClosed(err) {
+				t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
+			}
+			time.Sleep(50 * time.Millisecond) // the peer is slow to start reading
+			peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got, err := io.ReadAll(peer)
+			if err != nil {
+				t.Fatalf("peer read %d bytes, then %v; want all %d, then EOF", len(got), err, len(want))
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("peer read %d bytes, want %d (first difference at %d)", len(got), len(want), firstDiff(got, want))
+			}
+			if err := ce.wait(t); err != nil {
+				t.Fatalf("OnClose(%v), want nil", err)
+			}
+			peer.Close()
+		}
+	})
+}
+
+// TestCloseLingerTimeout: Close with bytes queued for a peer that never
+// reads closes once the linger time has passed (not before, and not much
+// later), with OnClose(nil) and the fd gone.
+func TestCloseLingerTimeout(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		g := ctGroup(t, b, 1)
+		ln := testutil.Loopback(t)
+		baseline := testutil.FdCount()
+		const linger = 200 * time.Millisecond
+		ce := ctNewEvents(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := conn.Dial(ctx, g, "tcp", ln.Addr().String(), ce, conn.WithLinger(linger))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer peer.Close()
+		c.Write(make([]byte, 16<<20)) // far more than the socket buffers hold
+		start := time.Now()
+		c.Close()
+		if err := ce.wait(t); err != nil {
+			t.Fatalf("OnClose(%v), want nil", err)
+		}
+		took := time.Since(start)
+		t.Logf("closed %v after Close (linger %v)", took.Round(time.Millisecond), linger)
+		if took < linger-10*time.Millisecond || took > linger+time.Second {
+			t.Fatalf("closed %v after Close, want about the linger time %v", took, linger)
+		}
+		peer.Close()
+		ctWaitFor(t, 5*time.Second, "fds back to baseline", func() bool { return testutil.FdCount() == baseline })
+		if n := g.Stats().Total.StaleCompletions; n != 0 {
+			t.Fatalf("%d stale completions", n)
+		}
+	})
+}
+
+// firstDiff returns the first index where a and b differ.
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }

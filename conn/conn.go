@@ -45,13 +45,13 @@ type Conn struct {
 
 	// Shared with other goroutines.
 	userCtx     atomic.Pointer[ctxBox]
-	closeReq    atomic.Bool  // Close was called
-	writable    atomic.Bool  // false above the high-water mark until at or below the low one
-	buffered    atomic.Int64 // outbound bytes not yet sent (mirror of out.n)
-	mu          sync.Mutex   // guards out, flushQueued and wclosed
-	out         outQueue     // outbound bytes, appended by Write, consumed by sends
-	flushQueued bool         // a flush tail task is queued on the loop
-	wclosed     bool         // no more writes: closed or CloseWrite
+	closeReq    atomic.Bool   // Close was called
+	wgen        atomic.Uint64 // writability transitions so far: even = writable (see notifyWritability)
+	buffered    atomic.Int64  // outbound bytes not yet sent (mirror of out.n)
+	mu          sync.Mutex    // guards out, flushQueued and wclosed
+	out         outQueue      // outbound bytes, appended by Write, consumed by sends
+	flushQueued bool          // a flush tail task is queued on the loop
+	wclosed     bool          // no more writes: closed or CloseWrite
 
 	// Loop goroutine only.
 	state        connState
@@ -61,11 +61,13 @@ type Conn struct {
 	send         sendOp
 	misc         miscOp // connect, shutdown and close
 	rbuf         []byte // single-shot receive buffer (fallback only)
-	notified     bool   // writability last reported to the handler
-	eof          bool   // the peer's FIN arrived
-	closeOnDrain error  // close with this cause once the outbound queue is empty
-	shutWanted   bool   // CloseWrite: shutdown(SHUT_WR) once the queue is empty
-	shutDone     bool   // shutdown submitted
+	wseen        uint64 // writability transitions reported to the handler
+	lingering    bool   // Close waits for the outbound queue to drain (WithLinger)
+	lingerTimer  *sched.Timer
+	eof          bool  // the peer's FIN arrived
+	closeOnDrain error // close with this cause once the outbound queue is empty
+	shutWanted   bool  // CloseWrite: shutdown(SHUT_WR) once the queue is empty
+	shutDone     bool  // shutdown submitted
 	readTimeout  time.Duration
 	idleTimeout  time.Duration
 	lastRead     int64 // monotonic ns of the last received data
@@ -75,9 +77,10 @@ type Conn struct {
 	dial         *dialState // non-nil while Dial waits
 	dialErr      error      // why Dial failed, reported once the fd is closed
 
-	flushFn     func() // c.flush, bound once so queuing it allocates nothing
-	readTimerFn func()
-	idleTimerFn func()
+	flushFn       func() // c.flush, bound once so queuing it allocates nothing
+	readTimerFn   func()
+	idleTimerFn   func()
+	lingerTimerFn func()
 }
 
 // ctxBox holds the user's context value (atomic.Pointer needs one type).
@@ -86,12 +89,11 @@ type ctxBox struct{ v any }
 func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *Server) *Conn {
 	c := &Conn{l: l, h: h, cfg: cfg, srv: srv, fd: fd, network: network}
 	c.wh, _ = h.(WritabilityHandler)
-	c.writable.Store(true)
-	c.notified = true
 	c.recv.c, c.send.c, c.misc.c = c, c, c
 	c.flushFn = c.flush
 	c.readTimerFn = c.onReadTimer
 	c.idleTimerFn = c.onIdleTimer
+	c.lingerTimerFn = c.onLingerTimer
 	c.readTimeout, c.idleTimeout = cfg.readTimeout, cfg.idleTimeout
 	return c
 }
@@ -148,7 +150,7 @@ func (c *Conn) SetContext(v any) { c.userCtx.Store(&ctxBox{v}) }
 // Writable reports whether the outbound buffer is below the high-water
 // mark: false once more than the high mark is queued, until it drains to
 // the low mark. Safe for concurrent use.
-func (c *Conn) Writable() bool { return c.writable.Load() }
+func (c *Conn) Writable() bool { return c.wgen.Load()&1 == 0 }
 
 // Buffered returns the outbound bytes queued and not yet sent. Safe for
 // concurrent use.
@@ -177,7 +179,7 @@ func (c *Conn) SetReadTimeout(d time.Duration) error {
 		return invalidOption("read timeout %v (expected >= 0)", d)
 	}
 	return c.onLoop("set", func() error {
-		if c.state >= stateClosing {
+		if c.state >= stateClosing || c.lingering {
 			return c.opError("set", "", net.ErrClosed)
 		}
 		c.readTimeout = d
@@ -198,7 +200,7 @@ func (c *Conn) SetIdleTimeout(d time.Duration) error {
 		return invalidOption("idle timeout %v (expected >= 0)", d)
 	}
 	return c.onLoop("set", func() error {
-		if c.state >= stateClosing {
+		if c.state >= stateClosing || c.lingering {
 			return c.opError("set", "", net.ErrClosed)
 		}
 		c.idleTimeout = d
@@ -235,7 +237,7 @@ func (c *Conn) armIdleTimer() {
 // reset on every receive, so receiving costs a clock read only).
 func (c *Conn) onReadTimer() {
 	c.readTimer = nil
-	if c.state != stateOpen || c.readTimeout <= 0 || c.eof {
+	if c.state != stateOpen || c.readTimeout <= 0 || c.eof || c.lingering {
 		return
 	}
 	if left := c.readTimeout - time.Duration(now()-c.lastRead); left > 0 {
@@ -247,7 +249,7 @@ func (c *Conn) onReadTimer() {
 
 func (c *Conn) onIdleTimer() {
 	c.idleTimer = nil
-	if c.state != stateOpen || c.idleTimeout <= 0 {
+	if c.state != stateOpen || c.idleTimeout <= 0 || c.lingering {
 		return
 	}
 	if left := c.idleTimeout - time.Duration(now()-c.lastIO); left > 0 {
@@ -290,7 +292,7 @@ func (c *Conn) SetWriteBuffer(n int) error {
 // its number reused) underneath it.
 func (c *Conn) sockopt(f func() error) error {
 	return c.onLoop("set", func() error {
-		if c.state >= stateClosing {
+		if c.state >= stateClosing || c.lingering {
 			return c.opError("set", "", net.ErrClosed)
 		}
 		if err := f(); err != nil {

@@ -45,7 +45,9 @@
 // where it stopped, and bytes go out in the order the Write calls returned,
 // across goroutines. Above the high-water mark (default 64 KiB) Writable
 // reports false and a WritabilityHandler hears OnWritabilityChanged(false);
-// at the low-water mark (default 32 KiB) it becomes writable again. Write
+// at the low-water mark (default 32 KiB) it becomes writable again. Every
+// transition is reported, even one undone before the handler could hear of
+// it (false, then true), so a writer that resumes on true never stalls. Write
 // never blocks and never refuses for backpressure: a producer must watch
 // writability. SEND_ZC is off by default (WithSendZCThreshold): measured on
 // loopback it was slower than SEND (see DefaultSendZCThreshold).
@@ -63,17 +65,22 @@
 //
 // # Closing
 //
-// Close marks the connection closed (Write then fails with net.ErrClosed),
-// drops unsent bytes, cancels the ops in flight, waits for their final
-// completions, closes the fd with a CLOSE op and calls OnClose. CloseWrite
-// sends what is queued, then shuts the sending side down (SHUT_WR).
+// Close marks the connection closed (Write then fails with net.ErrClosed)
+// and stops receiving; the bytes queued by earlier Writes still go to the
+// kernel, so c.Write(resp); c.Close() delivers resp as with a net.Conn.
+// Once the queue is empty, or after the linger time (WithLinger, default
+// 2 s; 0 drops the queue at once), the connection cancels the ops in
+// flight, waits for their final completions, closes the fd with a CLOSE op
+// and calls OnClose(nil). CloseWrite sends what is queued, then shuts the
+// sending side down (SHUT_WR).
 //
 // # Defaults
 //
 // TCP_NODELAY on; keepalive, SO_RCVBUF and SO_SNDBUF left to the kernel;
 // listen backlog 4096; water marks 32 KiB / 64 KiB; no read or idle
 // timeout (WithReadTimeout, WithIdleTimeout, Conn.SetReadTimeout and
-// Conn.SetIdleTimeout use the loop's timer wheel); SEND_ZC off; accept
+// Conn.SetIdleTimeout use the loop's timer wheel); SEND_ZC off; Close
+// lingers up to 2 s for queued bytes; accept
 // errors that mean "out of fds or memory" (EMFILE, ENFILE, ENOBUFS, ENOMEM)
 // pause accepting for 10 ms, doubling up to 1 s, instead of spinning.
 //

@@ -31,8 +31,14 @@ type Handler interface {
 // becomes unwritable when its outbound bytes not yet sent (Buffered) rise
 // above the high-water mark, and writable again once they drop to the
 // low-water mark or below (WithWaterMarks). OnWritabilityChanged reports
-// each change the loop observes; changes that undo each other between two
-// observations may be coalesced. It runs on the connection's loop goroutine.
+// every transition, in order, alternating false and true (Netty's
+// behaviour): a queue that rose above the high mark and drained below the
+// low one before the connection could report either is reported as false,
+// then true, so a writer that stopped on Writable() false and resumes on
+// true is always resumed. Reports may come later than the transition (at
+// the end of the loop turn or on a send completion), so Writable() may
+// already differ when one runs. None is made after Close. It runs on the
+// connection's loop goroutine.
 type WritabilityHandler interface {
 	OnWritabilityChanged(c *Conn, writable bool)
 }

@@ -33,6 +33,9 @@ const (
 	// a zero-copy send anyway and adds a notification completion; over a
 	// NIC it may pay, which WithSendZCThreshold lets a user choose.
 	DefaultSendZCThreshold = 0
+	// DefaultLinger bounds how long Close waits for queued outbound bytes
+	// to reach the kernel before it closes the fd anyway (see WithLinger).
+	DefaultLinger = 2 * time.Second
 	// maxBufferOption caps WithReadBuffer and WithWriteBuffer (hard-coded:
 	// 1 GiB is far above any kernel's wmem_max/rmem_max default).
 	maxBufferOption = 1 << 30
@@ -52,6 +55,7 @@ type config struct {
 	readTimeout time.Duration
 	idleTimeout time.Duration
 	sendZC      int
+	linger      time.Duration
 }
 
 func defaultConfig() config {
@@ -60,6 +64,7 @@ func defaultConfig() config {
 		lowWater:  DefaultLowWaterMark,
 		highWater: DefaultHighWaterMark,
 		sendZC:    DefaultSendZCThreshold,
+		linger:    DefaultLinger,
 	}
 }
 
@@ -120,6 +125,16 @@ func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idleTi
 // (the default) never uses SEND_ZC; negative values are rejected.
 func WithSendZCThreshold(n int) Option { return func(c *config) { c.sendZC = n } }
 
+// WithLinger bounds how long Close lets the bytes queued by earlier Writes
+// go out: Close stops receiving at once, hands the queue to the kernel send
+// by send, and closes the fd when it is empty or after d, whichever comes
+// first (then a send still in flight is canceled and the rest dropped).
+// Default 2 s. Unlike the other options, 0 is not the default: WithLinger(0)
+// drops whatever is still queued and closes at once. Negative values are
+// rejected. The bytes handed to the kernel are then sent as after close(2)
+// on any socket (SO_LINGER is not touched).
+func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
+
 // newConfig applies opts over the defaults and validates the result.
 func newConfig(opts []Option) (*config, error) {
 	c := defaultConfig()
@@ -148,6 +163,8 @@ func (c *config) validate() error {
 		return invalidOption("read timeout %v (expected >= 0)", c.readTimeout)
 	case c.idleTimeout < 0:
 		return invalidOption("idle timeout %v (expected >= 0)", c.idleTimeout)
+	case c.linger < 0:
+		return invalidOption("linger %v (expected >= 0)", c.linger)
 	case c.sendZC < 0:
 		return invalidOption("send-zc threshold %d (expected >= 0)", c.sendZC)
 	}

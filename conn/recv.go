@@ -44,7 +44,7 @@ type recvOp struct {
 // armRecv starts the connection's receive. Must be called on c's loop.
 func (c *Conn) armRecv() {
 	r := &c.recv
-	if r.active || c.state != stateOpen || c.eof {
+	if r.active || c.state != stateOpen || c.eof || c.lingering {
 		return
 	}
 	if !r.single && (forceSingleRecv.Load() || !c.l.Features().MultishotRecv) {
@@ -82,7 +82,7 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 		r.active = false
 		c.ops--
 	}
-	if c.state != stateOpen || c.eof {
+	if c.state != stateOpen || c.eof || c.lingering {
 		c.maybeFinish()
 		return
 	}

@@ -177,8 +177,8 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 // whether a flush must be queued. Caller holds c.mu.
 func (c *Conn) queued() bool {
 	c.buffered.Store(int64(c.out.n))
-	if c.out.n > c.cfg.highWater && c.writable.Load() {
-		c.writable.Store(false)
+	if c.out.n > c.cfg.highWater && c.wgen.Load()&1 == 0 {
+		c.wgen.Add(1) // writable → unwritable
 	}
 	if c.flushQueued {
 		return false
@@ -253,6 +253,10 @@ func (c *Conn) startSend() {
 
 // drained runs once the outbound queue is empty and no send is in flight.
 func (c *Conn) drained() {
+	if c.lingering {
+		c.closeNow(nil)
+		return
+	}
 	if c.closeOnDrain != nil {
 		c.closeNow(c.closeOnDrain)
 		return
@@ -263,15 +267,26 @@ func (c *Conn) drained() {
 	}
 }
 
-// notifyWritability reports a writability change to the handler.
+// notifyWritability reports writability transitions to the handler: every
+// one, in order, not just a changed level (Netty's behaviour). c.wgen counts
+// the transitions (changed under c.mu; an even count means writable), and
+// c.wseen the ones reported. A Write that crosses the high mark and a send
+// completion that drains below the low mark before the next report make two
+// transitions, reported as false then true, so a writer that stopped on
+// Writable() false is resumed even though the level looks unchanged.
+// Transitions to writable happen only in the send completion, which reports
+// at once, so at most two are ever pending. Must be called on c's loop.
 func (c *Conn) notifyWritability() {
-	w := c.writable.Load()
-	if w == c.notified || c.state != stateOpen {
-		return
-	}
-	c.notified = w
-	if c.wh != nil {
-		c.wh.OnWritabilityChanged(c, w)
+	g := c.wgen.Load()
+	for c.wseen != g {
+		if c.state != stateOpen || c.lingering {
+			c.wseen = g // closed for the user: nothing more is reported
+			return
+		}
+		c.wseen++
+		if c.wh != nil {
+			c.wh.OnWritabilityChanged(c, c.wseen&1 == 0)
+		}
 	}
 }
 
@@ -319,8 +334,8 @@ func (s *sendOp) Complete(cp *loop.Completion) {
 	c.mu.Lock()
 	c.out.consume(int(res))
 	c.buffered.Store(int64(c.out.n))
-	if !c.writable.Load() && c.out.n <= c.cfg.lowWater {
-		c.writable.Store(true)
+	if c.wgen.Load()&1 == 1 && c.out.n <= c.cfg.lowWater {
+		c.wgen.Add(1) // unwritable → writable
 	}
 	c.mu.Unlock()
 	c.notifyWritability()
