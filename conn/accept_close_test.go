@@ -113,7 +113,9 @@ func TestAcceptanceCloseInFlight(t *testing.T) {
 		testutil.Watchdog(t, 2*time.Minute)
 		g := accGroup(t, b, loop.WithLoops(2))
 		rec := newAccRecorder(false)
-		srv := accListen(t, g, rec)
+		// Linger 0: Close cancels the stalled send at once instead of
+		// waiting for the peer (which never reads) for the linger time.
+		srv := accListen(t, g, rec, conn.WithLinger(0))
 		big := make([]byte, 4<<20)
 
 		// Warm up: the first net.Dial opens the Go runtime's own poller fds,
