@@ -68,7 +68,13 @@ func (r *Ring) submit(waitNr uint32) (int, error) {
 		if !needEnter {
 			return submitted, nil
 		}
-		n, err := r.enter(pending, waitNr, flags, nil, 0)
+		wait := waitNr
+		if wait > 0 && pending > 0 {
+			// Submit without waiting first: the inline work runs in a
+			// call that cannot sleep; wait only if it left too few CQEs.
+			wait = 0
+		}
+		n, err := r.enter(pending, wait, flags, nil, 0)
 		switch {
 		case err == errEINTR:
 			continue // nothing consumed; resubmit and wait again
@@ -76,7 +82,13 @@ func (r *Ring) submit(waitNr uint32) (int, error) {
 			return submitted, wrapSyscall("io_uring_enter", err)
 		}
 		submitted += n
-		if waitNr == 0 || n == 0 || r.CQReady() >= waitNr {
+		if waitNr == 0 || r.CQReady() >= waitNr {
+			return submitted, nil
+		}
+		if wait == 0 {
+			continue // submitted; now wait, with nothing left to submit
+		}
+		if n == 0 {
 			return submitted, nil
 		}
 		// The kernel consumed SQEs and may have hidden an interrupted wait
@@ -111,8 +123,21 @@ func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
 	if r.noExtArg {
 		return r.waitTimeoutSQE(n, d)
 	}
-	deadline := time.Now().Add(d)
 	submitted := 0
+	if pending := r.flushSQ(); pending > 0 || r.cqNeedsFlush() {
+		// Submit and run deferred task work without waiting first: that
+		// inline work then runs in a call that cannot sleep, and the
+		// sleeping call below is made only if it left too few CQEs.
+		got, err := r.enter(pending, 0, EnterGetEvents, nil, 0)
+		submitted += got
+		if err != nil && err != errEINTR {
+			return submitted, wrapSyscall("io_uring_enter", err)
+		}
+		if r.userReady() >= n {
+			return submitted, nil
+		}
+	}
+	deadline := time.Now().Add(d)
 	for {
 		r.waitTs = durationTimespec(d)
 		r.waitArg = GetEventsArg{Ts: uint64(uintptr(unsafe.Pointer(&r.waitTs)))}

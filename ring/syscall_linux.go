@@ -9,15 +9,25 @@ import (
 // The three io_uring system calls. Each returns the kernel's result and, on
 // failure, the bare errno (boxed without allocation by errnoErr).
 //
-// All three use unix.Syscall / unix.Syscall6, which tell the Go scheduler the
-// thread may block so it can hand the P to another thread:
-//   - io_uring_enter with IORING_ENTER_GETEVENTS and min_complete > 0 sleeps
-//     until completions arrive; even without GETEVENTS, submission can do
-//     inline work of unbounded length (copying a send, faulting pages).
-//   - io_uring_setup and io_uring_register allocate, pin pages and may wait
-//     for the ring to quiesce (file and buffer updates).
-// RawSyscall6 would save roughly 20 ns per call but would stall the P for the
-// whole call; the runtime's netpoll reserves it for calls that cannot block.
+// io_uring_setup and io_uring_register use unix.Syscall / unix.Syscall6,
+// which tell the Go scheduler the thread may block so it can hand the P to
+// another thread: they allocate, pin pages and may wait for the ring to
+// quiesce (file and buffer updates).
+//
+// io_uring_enter uses unix.Syscall6 only when it may sleep
+// (IORING_ENTER_GETEVENTS with min_complete > 0). An enter that only
+// submits, or runs deferred task work without waiting, does not wait for
+// I/O: an operation that would block is punted to io-wq or armed on poll
+// (the kernel may still sleep briefly on a lock or an allocation). It does
+// inline work (the whole send and receive path of each socket op), often for
+// tens of microseconds, and while a thread is inside unix.Syscall6 for more
+// than one sysmon tick (20 us) the runtime retakes its P and starts another
+// thread to run it; with GOMAXPROCS=1 and a locked loop thread that means
+// sysmon polling every 20 us and a spinning thread taking turns with the
+// loop on its CPU, then handing the P back. Those enters use
+// unix.RawSyscall6 instead, and the waiting calls in enter.go submit first
+// without waiting, so the P is handed off only while the thread really
+// sleeps.
 
 // sysSetup is io_uring_setup(2). p is read and written by the kernel during
 // the call only.
@@ -38,8 +48,15 @@ func sysSetup(entries uint32, p *Params) (int, error) {
 // whether the submission part already happened and how long it still wants
 // to wait (see enter.go).
 func sysEnter(fd int, toSubmit, minComplete, flags uint32, arg unsafe.Pointer, argSz uintptr) (int, error) {
-	n, _, e := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(fd), uintptr(toSubmit),
-		uintptr(minComplete), uintptr(flags), uintptr(arg), argSz)
+	var n uintptr
+	var e unix.Errno
+	if minComplete == 0 || flags&EnterGetEvents == 0 {
+		n, _, e = unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(fd), uintptr(toSubmit),
+			uintptr(minComplete), uintptr(flags), uintptr(arg), argSz)
+	} else {
+		n, _, e = unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(fd), uintptr(toSubmit),
+			uintptr(minComplete), uintptr(flags), uintptr(arg), argSz)
+	}
 	if e != 0 {
 		return 0, errnoErr(e)
 	}
