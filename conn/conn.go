@@ -175,39 +175,32 @@ func (c *Conn) onLoop(op string, f func() error) error {
 // and from each receive; 0 turns it off. The check runs on the loop's timer
 // wheel (resolution: the loop's tick). Safe for concurrent use.
 func (c *Conn) SetReadTimeout(d time.Duration) error {
-	if d < 0 {
-		return invalidOption("read timeout %v (expected >= 0)", d)
-	}
-	return c.onLoop("set", func() error {
-		if c.state >= stateClosing || c.lingering {
-			return c.opError("set", "", net.ErrClosed)
-		}
-		c.readTimeout = d
-		c.lastRead = now()
-		stopTimer(&c.readTimer)
-		if c.state == stateOpen {
-			c.armReadTimer()
-		}
-		return nil
-	})
+	return c.setTimeout("read timeout", d, &c.readTimeout, &c.lastRead, &c.readTimer, c.armReadTimer)
 }
 
 // SetIdleTimeout closes the connection with an error wrapping
 // os.ErrDeadlineExceeded if it neither receives nor sends for d, counted
 // from this call; 0 turns it off. Safe for concurrent use.
 func (c *Conn) SetIdleTimeout(d time.Duration) error {
+	return c.setTimeout("idle timeout", d, &c.idleTimeout, &c.lastIO, &c.idleTimer, c.armIdleTimer)
+}
+
+// setTimeout sets one of the connection's timeouts on its loop: the
+// duration, the activity mark it counts from, and the timer re-armed from
+// now when the connection is open.
+func (c *Conn) setTimeout(what string, d time.Duration, timeout *time.Duration, last *int64, timer **sched.Timer, arm func()) error {
 	if d < 0 {
-		return invalidOption("idle timeout %v (expected >= 0)", d)
+		return invalidOption("%s %v (expected >= 0)", what, d)
 	}
 	return c.onLoop("set", func() error {
 		if c.state >= stateClosing || c.lingering {
 			return c.opError("set", "", net.ErrClosed)
 		}
-		c.idleTimeout = d
-		c.lastIO = now()
-		stopTimer(&c.idleTimer)
+		*timeout = d
+		*last = now()
+		stopTimer(timer)
 		if c.state == stateOpen {
-			c.armIdleTimer()
+			arm()
 		}
 		return nil
 	})
