@@ -1,6 +1,9 @@
 package loop
 
-import "errors"
+import (
+	"errors"
+	"runtime"
+)
 
 // Test seams for the external loop_test package.
 
@@ -57,3 +60,10 @@ func (g *Group) ChooserUsesMask() bool { return g.chooser.powerOfTwo() }
 func UringUnusable(err error) bool { return uringUnusable(err) }
 
 var _ = errors.New
+
+// CountYields makes the loops call f (after yielding) each time they yield
+// their P (yield.go), until restore is called. Set it before any loop starts.
+func CountYields(f func()) (restore func()) {
+	gosched = func() { runtime.Gosched(); f() }
+	return func() { gosched = runtime.Gosched }
+}

@@ -57,6 +57,7 @@ type Loop struct {
 	ioStart     int64      // clock instant of the first completion of the current poll
 	stallCount  int        // consecutive empty early returns
 	lastExec    int64      // clock instant tasks or hooks last ran
+	lastYield   int64      // clock instant the loop goroutine last yielded its P (yield.go)
 	confirming  bool       // confirmShutdown ran at least once
 	sinkRefused bool       // the last timer move hit a full queue
 	runTaskFn   func(sched.Task)

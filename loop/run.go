@@ -132,6 +132,7 @@ func (l *Loop) turn() {
 	l.observeWait(timeout, res, err, now)
 	l.runTasks(now, ioTime)
 	l.stats.opsInFlight.Store(int64(l.ops.inFlight))
+	l.maybeYield(now)
 }
 
 // runTasks is the task phase of a turn (Netty's runAllTasks(timeout), and
