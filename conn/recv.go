@@ -88,8 +88,12 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 	}
 	switch res := cp.Res; {
 	case res > 0:
-		t := now()
-		c.lastRead, c.lastIO = t, t
+		if c.readTimeout > 0 || c.idleTimeout > 0 {
+			// Only a timeout reads these (setTimeout starts them
+			// afresh), so without one the clock is not read.
+			t := now()
+			c.lastRead, c.lastIO = t, t
+		}
 		data := cp.Data
 		if r.single {
 			data = c.rbuf[:res]

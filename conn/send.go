@@ -330,7 +330,9 @@ func (s *sendOp) Complete(cp *loop.Completion) {
 		c.closeNow(c.resultError("write", "send", res))
 		return
 	}
-	c.lastIO = now()
+	if c.idleTimeout > 0 {
+		c.lastIO = now()
+	}
 	c.mu.Lock()
 	c.out.consume(int(res))
 	c.buffered.Store(int64(c.out.n))
