@@ -30,6 +30,7 @@ type meta struct {
 	Conns, Sizes        []int
 	Depths              []int
 	Reps                int
+	TargetReps          int // repetitions of the target cells (64 B, 64–1024 conns), when more than Reps
 	Warmup, Duration    string
 	Servers             []string
 	Command             string
@@ -40,7 +41,7 @@ type meta struct {
 
 func collectMeta(prof, label string, p profile) meta {
 	m := meta{Label: label, Profile: prof, Started: time.Now().UTC().Format(time.RFC3339),
-		Conns: p.conns, Sizes: p.sizes, Depths: p.depths, Reps: p.reps,
+		Conns: p.conns, Sizes: p.sizes, Depths: p.depths, Reps: p.reps, TargetReps: p.targetReps,
 		Warmup: p.warmup.String(), Duration: p.duration.String(), LoadBefore: loadavg(),
 		Command: "go run ./cmd/harness " + shellJoin(os.Args[1:])}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
@@ -122,18 +123,34 @@ func readCSV(path string) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	// Columns by name, so that a CSV from before a column was added still
+	// reads (the missing metrics stay zero).
+	col := map[string]int{}
+	for j, name := range recs[0] {
+		col[name] = j
+	}
 	var rows []row
-	for i, rec := range recs {
-		if i == 0 || len(rec) != len(csvHeader) {
-			continue
+	for _, rec := range recs[1:] {
+		get := func(name string) string {
+			if j, ok := col[name]; ok && j < len(rec) {
+				return rec[j]
+			}
+			return ""
 		}
-		fl := func(j int) float64 { v, _ := strconv.ParseFloat(rec[j], 64); return v }
-		in := func(j int) int { v, _ := strconv.Atoi(rec[j]); return v }
-		u := func(j int) uint64 { v, _ := strconv.ParseUint(rec[j], 10, 64); return v }
-		rows = append(rows, row{Server: rec[0], Conns: in(1), Size: in(2), Depth: in(3), Rep: in(4),
-			Elapsed: fl(5), Requests: u(6), RPS: fl(7), MBps: fl(8), ServerCPU: fl(9), ServerUtil: fl(10),
-			CPUPerMReq: fl(11), ReqPerCPU: fl(12), ClientCPU: fl(13), RunqWait: fl(14), P50: fl(15), P99: fl(16), P999: fl(17), Max: fl(18),
-			RSSBaseKB: u(19), RSSPlateauKB: u(20), HWMKB: u(21), MemPerConnKB: fl(22), Errors: u(23), Note: rec[24]})
+		fl := func(name string) float64 { v, _ := strconv.ParseFloat(get(name), 64); return v }
+		in := func(name string) int { v, _ := strconv.Atoi(get(name)); return v }
+		u := func(name string) uint64 { v, _ := strconv.ParseUint(get(name), 10, 64); return v }
+		rows = append(rows, row{Server: get("server"), Conns: in("conns"), Size: in("size"), Depth: in("depth"), Rep: in("rep"),
+			Elapsed: fl("elapsed_s"), Requests: u("requests"), RPS: fl("rps"), MBps: fl("mbps"),
+			ServerCPU: fl("server_cpu_s"), ServerUtil: fl("server_util"), CPUPerMReq: fl("server_cpu_s_per_mreq"),
+			ReqPerCPU: fl("req_per_server_cpu_s"), ClientCPU: fl("client_cpu_s"), RunqWait: fl("server_runq_wait_s"),
+			ServerSys: fl("server_sys_s"), Ctxsw: u("server_ctxsw"),
+			P50: fl("p50_us"), P99: fl("p99_us"), P999: fl("p999_us"), Max: fl("max_us"),
+			RSSBaseKB: u("rss_base_kb"), RSSPlateauKB: u("rss_plateau_kb"), HWMKB: u("vmhwm_kb"),
+			MemPerConnKB: fl("mem_per_conn_kb"), Errors: u("errors"), Note: get("note")})
 	}
 	return rows, nil
 }
@@ -180,6 +197,20 @@ var metrics = map[string]func(*row) float64{
 	"hwm":        func(r *row) float64 { return float64(r.HWMKB) },
 	"memconn":    func(r *row) float64 { return r.MemPerConnKB },
 	"clientcpu":  func(r *row) float64 { return r.ClientCPU },
+	// sysfrac is the kernel's share of the server's CPU; ctxsw counts
+	// context switches per 1,000 requests.
+	"sysfrac": func(r *row) float64 {
+		if r.ServerCPU == 0 {
+			return 0
+		}
+		return r.ServerSys / r.ServerCPU
+	},
+	"ctxsw": func(r *row) float64 {
+		if r.Requests == 0 {
+			return 0
+		}
+		return float64(r.Ctxsw) / float64(r.Requests) * 1000
+	},
 	"runqwait": func(r *row) float64 {
 		if r.Elapsed == 0 {
 			return 0
@@ -288,7 +319,7 @@ func writeSummaryCSV(path string, s *summary) error {
 	var b bytes.Buffer
 	w := csv.NewWriter(&b)
 	hdr := []string{"server", "conns", "size", "depth", "reps_ok", "reps_failed"}
-	names := []string{"rps", "mbps", "reqpercpu", "cpupermreq", "util", "p50", "p99", "p999", "hwm", "memconn", "clientcpu", "runqwait"}
+	names := []string{"rps", "mbps", "reqpercpu", "cpupermreq", "util", "p50", "p99", "p999", "hwm", "memconn", "clientcpu", "runqwait", "sysfrac", "ctxsw"}
 	for _, n := range names {
 		hdr = append(hdr, n+"_median", n+"_min", n+"_max")
 	}
@@ -382,7 +413,7 @@ type target struct {
 }
 
 func targets() []*target {
-	midConns := func(c, size int) bool { return c >= 64 && c <= 1024 && size == 64 }
+	midConns := targetCell
 	return []*target{
 		{text: "ringloop/uring requests per server CPU-second ≥ 1.15× gnet (64–1024 conns × 64 B)", subject: "ringloop-uring", peer: "gnet", metric: "reqpercpu", min: 1.15, cellOK: midConns},
 		{text: "ringloop/uring requests per server CPU-second ≥ 1.3× net (64–1024 conns × 64 B)", subject: "ringloop-uring", peer: "net", metric: "reqpercpu", min: 1.3, cellOK: midConns},
@@ -434,7 +465,11 @@ func markdown(s *summary, m meta, plots []plotRef, plotPrefix string) string {
 	w("| built from | commit %s%s |\n", orDefault(m.Commit, "?"), dirtyNote(m.Dirty))
 	w("| kernel | %s |\n| CPU | %s (%d logical CPUs) |\n| Go | %s |\n| C server | %s |\n", m.Kernel, m.CPU, m.CPUs, m.GoVer, orDefault(m.CInfo, "not built"))
 	w("| load average before / after | %s / %s (a shared machine shows here) |\n", m.LoadBefore, m.LoadAfter)
-	w("| sweep | conns %v × sizes %v × depth %v, %d repetitions, warm-up %s, window %s |\n", m.Conns, m.Sizes, m.Depths, m.Reps, m.Warmup, m.Duration)
+	reps := fmt.Sprintf("%d repetitions", m.Reps)
+	if m.TargetReps > m.Reps {
+		reps += fmt.Sprintf(" (%d for the 64 B cells at 64–1024 connections, on which the efficiency targets are checked)", m.TargetReps)
+	}
+	w("| sweep | conns %v × sizes %v × depth %v, %s, warm-up %s, window %s |\n", m.Conns, m.Sizes, m.Depths, reps, m.Warmup, m.Duration)
 	w("| servers | %s |\n\n", strings.Join(s.servers, ", "))
 	if m.Reps > 0 && m.Reps < 3 {
 		w("**Fewer than 3 repetitions per cell: a check that the harness works, not a result.**\n\n")
@@ -564,6 +599,8 @@ func markdown(s *summary, m meta, plots []plotRef, plotPrefix string) string {
 	section("Throughput", "rps", "Requests per second (median ± half the range of the repetitions). MB/s is requests/s × size (one direction); it is in the CSVs.", kfmt)
 	section("Server CPU utilisation", "util", "Server CPU-seconds per second of the window: 100 % means the server's CPU was saturated; below that the client or the round trip limited the rate.", pct)
 	section("CPU contention", "runqwait", "Time the server's threads were runnable but waited for their CPU, per second of the window (from /proc/<pid>/task/*/schedstat). For the single-threaded C server this is other processes taking its CPU: near 0 % on a quiet machine, and a few percent or more means the cell is disturbed. For a Go server it also counts the server's own threads waiting for each other (the runtime's sysmon thread, `net`'s netpoller thread and goroutines), which is part of its cost.", pct)
+	section("Kernel share of server CPU", "sysfrac", "System time ÷ (user + system time) of the server in the window, from /proc/<pid>/stat. On loopback a server's kernel time includes the TCP work of both ends for what it sends (the peer's receive path runs in the sender's context), so this share bounds what any user-space design can save.", pct)
+	section("Context switches per 1,000 requests", "ctxsw", "Voluntary and involuntary context switches of the server's threads in the window (/proc/<pid>/task/*/status), per 1,000 requests: how often it went to sleep or was preempted.", f1)
 	section("Latency p99", "p99", "p99 latency in µs (median of the repetitions' p99). p50 and p99.9 are in the CSVs.", us1)
 	section("Latency p99.9", "p999", "p99.9 latency in µs.", us1)
 	section("Peak RSS", "hwm", "VmHWM of the server in MiB at the end of the run.", mib)
@@ -638,5 +675,6 @@ func kfmt(v float64) string {
 
 func pct(v float64) string { return fmt.Sprintf("%.0f%%", v*100) }
 func us1(v float64) string { return fmt.Sprintf("%.0f", v) }
+func f1(v float64) string  { return fmt.Sprintf("%.1f", v) }
 func mib(v float64) string { return fmt.Sprintf("%.1f", v/1024) }
 func kib(v float64) string { return fmt.Sprintf("%.1f", v) }

@@ -57,6 +57,8 @@ type row struct {
 	ReqPerCPU               float64 // requests per server CPU-second
 	ClientCPU               float64
 	RunqWait                float64 // seconds the server's threads waited for a CPU in the window
+	ServerSys               float64 // of ServerCPU, the seconds spent in the kernel (stime)
+	Ctxsw                   uint64  // context switches of the server's threads in the window
 	P50, P99, P999, Max     float64 // microseconds
 	RSSBaseKB, RSSPlateauKB uint64
 	HWMKB                   uint64
@@ -67,7 +69,7 @@ type row struct {
 
 var csvHeader = []string{"server", "conns", "size", "depth", "rep", "elapsed_s", "requests", "rps", "mbps",
 	"server_cpu_s", "server_util", "server_cpu_s_per_mreq", "req_per_server_cpu_s", "client_cpu_s", "server_runq_wait_s",
-	"p50_us", "p99_us", "p999_us", "max_us", "rss_base_kb", "rss_plateau_kb", "vmhwm_kb", "mem_per_conn_kb",
+	"server_sys_s", "server_ctxsw", "p50_us", "p99_us", "p999_us", "max_us", "rss_base_kb", "rss_plateau_kb", "vmhwm_kb", "mem_per_conn_kb",
 	"errors", "note"}
 
 func (r *row) fields() []string {
@@ -76,7 +78,7 @@ func (r *row) fields() []string {
 	return []string{r.Server, strconv.Itoa(r.Conns), strconv.Itoa(r.Size), strconv.Itoa(r.Depth), strconv.Itoa(r.Rep),
 		f(r.Elapsed, 3), u(r.Requests), f(r.RPS, 0), f(r.MBps, 2),
 		f(r.ServerCPU, 2), f(r.ServerUtil, 3), f(r.CPUPerMReq, 3), f(r.ReqPerCPU, 0), f(r.ClientCPU, 2), f(r.RunqWait, 3),
-		f(r.P50, 1), f(r.P99, 1), f(r.P999, 1), f(r.Max, 1), u(r.RSSBaseKB), u(r.RSSPlateauKB), u(r.HWMKB), f(r.MemPerConnKB, 2),
+		f(r.ServerSys, 2), u(r.Ctxsw), f(r.P50, 1), f(r.P99, 1), f(r.P999, 1), f(r.Max, 1), u(r.RSSBaseKB), u(r.RSSPlateauKB), u(r.HWMKB), f(r.MemPerConnKB, 2),
 		u(r.Errors), r.Note}
 }
 
@@ -139,7 +141,8 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 	if err := lg.Start(); err != nil {
 		return r, err
 	}
-	var cpu0, cpu1, wait0, wait1 float64
+	var cpu0, cpu1, sys0, sys1, wait0, wait1 float64
+	var cs0, cs1 uint64
 	var res loadResult
 	gotResult := false
 	sc := bufio.NewScanner(lgOut)
@@ -147,10 +150,12 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 		line := sc.Text()
 		switch {
 		case line == "PHASE measure":
-			cpu0, wait0 = procCPU(pid), procRunqWait(pid)
+			cpu0, sys0 = procCPU(pid)
+			wait0, cs0 = procRunqWait(pid), procCtxsw(pid)
 			r.RSSPlateauKB = procStatusKB(pid, "VmRSS")
 		case line == "PHASE done":
-			cpu1, wait1 = procCPU(pid), procRunqWait(pid)
+			cpu1, sys1 = procCPU(pid)
+			wait1, cs1 = procRunqWait(pid), procCtxsw(pid)
 		case strings.HasPrefix(line, "RESULT "):
 			if err := json.Unmarshal([]byte(line[len("RESULT "):]), &res); err == nil {
 				gotResult = true
@@ -171,8 +176,11 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 	if res.FirstError != "" {
 		r.Note = res.FirstError
 	}
-	r.ServerCPU = cpu1 - cpu0
+	r.ServerCPU, r.ServerSys = cpu1-cpu0, sys1-sys0
 	r.RunqWait = wait1 - wait0
+	if cs1 > cs0 {
+		r.Ctxsw = cs1 - cs0
+	}
 	if r.Elapsed > 0 {
 		r.ServerUtil = r.ServerCPU / r.Elapsed
 	}
@@ -232,25 +240,41 @@ func stopProcess(cmd *exec.Cmd) {
 	}
 }
 
-// procCPU returns utime+stime of pid (all its threads) in seconds.
-func procCPU(pid int) float64 {
+// procCPU returns utime+stime of pid (all its threads) and stime alone, in
+// seconds.
+func procCPU(pid int) (total, sys float64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0
+		return 0, 0
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
 	ut, _ := strconv.ParseUint(f[11], 10, 64)
 	st, _ := strconv.ParseUint(f[12], 10, 64)
-	return float64(ut+st) / clockTicks
+	return float64(ut+st) / clockTicks, float64(st) / clockTicks
+}
+
+// procCtxsw sums the voluntary and involuntary context switches of pid's
+// threads (/proc/<pid>/task/*/status).
+func procCtxsw(pid int) uint64 {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, t := range tasks {
+		path := fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name())
+		n += procStatusNum(path, "voluntary_ctxt_switches") + procStatusNum(path, "nonvoluntary_ctxt_switches")
+	}
+	return n
 }
 
 // procRunqWait sums, over pid's threads, the time they were runnable but
@@ -278,7 +302,13 @@ func procRunqWait(pid int) float64 {
 
 // procStatusKB reads one "Key: N kB" line of /proc/<pid>/status.
 func procStatusKB(pid int, key string) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return procStatusNum(fmt.Sprintf("/proc/%d/status", pid), key)
+}
+
+// procStatusNum reads the number of one "Key: N [kB]" line of a
+// /proc status file.
+func procStatusNum(path, key string) uint64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
