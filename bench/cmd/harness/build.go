@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // server is one echo server of the comparison.
@@ -85,6 +87,9 @@ func build(benchDir, binDir string, wanted map[string]bool, setup bool) (map[str
 	return servers, cinfo, nil
 }
 
+// aptTimeout bounds each apt-get step of the C server's setup.
+const aptTimeout = 5 * time.Minute
+
 // buildC compiles c/uring_echo.c, installing gcc and liburing-dev with
 // apt-get first when they are missing and this process may do so.
 func buildC(benchDir, out string, setup bool) (string, error) {
@@ -97,9 +102,13 @@ func buildC(benchDir, out string, setup bool) (string, error) {
 		if _, err := exec.LookPath("apt-get"); err == nil && os.Geteuid() == 0 {
 			progress("installing gcc and liburing-dev with apt-get…\n")
 			for _, args := range [][]string{{"update"}, {"install", "-y", "--no-install-recommends", "gcc", "libc6-dev", "liburing-dev"}} {
-				cmd := exec.Command("apt-get", args...)
+				// Bounded: a mirror that does not answer must not hang the run.
+				ctx, cancel := context.WithTimeout(context.Background(), aptTimeout)
+				cmd := exec.CommandContext(ctx, "apt-get", args...)
 				cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-				if b, err := cmd.CombinedOutput(); err != nil {
+				b, err := cmd.CombinedOutput()
+				cancel()
+				if err != nil {
 					return "", fmt.Errorf("apt-get %s: %v: %s", args[0], err, lastLine(b))
 				}
 			}

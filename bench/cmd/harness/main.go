@@ -74,6 +74,7 @@ func main() {
 	setup := flag.Bool("setup", true, "install gcc and liburing-dev with apt-get when missing (root only)")
 	report := flag.String("report", "", "only regenerate the report from this raw CSV")
 	dryRun := flag.Bool("dry-run", false, "build, list the sweep and its estimated time, run nothing")
+	where := flag.Bool("where", false, "one run per server and cell with perf attached: system calls, SQEs and context switches per request and a grouped CPU profile, into where.md (needs perf)")
 	flag.Parse()
 
 	p, ok := profiles[*prof]
@@ -91,6 +92,12 @@ func main() {
 	}
 	if *reps > 0 {
 		p.reps = *reps
+	}
+	if *where {
+		p.reps, *targetReps = 1, 1
+		if _, err := exec.LookPath("perf"); err != nil {
+			fatal(fmt.Errorf("-where needs perf (Debian: apt-get install linux-perf): %v", err))
+		}
 	}
 	if *targetReps >= 0 {
 		p.targetReps = *targetReps
@@ -161,7 +168,11 @@ func main() {
 		fatal(fmt.Errorf("no server could be built"))
 	}
 	if *outDir == "" {
-		*outDir = filepath.Join(benchDir, "out", time.Now().Format("20060102-150405")+"-"+*prof)
+		kind := *prof
+		if *where {
+			kind = "where"
+		}
+		*outDir = filepath.Join(benchDir, "out", time.Now().Format("20060102-150405")+"-"+kind)
 	}
 
 	var specs []runSpec
@@ -173,9 +184,13 @@ func main() {
 						continue
 					}
 					for _, s := range order { // servers innermost: drift hits all alike
-						specs = append(specs, runSpec{Server: s, Conns: conns, Size: size, Depth: depth, Rep: rep,
+						spec := runSpec{Server: s, Conns: conns, Size: size, Depth: depth, Rep: rep,
 							Warmup: p.warmup, Duration: p.duration, Requests: *requests,
-							ServerCPU: *serverCPU, ClientCP: *clientCPU})
+							ServerCPU: *serverCPU, ClientCP: *clientCPU}
+						if *where {
+							spec.ProfileDir = *outDir
+						}
+						specs = append(specs, spec)
 					}
 				}
 			}
@@ -244,10 +259,35 @@ func main() {
 	meta.Finished = time.Now().UTC().Format(time.RFC3339)
 	meta.LoadAfter = loadavg()
 	writeMeta(*outDir, meta)
-	if err := writeReport(*outDir, rows, meta, *publish, benchDir); err != nil {
+	if *where {
+		md := whereReport(*outDir, rows, meta)
+		if err := os.WriteFile(filepath.Join(*outDir, "where.md"), []byte(md), 0o644); err != nil {
+			fatal(err)
+		}
+		fmt.Print(md)
+		progress("where: %s\n", filepath.Join(*outDir, "where.md"))
+		if *publish {
+			if err := os.WriteFile(filepath.Join(benchDir, "..", "docs", "bench", "where.md"), []byte(md), 0o644); err != nil {
+				fatal(err)
+			}
+			progress("published: docs/bench/where.md\n")
+		}
+	} else if err := writeReport(*outDir, rows, meta, *publish, benchDir); err != nil {
 		fatal(err)
 	}
 	progress("raw CSV: %s\n", rawPath)
+	failed := 0
+	for _, r := range rows {
+		if r.Errors > 0 {
+			failed++
+		}
+	}
+	switch {
+	case failed > 0:
+		fatal(fmt.Errorf("%d of %d runs failed (see the note column of %s)", failed, len(rows), rawPath))
+	case len(rows) < len(specs):
+		fatal(fmt.Errorf("interrupted after %d of %d runs", len(rows), len(specs)))
+	}
 }
 
 func ints(s string) []int {

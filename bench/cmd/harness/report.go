@@ -460,6 +460,9 @@ func markdown(s *summary, m meta, plots []plotRef, plotPrefix string) string {
 	w("Echo servers side by side in one run on one machine; what counts are the ratios between them, not the absolute numbers. ")
 	w("Each server runs alone, pinned to CPU %s, against the same epoll load generator pinned to CPU %s (both with GOMAXPROCS=1 where they are Go programs); every byte echoed is verified. ", orDefault(m.ServerCPU, "0"), orDefault(m.ClientCP, "1"))
 	w("How the numbers are taken and how to read them: [bench/README.md](../bench/README.md). Raw data: [%sresults.csv](%sresults.csv), medians: [%ssummary.csv](%ssummary.csv).\n\n", plotPrefix, plotPrefix, plotPrefix, plotPrefix)
+	if plotPrefix != "" {
+		w("Where the servers' CPU goes, and what that means for the targets below: [benchmarks-analysis.md](benchmarks-analysis.md).\n\n")
+	}
 	w("## Machine and sweep\n\n")
 	w("| | |\n|---|---|\n")
 	w("| built from | commit %s%s |\n", orDefault(m.Commit, "?"), dirtyNote(m.Dirty))

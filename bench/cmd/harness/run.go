@@ -27,6 +27,10 @@ type runSpec struct {
 	Warmup, Duration    time.Duration
 	Requests            uint64
 	ServerCPU, ClientCP string
+	// ProfileDir, when set, attaches perf to the server for the measured
+	// window (-where): counts into <server>.stat, samples into
+	// <server>.data.
+	ProfileDir string
 }
 
 // loadResult mirrors loadgen.Result's JSON.
@@ -143,6 +147,8 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 	}
 	var cpu0, cpu1, sys0, sys1, wait0, wait1 float64
 	var cs0, cs1 uint64
+	var prof []*exec.Cmd
+	defer func() { stopPerf(prof) }()
 	var res loadResult
 	gotResult := false
 	sc := bufio.NewScanner(lgOut)
@@ -150,12 +156,20 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 		line := sc.Text()
 		switch {
 		case line == "PHASE measure":
+			if spec.ProfileDir != "" {
+				prof, err = startPerf(ctx, spec.ProfileDir, perfName(r), pid)
+				if err != nil {
+					progress("perf: %v\n", err)
+				}
+			}
 			cpu0, sys0 = procCPU(pid)
 			wait0, cs0 = procRunqWait(pid), procCtxsw(pid)
 			r.RSSPlateauKB = procStatusKB(pid, "VmRSS")
 		case line == "PHASE done":
 			cpu1, sys1 = procCPU(pid)
 			wait1, cs1 = procRunqWait(pid), procCtxsw(pid)
+			stopPerf(prof)
+			prof = nil
 		case strings.HasPrefix(line, "RESULT "):
 			if err := json.Unmarshal([]byte(line[len("RESULT "):]), &res); err == nil {
 				gotResult = true
