@@ -17,8 +17,10 @@ import (
 // OnData returns. A completion without F_MORE ends the multishot receive:
 // -ENOBUFS (the ring ran dry; the kernel consumed nothing, so nothing is
 // lost), a kernel that ends it for its own reasons, or a single-shot
-// provided receive. While the connection is open, each of those simply
-// re-arms. Where the backend has no multishot receive, or refuses
+// provided receive. While the connection is open, each of those re-arms;
+// after ENOBUFS the connection first waits its turn in the loop's starved
+// queue (starve.go), which re-arms as many receives per loop turn as the
+// buffer ring can serve. Where the backend has no multishot receive, or refuses
 // RecvProvided, the connection falls back to single-shot Recv into a buffer
 // of its own (allocated on first use, kept for the connection's life).
 //
@@ -104,7 +106,11 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 		}
 	case res == 0:
 		c.onEOF()
-	case errnoOf(res) == unix.ENOBUFS || errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR:
+	case errnoOf(res) == unix.ENOBUFS:
+		if final {
+			c.starve() // re-armed from the loop's starved queue (starve.go)
+		}
+	case errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR:
 		if final {
 			c.armRecv()
 		}

@@ -124,6 +124,7 @@ type Features struct {
 	MultishotAccept bool    // accept is multishot (else re-armed single shots)
 	MultishotRecv   bool    // recv is multishot with provided buffers
 	BufRing         bool    // a provided-buffer ring is registered
+	BufCount        uint32  // provided buffers per loop, as configured (WithBufferRing)
 	SendZC          bool    // SEND_ZC is available
 	FallbackReason  string  // why auto fell back to epoll, if it did
 }

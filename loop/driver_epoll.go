@@ -183,6 +183,7 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 			Backend:         BackendEpoll,
 			MultishotAccept: true,
 			MultishotRecv:   true,
+			BufCount:        cfg.bufCount,
 		},
 	}
 	d.pool.init(cfg.bufCount, cfg.bufSize)

@@ -206,6 +206,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		MultishotRecv:   probe.Supported(ring.OpSendZC),
 		SendZC:          probe.Supported(ring.OpSendZC),
 		SetupFlags:      d.flags,
+		BufCount:        d.cfg.bufCount,
 	}
 	d.publishFeatures()
 	return d, nil
