@@ -28,8 +28,8 @@ type runSpec struct {
 	Requests            uint64
 	ServerCPU, ClientCP string
 	// ProfileDir, when set, attaches perf to the server for the measured
-	// window (-where): counts into <server>.stat, samples into
-	// <server>.data.
+	// window (-where): counts into <perfName>.stat, samples into
+	// <perfName>.data.
 	ProfileDir string
 }
 
@@ -279,14 +279,21 @@ func procCPU(pid int) (total, sys float64) {
 // procCtxsw sums the voluntary and involuntary context switches of pid's
 // threads (/proc/<pid>/task/*/status).
 func procCtxsw(pid int) uint64 {
+	return sumTasks(pid, func(dir string) uint64 {
+		b, _ := os.ReadFile(dir + "/status")
+		return statusNum(b, "voluntary_ctxt_switches") + statusNum(b, "nonvoluntary_ctxt_switches")
+	})
+}
+
+// sumTasks adds f over the /proc directories of pid's threads.
+func sumTasks(pid int, f func(dir string) uint64) uint64 {
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return 0
 	}
 	var n uint64
 	for _, t := range tasks {
-		path := fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name())
-		n += procStatusNum(path, "voluntary_ctxt_switches") + procStatusNum(path, "nonvoluntary_ctxt_switches")
+		n += f(fmt.Sprintf("/proc/%d/task/%s", pid, t.Name()))
 	}
 	return n
 }
@@ -296,36 +303,26 @@ func procCtxsw(pid int) uint64 {
 // seconds. On a machine shared with other work this shows how much the
 // server was held off its CPU.
 func procRunqWait(pid int) float64 {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return 0
-	}
-	var ns uint64
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
-		if err != nil {
-			continue
-		}
+	ns := sumTasks(pid, func(dir string) uint64 {
+		b, _ := os.ReadFile(dir + "/schedstat")
 		if f := strings.Fields(string(b)); len(f) >= 2 {
 			v, _ := strconv.ParseUint(f[1], 10, 64)
-			ns += v
+			return v
 		}
-	}
+		return 0
+	})
 	return float64(ns) / 1e9
 }
 
 // procStatusKB reads one "Key: N kB" line of /proc/<pid>/status.
 func procStatusKB(pid int, key string) uint64 {
-	return procStatusNum(fmt.Sprintf("/proc/%d/status", pid), key)
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return statusNum(b, key)
 }
 
-// procStatusNum reads the number of one "Key: N [kB]" line of a
-// /proc status file.
-func procStatusNum(path, key string) uint64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
+// statusNum returns the number of one "Key: N [kB]" line of a /proc status
+// file's contents (0 when the key is missing).
+func statusNum(b []byte, key string) uint64 {
 	for _, line := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(line, key+":") {
 			f := strings.Fields(line[len(key)+1:])

@@ -192,12 +192,8 @@ func whereTable(dir string, rows []row) string {
 		}
 		n := perfCounts(filepath.Join(dir, perfName(r)+".stat"))
 		req := float64(r.Requests)
-		sysFrac := 0.0
-		if r.ServerCPU > 0 {
-			sysFrac = r.ServerSys / r.ServerCPU
-		}
 		w("| %s | %s | %.0f%% | %.2f | %.0f%% | %.2f | %.2f | %.1f |", r.Server, kfmt(r.RPS), r.ServerUtil*100,
-			r.ServerCPU/req*1e6, sysFrac*100, n["raw_syscalls:sys_enter"]/req, n["io_uring:io_uring_submit_req"]/req,
+			r.CPUPerMReq, metrics["sysfrac"](&r)*100, n["raw_syscalls:sys_enter"]/req, n["io_uring:io_uring_submit_req"]/req,
 			n["context-switches"]/req*1000)
 		shares, err := perfShares(filepath.Join(dir, perfName(r)+".data"))
 		for _, c := range cats {
