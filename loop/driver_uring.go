@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,6 +132,7 @@ type uringDriver struct {
 	cancelCQEs   uint64 // completions of our own ASYNC_CANCELs
 	lostCQEs     uint64 // CQEs the kernel reports as dropped (cq overflow counter)
 	lastOverflow uint32 // cq overflow counter at the last poll
+	bufMisuse    uint64 // completions naming a provided buffer not the kernel's to give
 
 	// Test seams.
 	rebuildTimeout    time.Duration // how long rebuild reaps the old ring
@@ -622,9 +624,19 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
 	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil:
-		data, bid, _ := br.Data(c)
+		// The buffer id is the CQE's, also on failure (kernels of the
+		// 5.19 era post res < 0 with the buffer the receive selected):
+		// that buffer, and no other, goes back to the ring.
+		data, bid, ok := br.Take(c)
 		sink.complete(ud, res, flags, data)
-		br.Recycle(bid)
+		if !ok || !br.Recycle(bid) {
+			d.bufMisuse++
+			d.cfg.logger.Error("io_uring completion names a buffer the loop already holds",
+				"loop", d.cfg.name, "bid", bid, "res", res)
+			if debugChecks {
+				panic("loop: provided buffer " + strconv.Itoa(int(bid)) + " handed out twice")
+			}
+		}
 		return
 	case tag == tagConnect && len(d.connWait) != 0:
 		if fd, ok := d.connWait[ud]; ok {

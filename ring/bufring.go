@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -40,6 +41,19 @@ type BufRing struct {
 	tail     uint16 // tail as last published to the kernel
 	bgid     uint16
 	closed   bool
+
+	// held marks the buffers the application holds (bit bid set): taken
+	// from a completion and not yet given back. Recycle publishes only a
+	// held buffer, so a buffer can never be in the ring twice, where the
+	// kernel could hand it to two receives at once.
+	held []uint64
+	// Misuse counts refused calls: Take of a buffer already held (the
+	// kernel handed out a buffer it did not own) and Recycle of a buffer
+	// not held (a double or stray give-back).
+	misuse uint64
+	// quarantined: Close unregisters the group but leaves the memory
+	// mapped (see Quarantine).
+	quarantined bool
 }
 
 // NewBufRing allocates entries buffers of bufSize bytes, registers them as
@@ -73,6 +87,7 @@ func (r *Ring) NewBufRing(bgid uint16, entries uint32, bufSize uint32) (*BufRing
 		bufSize:  bufSize,
 		mask:     uint16(entries - 1),
 		bgid:     bgid,
+		held:     make([]uint64, (entries+63)/64),
 	}
 	reg := BufReg{RingAddr: uint64(uintptr(mem)), RingEntries: entries, Bgid: bgid}
 	if _, err := r.register("PBUF_RING", registerPbufRing, unsafe.Pointer(&reg), 1); err != nil {
@@ -85,6 +100,13 @@ func (r *Ring) NewBufRing(bgid uint16, entries uint32, bufSize uint32) (*BufRing
 	b.Advance(int(entries))
 	r.bufRings = append(r.bufRings, b)
 	return b, nil
+}
+
+// quarantinedMaps holds the addresses of quarantined buffer rings after
+// their Close: never unmapped, for the life of the process.
+var quarantinedMaps struct {
+	sync.Mutex
+	m []unsafe.Pointer
 }
 
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) &^ (to - 1) }
@@ -108,23 +130,53 @@ func (b *BufRing) Buf(bid uint16) []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(b.bufs, uintptr(bid)*uintptr(b.bufSize))), b.bufSize)
 }
 
-// Data returns the bytes a completion placed in this group's buffer, and
-// the buffer id. ok is false when the CQE carries no buffer (an error, or
-// a zero-length read) or names an id outside this ring.
-func (b *BufRing) Data(c *CQE) (data []byte, bid uint16, ok bool) {
-	if c.Res < 0 || c.Flags&CQEFBuffer == 0 {
+// Take hands the buffer named by a completion to the caller, who must give
+// it back with Recycle once done with the bytes. The buffer id always comes
+// from the CQE's flags, whatever the result: a receive that fails after
+// the kernel selected a buffer (res < 0 with CQEFBuffer, as kernels of the
+// 5.19 era post) still names its buffer, and that buffer, not another, is
+// the one to give back.
+//
+// ok reports whether the CQE carries a buffer of this ring that the caller
+// now holds; data holds the bytes received (nil unless res > 0). ok is
+// false when the CQE carries no buffer, names an id outside this ring, or
+// names a buffer the caller already holds (which the kernel cannot do with
+// a correctly published ring; counted in Misuse).
+func (b *BufRing) Take(c *CQE) (data []byte, bid uint16, ok bool) {
+	if c.Flags&CQEFBuffer == 0 {
 		return nil, 0, false
 	}
 	bid = uint16(c.Flags >> CQEBufferShift)
 	buf := b.Buf(bid)
-	if buf == nil || int(c.Res) > len(buf) {
+	if buf == nil {
+		b.misuse++
 		return nil, bid, false
 	}
-	return buf[:c.Res], bid, true
+	w, bit := bid/64, uint64(1)<<(bid%64)
+	if b.held[w]&bit != 0 {
+		b.misuse++
+		return nil, bid, false
+	}
+	b.held[w] |= bit
+	if c.Res > 0 && int(c.Res) <= len(buf) {
+		data = buf[:c.Res]
+	}
+	return data, bid, true
 }
 
+// Held reports whether buffer bid is held by the application (taken and
+// not yet recycled).
+func (b *BufRing) Held(bid uint16) bool {
+	return !b.closed && bid <= b.mask && b.held[bid/64]&(uint64(1)<<(bid%64)) != 0
+}
+
+// Misuse returns how many Take and Recycle calls were refused because
+// they named a buffer in the wrong hands.
+func (b *BufRing) Misuse() uint64 { return b.misuse }
+
 // Add writes buffer bid into the ring slot offset places past the published
-// tail. It is invisible to the kernel until Advance. Add several buffers
+// tail, handing it back to the kernel without Recycle's check (the caller
+// must hold it). It is invisible to the kernel until Advance. Add several buffers
 // with offsets 0, 1, … and publish them with one Advance.
 func (b *BufRing) Add(bid uint16, offset int) {
 	if b.closed || bid > b.mask {
@@ -136,6 +188,7 @@ func (b *BufRing) Add(bid uint16, offset int) {
 	e.Addr = uint64(uintptr(b.bufs) + uintptr(bid)*uintptr(b.bufSize))
 	e.Len = b.bufSize
 	e.Bid = bid
+	b.held[bid/64] &^= uint64(1) << (bid % 64)
 }
 
 // Advance publishes n buffers added since the last Advance.
@@ -147,10 +200,19 @@ func (b *BufRing) Advance(n int) {
 	b.storeTail(b.tail)
 }
 
-// Recycle gives buffer bid back to the kernel: Add(bid, 0) then Advance(1).
-func (b *BufRing) Recycle(bid uint16) {
+// Recycle gives buffer bid, taken with Take, back to the kernel: Add(bid,
+// 0) then Advance(1). It refuses (returning false, counted in Misuse) a
+// buffer that is not held, so a double give-back can never publish a
+// buffer twice.
+func (b *BufRing) Recycle(bid uint16) bool {
+	if !b.Held(bid) {
+		b.misuse++
+		return false
+	}
+	b.held[bid/64] &^= uint64(1) << (bid % 64)
 	b.Add(bid, 0)
 	b.Advance(1)
+	return true
 }
 
 // storeTail publishes the 16-bit tail (io_uring_buf_ring.tail, which
@@ -168,9 +230,20 @@ func (b *BufRing) storeTail(tail uint16) {
 	atomic.StoreUint32(b.tailWord, bo.Uint32(w[:]))
 }
 
-// Close unregisters the buffer group and unmaps its memory. The kernel
-// must have no op in flight that selects from this group. Idempotent.
-// Must be called by the goroutine that owns the ring.
+// Quarantine keeps the buffers' memory mapped for the life of the
+// process: Close (or the Ring's Close) will unregister the group but never
+// unmap it, and Buf, Take and Recycle stop working on it then. Use it when
+// a receive that may still write into these buffers was given up (its
+// final completion never came): unmapping would let a later mapping reuse
+// the addresses the kernel writes to. It returns the bytes kept.
+func (b *BufRing) Quarantine() int {
+	b.quarantined = true
+	return int(b.memSize)
+}
+
+// Close unregisters the buffer group and unmaps its memory (unless it is
+// quarantined). The kernel must have no op in flight that selects from this
+// group. Idempotent. Must be called by the goroutine that owns the ring.
 func (b *BufRing) Close() error {
 	if b.closed {
 		return nil
@@ -179,7 +252,11 @@ func (b *BufRing) Close() error {
 	reg := BufReg{Bgid: b.bgid}
 	_, err := sysRegister(b.r.fd, unregisterPbufRing, unsafe.Pointer(&reg), 1)
 	err = wrapSyscall("io_uring_register(UNREGISTER_PBUF_RING)", err)
-	if uerr := munmap(b.mem, b.memSize); err == nil && uerr != nil {
+	if b.quarantined {
+		quarantinedMaps.Lock()
+		quarantinedMaps.m = append(quarantinedMaps.m, b.mem)
+		quarantinedMaps.Unlock()
+	} else if uerr := munmap(b.mem, b.memSize); err == nil && uerr != nil {
 		err = wrapSyscall("munmap buffer ring", uerr)
 	}
 	b.mem, b.bufs, b.ring = nil, nil, nil

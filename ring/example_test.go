@@ -82,7 +82,7 @@ func ExampleRing_NewBufRing() {
 	if err != nil {
 		return
 	}
-	if data, bid, ok := br.Data(c); ok {
+	if data, bid, ok := br.Take(c); ok {
 		fmt.Printf("%d bytes in buffer %d\n", len(data), bid)
 		br.Recycle(bid) // data must not be used after this
 	}

@@ -239,7 +239,7 @@ func TestMultishotRecvBufRing(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := reapOne(t, r)
-		data, bid, ok := br.Data(&c)
+		data, bid, ok := br.Take(&c)
 		if !ok || !c.More() || !bytes.Equal(data, msg) {
 			t.Fatalf("recv %d = %+v, data %q: want %q with F_MORE", i, c, data, msg)
 		}
@@ -271,7 +271,7 @@ func TestMultishotRecvBufRing(t *testing.T) {
 			}
 			break
 		}
-		data, bid, ok := br.Data(&c)
+		data, bid, ok := br.Take(&c)
 		if !ok || seenBid[bid] {
 			t.Fatalf("CQE %+v: buffer %d missing or reused before recycling", c, bid)
 		}
@@ -291,7 +291,7 @@ func TestMultishotRecvBufRing(t *testing.T) {
 	arm(2)
 	for len(got) < len(pattern) {
 		c := reapOne(t, r)
-		data, bid, ok := br.Data(&c)
+		data, bid, ok := br.Take(&c)
 		if !ok || c.UserData != 2 {
 			t.Fatalf("after re-arm: %+v (%v)", c, c.Err())
 		}
