@@ -47,6 +47,10 @@ var errDriverClosed = errors.New("loop: uring backend: closed")
 // make io_uring unavailable, e.g. returning &ring.SetupError{Errno: EPERM}.
 var newRingFn = ring.New
 
+// newBufRingFn is (*ring.Ring).NewBufRing; tests (and the fault mode)
+// replace it to make a registration fail.
+var newBufRingFn = (*ring.Ring).NewBufRing
+
 // getProbeFn is ring.GetProbe; tests replace it to hide opcodes.
 var getProbeFn = ring.GetProbe
 
@@ -283,9 +287,18 @@ func (d *uringDriver) start() error {
 		}
 		d.flags &^= ring.SetupRDisabled
 	}
-	if err := d.prepareRing(d.r); err != nil {
+	br, err := d.prepareRing(d.r)
+	if err != nil {
 		return err
 	}
+	if br == nil && d.cfg.bufCount != 0 && d.cfg.bufSize != 0 {
+		// Receives into provided buffers are refused by submit; recv
+		// into the caller's buffer still works.
+		d.cfg.logger.Warn("io_uring provided-buffer ring unavailable", "loop", d.cfg.name)
+		d.feat.MultishotRecv = false
+	}
+	d.br = br
+	d.feat.BufRing = br != nil
 	d.started = true
 	d.feat.SetupFlags = d.flags
 	d.publishFeatures()
@@ -293,31 +306,24 @@ func (d *uringDriver) start() error {
 }
 
 // prepareRing registers r's fd with the loop thread (an optimisation: a
-// failure is only logged) and gives r the provided-buffer ring.
-func (d *uringDriver) prepareRing(r *ring.Ring) error {
+// failure is only logged) and makes r's provided-buffer ring, which it
+// returns (nil if none is configured or the kernel has none: EINVAL before
+// IORING_REGISTER_PBUF_RING, 5.19). It changes nothing in d.
+func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	if err := r.RegisterRingFd(); err != nil {
 		d.cfg.logger.Debug("io_uring ring fd not registered", "loop", d.cfg.name, "err", err)
 	}
-	d.br = nil
-	d.feat.BufRing = false
 	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
-		return nil
+		return nil, nil
 	}
-	br, err := r.NewBufRing(d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize)
+	br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize)
 	if err != nil {
 		if errors.Is(err, unix.EINVAL) {
-			// No IORING_REGISTER_PBUF_RING (before 5.19): receives into
-			// provided buffers are refused by submit; recv into the
-			// caller's buffer still works.
-			d.cfg.logger.Warn("io_uring provided-buffer ring unavailable", "loop", d.cfg.name, "err", err)
-			d.feat.MultishotRecv = false
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
+		return nil, fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
 	}
-	d.br = br
-	d.feat.BufRing = true
-	return nil
+	return br, nil
 }
 
 // getSQE returns a free SQE of the current ring, flushing the SQ to the

@@ -22,7 +22,9 @@ import (
 //     thread (so not R_DISABLED: the creating thread is its single issuer),
 //     and gets its ring fd registered and a new provided-buffer ring (same
 //     group id; buffers handed out in callbacks were all recycled already).
-//     If this fails, rebuild returns the error and nothing has changed.
+//     If this fails (a new ring without the buffer ring the old one had
+//     included), the new ring is closed, rebuild returns the error and
+//     nothing has changed: the old ring stays in use with every op on it.
 //  2. The old ring's SQ is flushed, so every op submit handed over is in
 //     the kernel, then everything on it is canceled (one ASYNC_CANCEL_ANY,
 //     5.19, else one ASYNC_CANCEL per op).
@@ -115,16 +117,19 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("loop: uring backend: rebuild: new ring: %w", err)
 	}
-	// The new ring's registrations replace d.br; keep the old one for
-	// the completions still to come from the old ring.
-	if err := d.prepareRing(nr); err != nil {
+	// The new ring gets its own provided-buffer ring; the old one stays
+	// for the completions still to come from the old ring. A new ring
+	// that cannot have one when the old one had it is refused, before
+	// anything moves: the receives armed on the old ring could not be
+	// resubmitted.
+	newBR, err := d.prepareRing(nr)
+	if err == nil && newBR == nil && oldBR != nil {
+		err = fmt.Errorf("provided-buffer ring: %w", &ring.UnsupportedError{Op: "IORING_REGISTER_PBUF_RING on the new ring", MinKernel: "5.19"})
+	}
+	if err != nil {
 		nr.Close()
-		d.br = oldBR
-		d.feat.BufRing = oldBR != nil
 		return 0, fmt.Errorf("loop: uring backend: rebuild: %w", err)
 	}
-	newBR := d.br
-	d.br = oldBR
 
 	// Every live op, by user_data; ordered by slot for resubmission.
 	live := make(map[uint64]*migration)
@@ -321,6 +326,9 @@ func (d *uringDriver) reapOld(c *ring.CQE, live map[uint64]*migration, oldBR *ri
 
 // resubmit puts a migrated op on the (new) current ring.
 func (d *uringDriver) resubmit(o *op) error {
+	if err := d.check(o); err != nil {
+		return err
+	}
 	sqe, err := d.getSQE()
 	if err != nil {
 		return err

@@ -126,3 +126,53 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 		t.Fatalf("buffer misuse counted %d times", h.d.bufMisuse)
 	}
 }
+
+// TestUringDriverRebuildBufRingRefused: when the new ring cannot register
+// its provided-buffer ring (the old one could), rebuild fails cleanly: the
+// old ring stays in use, the features do not change, and the armed
+// provided-buffer receive keeps receiving. A later rebuild that can
+// register it moves the receive over.
+func TestUringDriverRebuildBufRingRefused(t *testing.T) {
+	h := newHarness(t)
+	if h.d.br == nil {
+		t.Skip("no provided-buffer ring (IORING_REGISTER_PBUF_RING, 5.19)")
+	}
+	client, server := testutil.SocketPair(t)
+	s := &recvStream{h: h, fd: server}
+	s.arm()
+	h.poll(0)
+
+	old, oldBR, feat := h.d.r, h.d.br, h.d.features()
+	refuse := true
+	saved := newBufRingFn
+	newBufRingFn = func(r *ring.Ring, bgid uint16, n, size uint32) (*ring.BufRing, error) {
+		if refuse {
+			return nil, unix.EINVAL
+		}
+		return saved(r, bgid, n, size)
+	}
+	t.Cleanup(func() { newBufRingFn = saved })
+
+	n, err := h.d.rebuild(h.tab, h.sink)
+	if err == nil {
+		t.Fatalf("rebuild without a buffer ring on the new ring succeeded (%d ops moved)", n)
+	}
+	t.Logf("refused rebuild: %v", err)
+	if h.d.r != old || h.d.br != oldBR || h.d.features() != feat {
+		t.Fatalf("refused rebuild changed the driver: ring kept %v, buffer ring kept %v, features %+v (were %+v)",
+			h.d.r == old, h.d.br == oldBR, h.d.features(), feat)
+	}
+	msg := pattern(10<<10, 9)
+	writeAll(t, client, msg[:5000])
+	h.until("data after the refused rebuild", func() bool { return len(s.data) >= 5000 || len(s.errs) > 0 })
+
+	refuse = false
+	if n, err = h.d.rebuild(h.tab, h.sink); err != nil || n != 1 {
+		t.Fatalf("rebuild = %d, %v; want the receive moved", n, err)
+	}
+	writeAll(t, client, msg[5000:])
+	h.until("data after the rebuild", func() bool { return len(s.data) >= len(msg) || len(s.errs) > 0 })
+	if len(s.errs) > 0 || string(s.data) != string(msg) {
+		t.Fatalf("received %d bytes (errors %v), want %d intact", len(s.data), s.errs, len(msg))
+	}
+}
