@@ -164,6 +164,9 @@ func (c *Conn) closeNow(err error) {
 	if c.misc.active {
 		_ = c.l.Cancel(c.misc.id)
 	}
+	if c.send.waitsOnlyForNotif() {
+		c.send.detach() // the fd closes now; the chunks wait for the notification
+	}
 	c.maybeFinish()
 }
 
@@ -174,6 +177,11 @@ func (c *Conn) maybeFinish() {
 		return
 	}
 	c.state = stateClosed
+	if c.abort {
+		// Reset instead of an orderly FIN: the peer must see the stream
+		// failed, not a clean end after a gap.
+		_ = unix.SetsockoptLinger(c.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	}
 	m := &c.misc
 	id, err := c.l.Close(c.fd, m)
 	if err != nil {
@@ -190,6 +198,11 @@ func (c *Conn) maybeFinish() {
 // reports OnClose. Must be called on c's loop.
 func (c *Conn) closed() {
 	c.mu.Lock()
+	if c.send.active {
+		// A SEND_ZC still waits for its notification: its chunks stay
+		// with the kernel, out of the pool.
+		c.out.pin(len(c.send.iov))
+	}
 	c.out.release()
 	c.buffered.Store(0)
 	c.mu.Unlock()

@@ -61,6 +61,7 @@ type Conn struct {
 	send         sendOp
 	misc         miscOp // connect, shutdown and close
 	rbuf         []byte // single-shot receive buffer (fallback only)
+	abort        bool   // close with a reset (SO_LINGER 0): the stream broke
 	wseen        uint64 // writability transitions reported to the handler
 	lingering    bool   // Close waits for the outbound queue to drain (WithLinger)
 	lingerTimer  *sched.Timer

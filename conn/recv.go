@@ -84,6 +84,18 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 		r.active = false
 		c.ops--
 	}
+	if cp.Quarantined {
+		// Given up without the kernel's final word: the kernel may still
+		// write the buffer, and bytes may have been consumed. Never reuse
+		// the buffer, and reset the connection (the stream is broken).
+		c.rbuf = nil
+		if c.state == stateOpen {
+			c.abort = true
+			c.closeNow(c.opError("read", "", loop.ErrGivenUp))
+		}
+		c.maybeFinish()
+		return
+	}
 	if c.state != stateOpen || c.eof || c.lingering {
 		c.maybeFinish()
 		return

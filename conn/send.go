@@ -41,6 +41,13 @@ const (
 type chunk struct {
 	buf  []byte
 	r, w int // bytes [r, w) are queued
+	// pinned: the kernel may read this chunk after the connection stops
+	// tracking it (a SEND_ZC whose notification is still due when the
+	// connection closes, or a send given up at a ring rebuild). A pinned
+	// chunk never goes back to the pool: it is dropped, and the loop's op
+	// record (or its quarantine) keeps it alive while the kernel may read
+	// it, so its bytes can never become another connection's.
+	pinned bool
 }
 
 var chunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, chunkSize)} }}
@@ -102,7 +109,7 @@ func (o *outQueue) consume(n int) {
 		if t.r == t.w {
 			o.q[o.head] = nil
 			o.head++
-			chunkPool.Put(t)
+			putChunk(t)
 		}
 	}
 	if o.head == len(o.q) {
@@ -110,12 +117,32 @@ func (o *outQueue) consume(n int) {
 	}
 }
 
-// release returns every chunk to the pool and drops the queue.
+// release returns every chunk to the pool (but pinned ones) and drops the
+// queue.
 func (o *outQueue) release() {
 	for i := o.head; i < len(o.q); i++ {
-		chunkPool.Put(o.q[i])
+		putChunk(o.q[i])
 	}
 	*o = outQueue{}
+}
+
+// pin marks the chunks holding the first n queued ranges, the ones a send
+// gathered (gather skips no chunk but an empty last one), as pinned. Caller
+// holds c.mu.
+func (o *outQueue) pin(n int) {
+	for i := o.head; i < len(o.q) && n > 0; i++ {
+		if t := o.q[i]; t.w > t.r {
+			t.pinned = true
+			n--
+		}
+	}
+}
+
+// putChunk gives t back to the pool unless the kernel may still read it.
+func putChunk(t *chunk) {
+	if !t.pinned {
+		chunkPool.Put(t)
+	}
 }
 
 // Write queues a copy of p for sending and returns len(p), nil: p may be
@@ -292,34 +319,73 @@ func (c *Conn) notifyWritability() {
 
 // sendOp is the connection's send in flight and its completer.
 type sendOp struct {
-	c      *Conn
-	id     loop.OpID
-	active bool
-	zc     bool     // SEND_ZC: the result arrives first, the buffer is free at the notification
-	zcRes  int32    // SEND_ZC result kept until the notification
-	iov    [][]byte // the ranges in flight (referenced by the op until its final completion)
+	c        *Conn
+	id       loop.OpID
+	active   bool
+	zc       bool     // SEND_ZC: the result arrives first, the buffer is free at the notification
+	zcRes    int32    // SEND_ZC result kept until the notification
+	zcResult bool     // the SEND_ZC's result came; its notification is due
+	detached bool     // the connection closed without waiting for the notification
+	iov      [][]byte // the ranges in flight (referenced by the op until its final completion)
+}
+
+// waitsOnlyForNotif reports whether the send in flight is a SEND_ZC whose
+// result came and whose notification is still due. Such a send no longer
+// uses the fd (the bytes are in the socket), so closing need not wait for
+// it; only its chunks must stay out of the pool until the notification,
+// which a peer with a closed window can hold back indefinitely.
+func (s *sendOp) waitsOnlyForNotif() bool { return s.active && s.zcResult && !s.detached }
+
+// detach lets a closing connection close its fd while the send waits for
+// its notification. Must be called on c's loop.
+func (s *sendOp) detach() {
+	s.detached = true
+	s.c.ops--
 }
 
 // Complete handles the send's completions. Must be called on c's loop.
 func (s *sendOp) Complete(cp *loop.Completion) {
 	c := s.c
 	res := cp.Res
+	if cp.Quarantined {
+		// Given up without the kernel's final word: the kernel may
+		// still read these chunks, so they never return to the pool.
+		c.mu.Lock()
+		c.out.pin(len(s.iov))
+		c.mu.Unlock()
+	}
 	if s.zc {
 		if cp.Flags&ring.CQEFNotif == 0 {
 			s.zcRes = res // the result; the notification follows if F_MORE
 			if cp.More() {
+				s.zcResult = true
+				if c.state == stateClosing {
+					s.detach()
+					c.maybeFinish()
+				}
 				return
 			}
 		} else {
 			res = s.zcRes
 		}
 	}
-	s.active = false
+	detached := s.detached
+	s.active, s.zcResult, s.detached = false, false, false
 	clear(s.iov) // drop references to chunks that may go back to the pool
 	s.iov = s.iov[:0]
+	if detached {
+		return // the fd is closed already; the chunks were only waiting
+	}
 	c.ops--
 	if c.state != stateOpen {
 		c.maybeFinish()
+		return
+	}
+	if cp.Quarantined && res < 0 {
+		// The outcome is unknown: some of the bytes may have gone out.
+		// Reset the connection so the peer sees a failure, not a gap.
+		c.abort = true
+		c.closeNow(c.opError("write", "", loop.ErrGivenUp))
 		return
 	}
 	if res < 0 {

@@ -79,6 +79,12 @@ type driverConfig struct {
 // the call; the driver recycles the buffer afterwards.
 type completionSink interface {
 	complete(ud uint64, res int32, flags uint32, data []byte)
+	// abandon delivers the final completion of an op the backend gave up
+	// on without the kernel's final word (quarantine.go): its record and
+	// buffers are quarantined, its slot is never reused, and the
+	// Completer sees Completion.Quarantined. extra counts other memory
+	// quarantined on its account.
+	abandon(ud uint64, res int32, flags uint32, extra uint64)
 }
 
 // pollResult is what one poll observed.

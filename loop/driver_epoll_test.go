@@ -1265,6 +1265,15 @@ func TestEpollDriverClose(t *testing.T) {
 	}
 }
 
+// abandon implements completionSink; the epoll driver never gives up an op.
+func (h *epHarness) abandon(ud uint64, res int32, flags uint32, extra uint64) {
+	h.tb.Errorf("epoll driver abandoned op %#x (res %d)", ud, res)
+}
+
+func (s *epCountSink) abandon(ud uint64, res int32, flags uint32, extra uint64) {
+	panic("epoll driver abandoned an op")
+}
+
 // epCountSink releases records and counts, allocating nothing.
 type epCountSink struct {
 	tab  *opTable

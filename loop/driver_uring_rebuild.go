@@ -4,7 +4,6 @@ package loop
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -63,14 +62,21 @@ import (
 //     most one op of a kind in flight per fd, so no order between two of
 //     them is lost.
 //  6. The old ring is closed, with its provided-buffer ring.
-//  7. An op with no final completion by the deadline has an unknown
-//     outcome: a send may or may not have sent, a recv may have consumed
-//     bytes. It is never resubmitted (that could duplicate or lose bytes).
-//     It is delivered once as failed, res -ECANCELED without F_MORE, which
-//     the conn layer must treat as fatal for its connection (it did not
-//     ask for a cancel). Its buffers go to a process-wide orphan list and
-//     are never freed, since the kernel may still write into them until it
-//     has torn the old ring down.
+//  7. An op with no final completion by the deadline is given up. It is
+//     never resubmitted (that could duplicate or lose bytes), and its record
+//     and buffers are quarantined for the life of the process
+//     (quarantine.go): the kernel may still read or write them, so neither
+//     the loop nor the Completer may reuse them. A provided-buffer receive
+//     given up keeps the old buffer ring mapped. Its final completion is
+//     delivered once, with Completion.Quarantined:
+//     - a SEND_ZC whose result was delivered and whose notification did
+//     not come (a peer with a closed window holds it indefinitely) gets a
+//     notification (ring.CQEFNotif, res 0): its result stands and the
+//     stream goes on; only the buffer stays with the kernel;
+//     - any other op has an unknown outcome (a send may or may not have
+//     sent, a recv may have consumed bytes): res -ECANCELED without
+//     F_MORE, which the conn layer treats as fatal for its connection and
+//     answers with a reset, so the peer sees a failure, never a gap.
 //
 // The number returned counts the ops resubmitted on the new ring (the
 // eventfd read not included).
@@ -85,23 +91,6 @@ type migration struct {
 	final      bool // its final completion was seen on the old ring
 	resubmit   bool // ...and it was the rebuild's -ECANCELED: move it
 	zcCanceled bool // a SEND_ZC canceled by the rebuild, notification still due
-}
-
-// orphaned holds buffers of ops the kernel may still use after a rebuild
-// gave up on them. Never freed: a leak is a bug report, a freed buffer the
-// kernel writes into is memory corruption.
-var orphaned struct {
-	sync.Mutex
-	bufs [][]byte
-}
-
-func orphan(o *op) {
-	orphaned.Lock()
-	defer orphaned.Unlock()
-	if o.buf != nil {
-		orphaned.bufs = append(orphaned.bufs, o.buf)
-	}
-	orphaned.bufs = append(orphaned.bufs, o.bufs...)
 }
 
 // rebuild implements driver; see the comment above.
@@ -231,6 +220,14 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 			lost = append(lost, m)
 		}
 	}
+	// A receive given up may still be writing into the old provided
+	// buffers: their mapping stays for the life of the process.
+	var brBytes uint64
+	for _, m := range lost {
+		if m.o.tag == tagRecvBuf && oldBR != nil && brBytes == 0 {
+			brBytes = uint64(oldBR.Quarantine())
+		}
+	}
 	// Close the old ring before failing the unknown ops: the kernel
 	// cancels what is left as it tears the ring down.
 	if err := old.Close(); err != nil {
@@ -239,11 +236,20 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	for _, m := range lost {
 		ud := m.o.userData()
 		delete(d.connWait, ud)
-		orphan(m.o)
-		sink.complete(ud, rebuildLostRes, 0, nil)
+		res, flags := rebuildLostRes, uint32(0)
+		if m.o.tag == tagSendZC && m.o.zcNotif {
+			// Its result was delivered; only the notification, which
+			// no cancel can hurry, is missing. The result stands.
+			res, flags = 0, ring.CQEFNotif
+		}
+		var extra uint64
+		if m.o.tag == tagRecvBuf {
+			extra, brBytes = brBytes, 0
+		}
+		sink.abandon(ud, res, flags, extra)
 	}
 	if len(lost) > 0 {
-		d.cfg.logger.Error("io_uring rebuild: ops with unknown outcome failed",
+		d.cfg.logger.Error("io_uring rebuild: ops given up without a final completion; their memory is quarantined",
 			"loop", d.cfg.name, "ops", len(lost))
 	}
 	// Push the resubmissions and the eventfd read now, so the new ring
@@ -354,11 +360,4 @@ func (d *uringDriver) resubmit(o *op) error {
 	}
 	d.prep(sqe, o)
 	return nil
-}
-
-// orphanedCount reports how many buffers are orphaned (tests).
-func orphanedCount() int {
-	orphaned.Lock()
-	defer orphaned.Unlock()
-	return len(orphaned.bufs)
 }

@@ -31,6 +31,8 @@ type testSink struct {
 	tab   *opTable
 	stale int        // completions naming no live op
 	c     Completion // reused, so delivering allocates nothing
+
+	quarantined, quarantinedBytes uint64 // abandoned ops and their bytes
 }
 
 func (s *testSink) complete(ud uint64, res int32, flags uint32, data []byte) {
@@ -48,11 +50,29 @@ func (s *testSink) complete(ud uint64, res int32, flags uint32, data []byte) {
 	}
 }
 
+// abandon is the loop's quarantine path, as Loop.abandon: the record is
+// quarantined and retired, and the Completer sees Quarantined.
+func (s *testSink) abandon(ud uint64, res int32, flags uint32, extra uint64) {
+	o := s.tab.lookup(ud)
+	if o == nil {
+		s.stale++
+		return
+	}
+	s.quarantined++
+	s.quarantinedBytes += quarantine(o) + extra
+	s.tab.retire(o)
+	s.c = Completion{Res: res, Flags: flags, Quarantined: true}
+	if o.c != nil {
+		o.c.Complete(&s.c)
+	}
+}
+
 // rec is one completion as a recorder saw it.
 type rec struct {
 	res   int32
 	flags uint32
 	data  []byte
+	quar  bool // Completion.Quarantined
 	at    time.Time
 }
 
@@ -62,7 +82,7 @@ func (r rec) more() bool { return r.flags&ring.CQEFMore != 0 }
 type recorder struct{ got []rec }
 
 func (r *recorder) Complete(c *Completion) {
-	r.got = append(r.got, rec{res: c.Res, flags: c.Flags, data: bytes.Clone(c.Data), at: time.Now()})
+	r.got = append(r.got, rec{res: c.Res, flags: c.Flags, data: bytes.Clone(c.Data), quar: c.Quarantined, at: time.Now()})
 }
 
 func (r *recorder) last() rec { return r.got[len(r.got)-1] }
@@ -1275,7 +1295,6 @@ func TestUringDriverRebuildDeadline(t *testing.T) {
 	buf := make([]byte, 16)
 	ud, r := h.submit(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
 	h.poll(0)
-	orphans := orphanedCount()
 	n, err := h.d.rebuild(h.tab, h.sink)
 	if err != nil || n != 0 {
 		t.Fatalf("rebuild: %d, %v; want 0 ops moved", n, err)
@@ -1284,8 +1303,16 @@ func TestUringDriverRebuildDeadline(t *testing.T) {
 		t.Fatalf("%d completions for the unknown op, want 1", len(r.got))
 	}
 	wantRes(t, "op with unknown outcome", r.got[0], rebuildLostRes, false)
-	if h.live(ud) || orphanedCount() != orphans+1 {
-		t.Fatalf("live %v, orphans %d → %d", h.live(ud), orphans, orphanedCount())
+	if !r.got[0].quar || h.live(ud) || h.sink.quarantined != 1 || h.sink.quarantinedBytes != uint64(len(buf)) {
+		t.Fatalf("given-up op: Quarantined %v, live %v, quarantined %d ops / %d bytes; want 1 op, %d bytes",
+			r.got[0].quar, h.live(ud), h.sink.quarantined, h.sink.quarantinedBytes, len(buf))
+	}
+	// Its slot is never reused: the kernel may still write the record.
+	_, _, slot := unpackUserData(ud)
+	for range opChunk * 2 {
+		if o := h.tab.alloc(tagNop); o.slot == slot {
+			t.Fatalf("the given-up op's slot %d was reused", slot)
+		}
 	}
 	// The new ring works, the old recv is gone: data stays in the socket.
 	_, nr := h.submit(tagNop, nil)

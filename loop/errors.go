@@ -52,6 +52,11 @@ var (
 	// it already completed, or never existed.
 	ErrUnknownOp = errors.New("loop: unknown op")
 
+	// ErrGivenUp is the cause reported for an op given up without the
+	// kernel's final word (Completion.Quarantined with Res -ECANCELED):
+	// a ring rebuild could not learn its outcome by its deadline.
+	ErrGivenUp = errors.New("loop: op given up at a ring rebuild: outcome unknown")
+
 	// ErrInLoop is returned by Shutdown when it is called on a loop
 	// goroutine of the group it would wait for: waiting there would
 	// deadlock. The shutdown is started anyway; wait for Done elsewhere.

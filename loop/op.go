@@ -22,6 +22,7 @@ const (
 	opQueued                   // SQE written (or waiter registered) but not yet seen by the kernel
 	opInFlight                 // the kernel owns it
 	opCanceling                // a cancel was requested; waiting for the final completion
+	opRetired                  // given up without a final completion: quarantined, never reused
 )
 
 // A Completion is what a Completer receives for each completion of its op.
@@ -36,6 +37,21 @@ type Completion struct {
 	// valid only during the Complete call: the buffer returns to the loop
 	// right after.
 	Data []byte
+	// Quarantined reports that the kernel's final word on the op never
+	// came: the op was given up (a ring rebuild whose old ring did not
+	// complete it by its deadline). It comes with the op's final
+	// completion, and the loop keeps every buffer the op was given
+	// referenced for the life of the process (Stats.Quarantined). The
+	// Completer must never reuse or recycle that memory either: the
+	// kernel may still read or write it. Two forms:
+	//   - Res -ECANCELED, Flags 0: the outcome is unknown (a send may
+	//     have sent part of its bytes, a receive may have consumed some).
+	//     The stream is broken; close it so the peer sees a failure
+	//     (conn resets the connection).
+	//   - Flags ring.CQEFNotif: a SEND_ZC whose result was delivered but
+	//     whose notification never came. The result stands; only the
+	//     buffer stays with the kernel.
+	Quarantined bool
 }
 
 // More reports whether a multishot op stays armed after this completion.

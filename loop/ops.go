@@ -317,16 +317,21 @@ func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 	l.deliver(c, res, flags, data)
 }
 
-// deliver calls c.Complete under recover: a panicking completer is logged
-// and counted, and the loop goes on.
+// deliver passes one completion to c.
 func (l *Loop) deliver(c Completer, res int32, flags uint32, data []byte) {
+	l.cpl = Completion{Res: res, Flags: flags, Data: data}
+	l.deliverCompletion(c)
+}
+
+// deliverCompletion calls c.Complete(&l.cpl) under recover: a panicking
+// completer is logged and counted, and the loop goes on.
+func (l *Loop) deliverCompletion(c Completer) {
 	defer func() {
 		if r := recover(); r != nil {
 			l.stats.panics.Add(1)
 			l.logger.Error("loop: completion callback panicked", "loop", l.name, "panic", r)
 		}
 	}()
-	l.cpl = Completion{Res: res, Flags: flags, Data: data}
 	c.Complete(&l.cpl)
 }
 

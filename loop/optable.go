@@ -74,7 +74,7 @@ func (t *opTable) lookup(ud uint64) *op {
 		return nil
 	}
 	o := t.at(slot)
-	if o.state == opFree || o.gen != gen || o.tag != tag {
+	if o.state == opFree || o.state == opRetired || o.gen != gen || o.tag != tag {
 		return nil
 	}
 	return o
@@ -91,11 +91,22 @@ func (t *opTable) release(o *op) {
 	t.inFlight--
 }
 
+// retire takes a record out of use for good after its op was given up
+// without a final completion: it keeps every reference (the memory is in
+// quarantine, quarantine.go), its generation advances so a late completion
+// is stale, and its slot never returns to the free list.
+func (t *opTable) retire(o *op) {
+	o.gen = nextGen(o.gen)
+	o.state = opRetired
+	o.next = noSlot
+	t.inFlight--
+}
+
 // each calls f for every live record.
 func (t *opTable) each(f func(o *op)) {
 	for _, c := range t.chunks {
 		for i := range c {
-			if c[i].state != opFree {
+			if c[i].state != opFree && c[i].state != opRetired {
 				f(&c[i])
 			}
 		}

@@ -36,6 +36,13 @@ type Stats struct {
 	TaskNanos uint64 // time spent in the task phase (tasks, due timers, tail tasks)
 
 	Orphaned uint64 // ops still in flight when the drain deadline passed at termination
+
+	// Quarantined counts ops given up without the kernel's final word
+	// (Completion.Quarantined): their records and buffers are kept for
+	// the life of the process, never reused. QuarantinedBytes is the
+	// buffer memory so kept (a provided-buffer ring kept mapped included).
+	Quarantined      uint64
+	QuarantinedBytes uint64
 }
 
 // GroupStats is a snapshot of every loop of a group plus their sum.
@@ -54,6 +61,7 @@ type counters struct {
 	earlyReturns, interrupts, pollErrors atomic.Uint64
 	rebuilds, rebuildFailures, migrated  atomic.Uint64
 	ioNanos, taskNanos, orphaned         atomic.Uint64
+	quarantined, quarantinedBytes        atomic.Uint64
 	opsInFlight                          atomic.Int64
 }
 
@@ -78,6 +86,8 @@ func (c *counters) snapshot(s *Stats) {
 	s.IONanos = c.ioNanos.Load()
 	s.TaskNanos = c.taskNanos.Load()
 	s.Orphaned = c.orphaned.Load()
+	s.Quarantined = c.quarantined.Load()
+	s.QuarantinedBytes = c.quarantinedBytes.Load()
 }
 
 // add sums the counters and gauges of o into s.
@@ -103,4 +113,6 @@ func (s *Stats) add(o *Stats) {
 	s.IONanos += o.IONanos
 	s.TaskNanos += o.TaskNanos
 	s.Orphaned += o.Orphaned
+	s.Quarantined += o.Quarantined
+	s.QuarantinedBytes += o.QuarantinedBytes
 }

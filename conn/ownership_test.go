@@ -1,0 +1,239 @@
+//go:build linux
+
+package conn_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testutil"
+	"github.com/ringloop/ringloop/loop"
+)
+
+// Tests of buffers shared with the kernel (docs/op-lifecycle.md, "Memory
+// and the kernel's final word"): a chunk the kernel may still read never
+// goes back to the pool, whatever happens to its connection.
+
+// ctSlowPeers listens on loopback with a small receive buffer (inherited by
+// accepted sockets), so a peer that does not read closes its window after a
+// few KiB. Accepted connections arrive on the returned channel.
+func ctSlowPeers(t *testing.T) (addr string, peers <-chan net.Conn) {
+	t.Helper()
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 2048)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan net.Conn, 8)
+	go func() {
+		defer close(ch)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			ch <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for c := range ch {
+			c.Close()
+		}
+	})
+	return ln.Addr().String(), ch
+}
+
+func ctAccept(t *testing.T, peers <-chan net.Conn) net.Conn {
+	t.Helper()
+	select {
+	case c := <-peers:
+		t.Cleanup(func() { c.Close() })
+		return c
+	case <-time.After(5 * time.Second):
+		t.Fatal("no connection accepted")
+		return nil
+	}
+}
+
+// ctReadFor reads from c until it has n bytes, an error, or d passed.
+func ctReadFor(c net.Conn, n int, d time.Duration) ([]byte, error) {
+	c.SetReadDeadline(time.Now().Add(d))
+	var got []byte
+	buf := make([]byte, 64<<10)
+	for len(got) < n {
+		k, err := c.Read(buf)
+		got = append(got, buf[:k]...)
+		if err != nil {
+			return got, err
+		}
+	}
+	return got, nil
+}
+
+// TestSendZCGivenUpAtRebuildKeepsItsChunk: connection A sends with SEND_ZC
+// to a peer that does not read, so the send's result arrives but its
+// notification does not. A ring rebuild cannot cancel a notification and
+// gives up on it at its deadline. The chunk A sent must stay out of the
+// pool for good: connection B, writing on the same loop right after, must
+// not get it, and A's peer, once it reads, must receive A's bytes only.
+func TestSendZCGivenUpAtRebuildKeepsItsChunk(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	testutil.Watchdog(t, 60*time.Second)
+	g := ctGroup(t, loop.BackendUring, 1)
+	if !g.Features().SendZC {
+		t.Skip("no SEND_ZC (6.0)")
+	}
+	addr, peers := ctSlowPeers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evA, evB := ctNewEvents(t), ctNewEvents(t)
+	a, err := conn.Dial(ctx, g, "tcp", addr, evA, conn.WithSendZCThreshold(1), conn.WithLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerA := ctAccept(t, peers)
+	b, err := conn.Dial(ctx, g, "tcp", addr, evB, conn.WithSendZCThreshold(1), conn.WithLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerB := ctAccept(t, peers)
+
+	const n = 8 << 10
+	dataA, dataB := bytes.Repeat([]byte{'A'}, n), bytes.Repeat([]byte{'B'}, n)
+	if _, err := a.Write(dataA); err != nil {
+		t.Fatal(err)
+	}
+	// The result comes at once; the notification waits for the peer to
+	// read (its window is closed): the chunk stays queued until then.
+	time.Sleep(200 * time.Millisecond)
+	if a.Buffered() != n {
+		t.Skipf("the SEND_ZC notification came without the peer reading (buffered %d): the scenario needs a closed window", a.Buffered())
+	}
+
+	l := g.Loop(0)
+	before := l.Stats()
+	if err := l.RebuildRing(); err != nil {
+		t.Fatal(err)
+	}
+	ctWaitFor(t, 10*time.Second, "the rebuild", func() bool { return l.Stats().Rebuilds > before.Rebuilds })
+
+	// B writes on the loop, where a chunk A gave back would be reused.
+	done := make(chan error, 1)
+	if err := l.Execute(func() { _, err := b.Write(dataB); done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ctReadFor(peerB, n, 5*time.Second); !bytes.Equal(got, dataB) {
+		t.Fatalf("B's peer got %d bytes (%v), want B's %d", len(got), err, n)
+	}
+
+	got, err := ctReadFor(peerA, n, 2*time.Second)
+	if i := bytes.IndexFunc(got, func(r rune) bool { return r != 'A' }); i >= 0 {
+		t.Fatalf("A's peer received a byte that A never wrote at offset %d of %d (%q…): another connection's data", i, len(got), got[i:min(len(got), i+16)])
+	}
+	switch {
+	case len(got) == n:
+		// A's stream is intact: its result was known before the
+		// rebuild, so A goes on.
+	case err != nil && !os.IsTimeout(err):
+		t.Logf("A's peer: %d bytes, then %v (a clean failure)", len(got), err)
+	default:
+		t.Fatalf("A's peer received %d of %d bytes, then %v", len(got), n, err)
+	}
+	s := l.Stats()
+	if s.Quarantined == 0 || s.QuarantinedBytes < n {
+		t.Fatalf("Stats: %d ops and %d bytes quarantined, want the SEND_ZC's %d bytes", s.Quarantined, s.QuarantinedBytes, n)
+	}
+	t.Logf("quarantined: %d ops, %d bytes", s.Quarantined, s.QuarantinedBytes)
+	a.Close()
+	b.Close()
+	evA.wait(t)
+	evB.wait(t)
+}
+
+// TestCloseWithSendZCNotificationDue: Close must finish while a SEND_ZC
+// waits for its notification and the peer stays alive without reading.
+// The fd closes (the kernel keeps delivering the queued bytes) and only
+// the chunk waits for the notification, out of the pool: a connection
+// writing on the same loop afterwards must not get it, and A's peer must
+// read A's bytes, then EOF.
+func TestCloseWithSendZCNotificationDue(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	testutil.Watchdog(t, 60*time.Second)
+	g := ctGroup(t, loop.BackendUring, 1)
+	if !g.Features().SendZC {
+		t.Skip("no SEND_ZC (6.0)")
+	}
+	addr, peers := ctSlowPeers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evA, evB := ctNewEvents(t), ctNewEvents(t)
+	a, err := conn.Dial(ctx, g, "tcp", addr, evA, conn.WithSendZCThreshold(1), conn.WithLinger(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerA := ctAccept(t, peers)
+	b, err := conn.Dial(ctx, g, "tcp", addr, evB, conn.WithSendZCThreshold(1), conn.WithLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerB := ctAccept(t, peers)
+
+	const n = 8 << 10
+	dataA, dataB := bytes.Repeat([]byte{'A'}, n), bytes.Repeat([]byte{'B'}, n)
+	if _, err := a.Write(dataA); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if a.Buffered() != n {
+		t.Skipf("the SEND_ZC notification came without the peer reading (buffered %d): the scenario needs a closed window", a.Buffered())
+	}
+	a.Close()
+	select {
+	case <-evA.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not finish within 5 s while the SEND_ZC notification was due (the linger is 100 ms)")
+	}
+	if err := evA.wait(t); err != nil {
+		t.Fatalf("OnClose(%v), want nil", err)
+	}
+
+	l := g.Loop(0)
+	done := make(chan error, 1)
+	if err := l.Execute(func() { _, err := b.Write(dataB); done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ctReadFor(peerB, n, 5*time.Second); !bytes.Equal(got, dataB) {
+		t.Fatalf("B's peer got %d bytes (%v), want B's %d", len(got), err, n)
+	}
+	got, err := ctReadFor(peerA, n+1, 5*time.Second)
+	if !bytes.Equal(got, dataA) || err == nil || os.IsTimeout(err) {
+		i := bytes.IndexFunc(got, func(r rune) bool { return r != 'A' })
+		t.Fatalf("A's peer read %d bytes (first foreign byte at %d), then %v; want A's %d bytes, then EOF", len(got), i, err, n)
+	}
+	b.Close()
+	evB.wait(t)
+}

@@ -1,0 +1,70 @@
+package loop
+
+import "sync"
+
+// Quarantine: memory whose final word from the kernel never came.
+//
+// Memory the kernel may still read or write (an op's buffers, and the op
+// record itself, which holds the sockaddr an accept writes, the msghdr and
+// iovecs of a sendmsg, a timeout's timespec) goes back to any pool or free
+// list only after the kernel's final word on it: the op's final
+// completion, or for SEND_ZC its notification. Where that word can never
+// come, because the op was given up (a ring rebuild whose old ring did not
+// complete it by the deadline), the record and everything it references
+// are quarantined here for the life of the process: never reused, never
+// freed. The Completer learns it from Completion.Quarantined and must not
+// reuse the memory it gave the op either; Stats counts the ops and bytes.
+// A leak is a bug report; a buffer reused while the kernel still reads it
+// sends one connection's bytes on another's socket.
+
+// quarantined keeps given-up op records (and, through them, their buffers)
+// reachable forever.
+var quarantined struct {
+	sync.Mutex
+	ops   []*op
+	bytes uint64
+}
+
+// quarantine moves o's memory into quarantine and returns the bytes of
+// buffer it references. The caller retires o's slot.
+func quarantine(o *op) uint64 {
+	n := uint64(len(o.buf))
+	for _, b := range o.bufs {
+		n += uint64(len(b))
+	}
+	quarantined.Lock()
+	quarantined.ops = append(quarantined.ops, o)
+	quarantined.bytes += n
+	quarantined.Unlock()
+	return n
+}
+
+// QuarantinedBytes reports how many bytes of buffers given to the kernel
+// by ops that were given up are held in quarantine, process-wide, for the
+// life of the process. Loop.Stats reports each loop's share.
+func QuarantinedBytes() uint64 {
+	quarantined.Lock()
+	defer quarantined.Unlock()
+	return quarantined.bytes
+}
+
+// abandon implements completionSink: it delivers the final completion of
+// an op the backend gave up on, with Completion.Quarantined set. The op's
+// record and buffers are quarantined and its slot retired (never reused);
+// extra counts other quarantined memory the backend attributes to it (a
+// provided-buffer ring kept mapped).
+func (l *Loop) abandon(ud uint64, res int32, flags uint32, extra uint64) {
+	o := l.ops.lookup(ud)
+	if o == nil {
+		l.stats.stale.Add(1)
+		return
+	}
+	c := o.c
+	n := quarantine(o) + extra
+	l.ops.retire(o)
+	l.stats.quarantined.Add(1)
+	l.stats.quarantinedBytes.Add(n)
+	l.stats.completions.Add(1)
+	l.cpl = Completion{Res: res, Flags: flags, Quarantined: true}
+	l.deliverCompletion(c)
+}
