@@ -149,6 +149,15 @@ func (c *Conn) closeNow(err error) {
 	c.closeReq.Store(true)
 	c.mu.Lock()
 	c.wclosed = true
+	pending := c.out.n
+	if c.send.zcResult && c.send.zcRes > 0 {
+		pending -= int(c.send.zcRes) // in the socket already: only the notification is due
+	}
+	if pending > 0 {
+		// Bytes the handler wrote are dropped: reset, so the peer sees
+		// the stream fail instead of an orderly end after a gap.
+		c.abort = true
+	}
 	c.mu.Unlock()
 	stopTimer(&c.readTimer)
 	stopTimer(&c.idleTimer)

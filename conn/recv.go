@@ -127,6 +127,11 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 			c.armRecv()
 		}
 	default:
+		if errnoOf(res) != unix.ECANCELED {
+			// The stream failed: reset, so the peer cannot take what
+			// it got for a complete stream.
+			c.abort = true
+		}
 		c.closeNow(c.resultError("read", "recv", res))
 	}
 }

@@ -393,6 +393,9 @@ func (s *sendOp) Complete(cp *loop.Completion) {
 			c.startSend()
 			return
 		}
+		// Bytes queued may never reach the peer: reset, so it sees a
+		// failure rather than an orderly end with a gap.
+		c.abort = true
 		c.closeNow(c.resultError("write", "send", res))
 		return
 	}

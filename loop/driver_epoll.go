@@ -273,6 +273,9 @@ func (d *epollDriver) submit(o *op) error {
 		return err
 	}
 	o.state = opInFlight // as on io_uring: the backend owns it now
+	if faultsEnabled && d.faultSubmit(o) {
+		return nil
+	}
 	switch o.tag {
 	case tagNop:
 		d.final(o, 0)

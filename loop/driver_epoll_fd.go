@@ -419,7 +419,11 @@ const epollSendFlags = unix.MSG_NOSIGNAL | unix.MSG_DONTWAIT
 // its notification.
 func (d *epollDriver) trySend(fd int, o *op) epStep {
 	for {
-		n, err := unix.SendmsgN(fd, o.buf, nil, nil, int(o.arg)|epollSendFlags)
+		buf := o.buf
+		if faultsEnabled {
+			buf = buf[:faultSendLen(len(buf))]
+		}
+		n, err := unix.SendmsgN(fd, buf, nil, nil, int(o.arg)|epollSendFlags)
 		switch err {
 		case unix.EINTR:
 			continue
@@ -439,6 +443,9 @@ func (d *epollDriver) trySend(fd int, o *op) epStep {
 // it allocates nothing once the op record's iovec array has grown.
 func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 	buildMsg(o)
+	if faultsEnabled && len(o.iov) > 1 {
+		o.msg.SetIovlen(faultSendLen(len(o.iov)))
+	}
 	n, err := ring.Sendmsg(fd, &o.msg, int(o.arg)|epollSendFlags) // EINTR retried inside
 	switch err {
 	case unix.EAGAIN:

@@ -96,6 +96,13 @@ var requiredOps = []struct {
 	{ring.OpShutdown, "IORING_OP_SHUTDOWN", "5.11"},
 }
 
+// faultPlan is a fake result the fault-injection mode planned for an op
+// (by slot; gen names the op). Unused in ordinary builds.
+type faultPlan struct {
+	gen uint32
+	res int32
+}
+
 // uringDriver implements driver on one io_uring ring.
 type uringDriver struct {
 	cfg driverConfig
@@ -137,6 +144,11 @@ type uringDriver struct {
 	lostCQEs     uint64 // CQEs the kernel reports as dropped (cq overflow counter)
 	lastOverflow uint32 // cq overflow counter at the last poll
 	bufMisuse    uint64 // completions naming a provided buffer not the kernel's to give
+
+	// Fault-injection state (fault_on.go; unused in ordinary builds):
+	// fake results planned by slot, buffers held back for fake failures.
+	faultPlans []faultPlan
+	faultHeld  []uint16
 
 	// Test seams.
 	rebuildTimeout    time.Duration // how long rebuild reaps the old ring
@@ -316,6 +328,11 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
 		return nil, nil
 	}
+	if faultsEnabled {
+		if err := d.faultBufRing(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize); err != nil {
+			return nil, nil
+		}
+	}
 	br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize)
 	if err != nil {
 		if errors.Is(err, unix.EINVAL) {
@@ -371,6 +388,9 @@ func (d *uringDriver) submit(o *op) error {
 		return err
 	}
 	d.prep(sqe, o)
+	if faultsEnabled {
+		d.faultPrep(sqe, o)
+	}
 	o.state = opInFlight
 	return nil
 }
@@ -580,6 +600,9 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	if max <= 0 {
 		max = math.MaxInt
 	}
+	if faultsEnabled {
+		max = d.faultReapMax(max)
+	}
 	d.reap(max, sink, &res)
 	if res.completions > 0 || res.woken {
 		res.timedOut = false
@@ -626,6 +649,9 @@ func (d *uringDriver) reap(max int, sink completionSink, res *pollResult) {
 // a provided buffer (from br, the buffer ring of the ring that posted c)
 // the bytes go along and the buffer is recycled right after the call.
 func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink) {
+	if faultsEnabled {
+		d.faultResult(c)
+	}
 	ud, res, flags := c.UserData, c.Res, c.Flags
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
@@ -635,6 +661,9 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 		// that buffer, and no other, goes back to the ring.
 		data, bid, ok := br.Take(c)
 		sink.complete(ud, res, flags, data)
+		if faultsEnabled && ok && res > 0 && d.faultHoldBuf(br, bid) {
+			return
+		}
 		if !ok || !br.Recycle(bid) {
 			d.bufMisuse++
 			d.cfg.logger.Error("io_uring completion names a buffer the loop already holds",

@@ -101,6 +101,9 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	if !d.started {
 		return 0, fmt.Errorf("loop: uring backend: rebuild before start")
 	}
+	if faultsEnabled {
+		d.faultRebuilt()
+	}
 	old, oldBR := d.r, d.br
 	nr, err := d.newRing(false)
 	if err != nil {
@@ -148,6 +151,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// problems are logged, not returned, since the loop reads an error as
 	// "the old ring is still in use".
 	d.r, d.br = nr, newBR
+	d.faultHeld = d.faultHeld[:0] // held back from the old buffer ring, which goes
 	d.feat.BufRing = newBR != nil
 	d.feat.SetupFlags = d.flags
 	d.feat.RingFeatures = nr.Features()
@@ -187,6 +191,12 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 					}
 				}
 				continue
+			}
+			if faultsEnabled {
+				d.faultResult(c)
+				if d.faultHide(c) {
+					continue
+				}
 			}
 			if d.reapOld(c, live, oldBR, sink) {
 				waiting--

@@ -97,6 +97,9 @@ func (l *Loop) safeTurn() {
 //  5. run the tail tasks queued so far, once.
 func (l *Loop) turn() {
 	l.stats.turns.Add(1)
+	if faultsEnabled {
+		l.faultTurn()
+	}
 	var timeout time.Duration
 	sleeping := false
 	if !l.hasWork() {

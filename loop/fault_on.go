@@ -1,0 +1,298 @@
+//go:build ringfault
+
+package loop
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringloop/ringloop/ring"
+)
+
+// The fault-injection mode (build tag ringfault), in the spirit of
+// FoundationDB's BUGGIFY: the backends drive their rare paths under real
+// traffic, at the probabilities SetFaults gives. Every fault is one the
+// kernel or a rebuild can produce on its own; none changes the bytes a
+// correct program sends or receives, so an end-to-end test that checks
+// every byte proves the rare paths keep the streams intact.
+//
+//   - Short sends: a send or sendmsg is handed to the kernel with fewer
+//     bytes (fewer iovecs) than asked, so the caller continues a partial
+//     write.
+//   - Fake results: an I/O op completes, without running, with -EAGAIN or
+//     -EINTR (retryable), -ENOBUFS (a provided-buffer receive: the ring ran
+//     dry) or -ECANCELED (fatal for the connection: nobody canceled it).
+//     On io_uring the op's SQE becomes a NOP with the same user_data.
+//   - F_BUFFER on failure (io_uring): a provided receive's buffer is held
+//     back after its data was delivered, then handed over with a fake
+//     failure, as 5.19-era kernels post a failed receive with its buffer.
+//   - CQ overflow (io_uring): a poll reaps a single completion, so the
+//     CQ fills and the kernel's overflow list takes the rest.
+//   - Forced rebuilds: a loop turn replaces its ring (epoll instance).
+//   - Give-ups (io_uring): a rebuild does not see an op's final
+//     completion when it carries no data (a -ECANCELED, a SEND_ZC
+//     notification), so it reaches the rebuild's deadline and is given up:
+//     quarantined, a SEND_ZC notification delayed past the deadline.
+//   - A failed buffer-ring registration on a rebuild's new ring.
+
+// Faults sets the probabilities of the fault-injection mode; zero values
+// inject nothing. Only in builds with the ringfault tag.
+type Faults struct {
+	Seed uint64
+
+	ShortSend float64 // per send: hand the kernel fewer bytes
+	Retry     float64 // per I/O op: complete with -EAGAIN or -EINTR instead of running
+	NoBufs    float64 // per provided receive: complete with -ENOBUFS instead of running
+	Cancel    float64 // per I/O op: complete with -ECANCELED instead of running (fatal)
+
+	BufOnFailure float64 // per provided receive with data: hold its buffer back for a fake failure
+	ReapOne      float64 // per poll: reap one completion only
+
+	Rebuild        float64       // per loop turn: rebuild the ring
+	GiveUp         float64       // per -ECANCELED final completion seen by a rebuild: hide it
+	DelayNotif     float64       // per SEND_ZC notification seen by a rebuild: hide it
+	RebuildTimeout time.Duration // a rebuild's deadline (0: the default, 1 s)
+	BufRingFail    float64       // per rebuild: the new ring's buffer ring registration fails
+}
+
+// FaultCounts reports how many faults of each kind were injected.
+type FaultCounts struct {
+	ShortSends, Retries, NoBufs, Cancels       uint64
+	BufsOnFailure, ReapOnes, Rebuilds, GiveUps uint64
+	DelayedNotifs, BufRingFails                uint64
+}
+
+var faults struct {
+	mu  sync.Mutex
+	on  bool
+	cfg Faults
+	rng *rand.Rand
+
+	shortSends, retries, noBufs, cancels       atomic.Uint64
+	bufsOnFailure, reapOnes, rebuilds, giveUps atomic.Uint64
+	delayedNotifs, bufRingFails                atomic.Uint64
+}
+
+// SetFaults turns fault injection on with f for every loop of the process
+// until restore is called. Only in builds with the ringfault tag.
+func SetFaults(f Faults) (restore func()) {
+	faults.mu.Lock()
+	faults.on, faults.cfg = true, f
+	faults.rng = rand.New(rand.NewPCG(f.Seed, f.Seed^0x9e3779b97f4a7c15))
+	faults.mu.Unlock()
+	return func() {
+		faults.mu.Lock()
+		faults.on = false
+		faults.mu.Unlock()
+	}
+}
+
+// InjectedFaults returns the counts of faults injected so far.
+func InjectedFaults() FaultCounts {
+	return FaultCounts{
+		ShortSends: faults.shortSends.Load(), Retries: faults.retries.Load(),
+		NoBufs: faults.noBufs.Load(), Cancels: faults.cancels.Load(),
+		BufsOnFailure: faults.bufsOnFailure.Load(), ReapOnes: faults.reapOnes.Load(),
+		Rebuilds: faults.rebuilds.Load(), GiveUps: faults.giveUps.Load(),
+		DelayedNotifs: faults.delayedNotifs.Load(), BufRingFails: faults.bufRingFails.Load(),
+	}
+}
+
+const faultsEnabled = true
+
+// roll reports true with probability p (read under the lock with the
+// config), and returns a random number in [0, n) alongside when n > 0.
+func roll(p func(*Faults) float64, n int) (bool, int) {
+	faults.mu.Lock()
+	defer faults.mu.Unlock()
+	if !faults.on {
+		return false, 0
+	}
+	pr := p(&faults.cfg)
+	if pr <= 0 || faults.rng.Float64() >= pr {
+		return false, 0
+	}
+	if n > 0 {
+		return true, faults.rng.IntN(n)
+	}
+	return true, 0
+}
+
+func faultConfig() (Faults, bool) {
+	faults.mu.Lock()
+	defer faults.mu.Unlock()
+	return faults.cfg, faults.on
+}
+
+// faultTurn may rebuild the loop's backend at the start of a turn.
+func (l *Loop) faultTurn() {
+	if ok, _ := roll(func(f *Faults) float64 { return f.Rebuild }, 0); ok {
+		faults.rebuilds.Add(1)
+		l.rebuild("injected fault")
+	}
+}
+
+// fakeResult picks a fake result for an I/O op of tag, or 0.
+func fakeResult(tag opTag) int32 {
+	switch tag {
+	case tagRecv, tagRecvBuf, tagSend, tagSendmsg, tagSendZC:
+	default:
+		return 0
+	}
+	if ok, _ := roll(func(f *Faults) float64 { return f.Cancel }, 0); ok {
+		faults.cancels.Add(1)
+		return -int32(unix.ECANCELED)
+	}
+	if tag == tagRecvBuf {
+		if ok, _ := roll(func(f *Faults) float64 { return f.NoBufs }, 0); ok {
+			faults.noBufs.Add(1)
+			return -int32(unix.ENOBUFS)
+		}
+	}
+	if ok, k := roll(func(f *Faults) float64 { return f.Retry }, 2); ok {
+		faults.retries.Add(1)
+		if k == 0 {
+			return -int32(unix.EAGAIN)
+		}
+		return -int32(unix.EINTR)
+	}
+	return 0
+}
+
+// faultSendLen shortens a send of n bytes.
+func faultSendLen(n int) int {
+	if n < 2 {
+		return n
+	}
+	if ok, k := roll(func(f *Faults) float64 { return f.ShortSend }, n-1); ok {
+		faults.shortSends.Add(1)
+		return 1 + k
+	}
+	return n
+}
+
+// faultPrep may change the SQE just prepared for o: a shorter send, or a
+// NOP standing for the op, whose completion faultResult turns into a fake
+// result.
+func (d *uringDriver) faultPrep(sqe *ring.SQE, o *op) {
+	if res := fakeResult(o.tag); res != 0 {
+		ud := sqe.UserData
+		sqe.PrepNop()
+		sqe.UserData = ud
+		if int(o.slot) >= len(d.faultPlans) {
+			d.faultPlans = append(d.faultPlans, make([]faultPlan, int(o.slot)+opChunk-len(d.faultPlans))...)
+		}
+		d.faultPlans[o.slot] = faultPlan{gen: o.gen, res: res}
+		return
+	}
+	switch o.tag {
+	case tagSend, tagSendZC:
+		sqe.Len = uint32(faultSendLen(int(sqe.Len)))
+	case tagSendmsg:
+		if n := len(o.iov); n > 1 {
+			if k := faultSendLen(n); k < n {
+				o.msg.SetIovlen(k)
+			}
+		}
+	}
+}
+
+// faultResult turns the NOP completion of an op faultPrep replaced into
+// its fake result, and reports whether it did. A fake failure of a
+// provided receive may carry a buffer held back by faultHoldBuf, as
+// 5.19-era kernels post a failed receive with the buffer it selected.
+func (d *uringDriver) faultResult(c *ring.CQE) bool {
+	tag, gen, slot := unpackUserData(c.UserData)
+	if int(slot) >= len(d.faultPlans) || d.faultPlans[slot].res == 0 || d.faultPlans[slot].gen != gen {
+		return false
+	}
+	c.Res, c.Flags = d.faultPlans[slot].res, 0
+	d.faultPlans[slot] = faultPlan{}
+	if tag == tagRecvBuf && len(d.faultHeld) > 0 && d.br != nil {
+		bid := d.faultHeld[len(d.faultHeld)-1]
+		d.faultHeld = d.faultHeld[:len(d.faultHeld)-1]
+		// Back in the kernel's hands, unpublished: it "selected" it.
+		d.br.Add(bid, 0)
+		c.Flags = ring.CQEFBuffer | uint32(bid)<<ring.CQEBufferShift
+		faults.bufsOnFailure.Add(1)
+	}
+	return true
+}
+
+// faultHoldBuf may keep buffer bid (its data delivered) from going back to
+// the ring, for a later fake failure to carry. At most two are held, so the
+// ring never runs dry because of it.
+func (d *uringDriver) faultHoldBuf(br *ring.BufRing, bid uint16) bool {
+	if br != d.br || len(d.faultHeld) >= 2 {
+		return false
+	}
+	if ok, _ := roll(func(f *Faults) float64 { return f.BufOnFailure }, 0); !ok {
+		return false
+	}
+	d.faultHeld = append(d.faultHeld, bid)
+	return true
+}
+
+// faultReapMax may cut a poll's reap to one completion.
+func (d *uringDriver) faultReapMax(max int) int {
+	if ok, _ := roll(func(f *Faults) float64 { return f.ReapOne }, 0); ok {
+		faults.reapOnes.Add(1)
+		return 1
+	}
+	return max
+}
+
+// faultHide may hide from a rebuild a final completion that carries no
+// data (a -ECANCELED or a SEND_ZC notification), so its op is given up at
+// the deadline.
+func (d *uringDriver) faultHide(c *ring.CQE) bool {
+	switch {
+	case c.Flags&ring.CQEFNotif != 0:
+		if ok, _ := roll(func(f *Faults) float64 { return f.DelayNotif }, 0); ok {
+			faults.delayedNotifs.Add(1)
+			return true
+		}
+	case c.Res == -int32(unix.ECANCELED) && c.Flags&(ring.CQEFMore|ring.CQEFBuffer) == 0:
+		if ok, _ := roll(func(f *Faults) float64 { return f.GiveUp }, 0); ok {
+			faults.giveUps.Add(1)
+			return true
+		}
+	}
+	return false
+}
+
+// faultRebuilt runs when a rebuild starts: the deadline comes from the
+// config.
+func (d *uringDriver) faultRebuilt() {
+	if f, ok := faultConfig(); ok && f.RebuildTimeout > 0 {
+		d.rebuildTimeout = f.RebuildTimeout
+	}
+}
+
+// faultBufRing may fail the buffer-ring registration of a rebuild's new
+// ring.
+func (d *uringDriver) faultBufRing(*ring.Ring, uint16, uint32, uint32) error {
+	if !d.started {
+		return nil
+	}
+	if ok, _ := roll(func(f *Faults) float64 { return f.BufRingFail }, 0); ok {
+		faults.bufRingFails.Add(1)
+		return unix.EINVAL
+	}
+	return nil
+}
+
+// faultSubmit may complete an epoll op at once with a fake result instead
+// of running it, and reports whether it did.
+func (d *epollDriver) faultSubmit(o *op) bool {
+	res := fakeResult(o.tag)
+	if res == 0 {
+		return false
+	}
+	d.final(o, res)
+	return true
+}
