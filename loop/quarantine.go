@@ -39,9 +39,10 @@ func quarantine(o *op) uint64 {
 	return n
 }
 
-// QuarantinedBytes reports how many bytes of buffers given to the kernel
-// by ops that were given up are held in quarantine, process-wide, for the
-// life of the process. Loop.Stats reports each loop's share.
+// QuarantinedBytes reports how many bytes of memory given to the kernel by
+// ops that were given up are held in quarantine (buffers, and provided-buffer
+// rings kept mapped), process-wide, for the life of the process. Loop.Stats
+// reports each loop's share.
 func QuarantinedBytes() uint64 {
 	quarantined.Lock()
 	defer quarantined.Unlock()
@@ -61,6 +62,11 @@ func (l *Loop) abandon(ud uint64, res int32, flags uint32, extra uint64) {
 	}
 	c := o.c
 	n := quarantine(o) + extra
+	if extra > 0 {
+		quarantined.Lock()
+		quarantined.bytes += extra
+		quarantined.Unlock()
+	}
 	l.ops.retire(o)
 	l.stats.quarantined.Add(1)
 	l.stats.quarantinedBytes.Add(n)
