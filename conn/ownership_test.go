@@ -239,3 +239,58 @@ func TestCloseWithSendZCNotificationDue(t *testing.T) {
 	b.Close()
 	evB.wait(t)
 }
+
+// TestShutdownWithSendZCNotificationDue: a group shut down while a SEND_ZC
+// waits for a notification that a peer with a closed window holds back:
+// the drain gives the op up at its deadline, quarantines its chunk (counted
+// in Stats), and the connection still closes with OnClose.
+func TestShutdownWithSendZCNotificationDue(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	testutil.Watchdog(t, 60*time.Second)
+	g, err := loop.NewGroup(loop.WithBackend(loop.BackendUring), loop.WithLoops(1), loop.WithLogger(ctLogger),
+		loop.WithDrainTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Skipf("io_uring: %v", err)
+	}
+	if !g.Features().SendZC {
+		g.ShutdownGracefully(0, time.Second)
+		<-g.Done()
+		t.Skip("no SEND_ZC (6.0)")
+	}
+	addr, peers := ctSlowPeers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev := ctNewEvents(t)
+	a, err := conn.Dial(ctx, g, "tcp", addr, ev, conn.WithSendZCThreshold(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctAccept(t, peers)
+	const n = 8 << 10
+	if _, err := a.Write(bytes.Repeat([]byte{'A'}, n)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if a.Buffered() != n {
+		t.Skipf("the SEND_ZC notification came without the peer reading (buffered %d)", a.Buffered())
+	}
+	l := g.Loop(0)
+	if err := g.ShutdownGracefully(0, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the group did not terminate")
+	}
+	select {
+	case <-ev.closed:
+	case <-time.After(time.Second):
+		t.Fatal("OnClose never ran for the connection whose SEND_ZC was given up at termination")
+	}
+	s := l.Stats()
+	if s.Orphaned != 1 || s.Quarantined != 1 || s.QuarantinedBytes < n || s.OpsInFlight != 0 {
+		t.Fatalf("Stats: orphaned %d, quarantined %d ops / %d bytes, in flight %d; want the SEND_ZC's %d bytes quarantined",
+			s.Orphaned, s.Quarantined, s.QuarantinedBytes, s.OpsInFlight, n)
+	}
+}

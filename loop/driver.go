@@ -48,6 +48,10 @@ type driver interface {
 	// (the stalled-ring recovery). It returns how many ops were migrated.
 	rebuild(t *opTable, sink completionSink) (migrated int, err error)
 
+	// quarantineBufs keeps the backend's provided buffers mapped for the
+	// life of the process (ops that may still write into them were given
+	// up) and returns the bytes kept; 0 if the kernel never holds them.
+	quarantineBufs() uint64
 	// close releases the backend. The loop calls it after every op reached
 	// its final completion, or after the drain deadline passed (the
 	// remaining ops are then orphaned, never freed).

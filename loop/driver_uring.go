@@ -803,6 +803,15 @@ func (d *uringDriver) close() error {
 	return first
 }
 
+// quarantineBufs implements driver: the current provided-buffer ring stays
+// mapped after close.
+func (d *uringDriver) quarantineBufs() uint64 {
+	if d.br == nil {
+		return 0
+	}
+	return uint64(d.br.Quarantine())
+}
+
 // features implements driver. Safe for concurrent use.
 func (d *uringDriver) features() Features {
 	if f := d.featPub.Load(); f != nil {

@@ -1,4 +1,4 @@
-//go:build !ringfault
+//go:build !ringfault || !linux
 
 package loop
 

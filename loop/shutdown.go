@@ -4,6 +4,10 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringloop/ringloop/ring"
 )
 
 // Graceful shutdown (Netty's shutdownGracefully / confirmShutdown).
@@ -266,10 +270,32 @@ func (l *Loop) drainOps() {
 	}
 	if n := l.ops.inFlight; n > 0 {
 		l.stats.orphaned.Add(uint64(n))
-		l.logger.Error("loop: ops still in flight after the drain deadline; orphaning them", "loop", l.name, "count", n)
+		l.logger.Error("loop: ops still in flight after the drain deadline; their memory is quarantined", "loop", l.name, "count", n)
 		orphans.Lock()
 		orphans.tables = append(orphans.tables, l.ops)
 		orphans.Unlock()
+		// Give every one its final completion, marked Quarantined, so
+		// no Completer waits for ever (a connection still closes and
+		// reports OnClose). A SEND_ZC whose result came gets its
+		// notification; the others -ECANCELED.
+		var lost []*op
+		bufs := false
+		l.ops.each(func(o *op) {
+			lost = append(lost, o)
+			bufs = bufs || o.tag == tagRecvBuf
+		})
+		var extra uint64
+		if bufs {
+			extra = l.drv.quarantineBufs()
+		}
+		for _, o := range lost {
+			res, flags := -int32(unix.ECANCELED), uint32(0)
+			if o.tag == tagSendZC && o.zcNotif {
+				res, flags = 0, ring.CQEFNotif
+			}
+			l.abandon(o.userData(), res, flags, extra)
+			extra = 0
+		}
 	}
 	l.stats.opsInFlight.Store(int64(l.ops.inFlight))
 }
