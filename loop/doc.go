@@ -49,6 +49,25 @@
 // ENOMEM or missing features); [BackendUring] returns that error instead.
 // [Loop.Features] and [Group.Features] report the choice.
 //
+// # Memory shared with the kernel
+//
+// A buffer passed to an op belongs to the loop until the kernel's final
+// word on it: the op's final completion, or for SendZC its notification.
+// Where that word never comes (an op given up by a ring rebuild or by the
+// drain at termination), the op's record and buffers are quarantined for
+// the life of the process and counted in [Stats] (Quarantined,
+// QuarantinedBytes); the op's Completer gets a final completion with
+// [Completion].Quarantined set and must not reuse that memory either. See
+// docs/op-lifecycle.md.
+//
+// # Fault injection
+//
+// Built with the ringfault tag, the package exports SetFaults and
+// InjectedFaults, and the backends inject rare paths (short sends, fake
+// retryable and fatal results, buffers returned with failures, CQ overflow,
+// forced rebuilds, give-ups, failed buffer-ring registrations) at the
+// probabilities given, for end-to-end tests that check every byte.
+//
 // # Default loop count
 //
 // runtime.GOMAXPROCS(0): one loop per P. Netty uses 2 × cores because JVM
