@@ -1177,9 +1177,10 @@ func rawListener(tb testing.TB, backlog int) int {
 // TestUringDriverRebuildStream runs a 4 MiB stream each way over one TCP
 // connection, the driver receiving into provided buffers and sending one
 // SEND at a time, while the ring is replaced 15 times: both streams arrive
-// complete, unduplicated and in order. The peers pause now and then, so
-// rebuilds find ops both mid-transfer (real results reaped from the old
-// ring) and idle (canceled and moved).
+// complete, unduplicated and in order. The inbound peer stops at each
+// rebuild point until the rebuild is done, so the receive is idle (canceled
+// and moved) while the send is mid-transfer (real results reaped from the
+// old ring).
 func TestUringDriverRebuildStream(t *testing.T) {
 	h := newHarness(t)
 	client, server := testutil.TCPPair(t)
@@ -1195,14 +1196,27 @@ func TestUringDriverRebuildStream(t *testing.T) {
 	w := &sendStream{h: h, fd: server, data: out}
 	w.next()
 
+	// One token per rebuild. The peer waits for it at each rebuild point
+	// (a timed pause is not enough: a loaded machine lets the peer run
+	// ahead, and a receive that keeps finding data ends with -ENOBUFS, a
+	// real result, instead of being canceled and moved).
+	rebuilt := make(chan struct{}, rebuildsWanted)
+	quit := make(chan struct{})
+	t.Cleanup(func() { close(quit) })
 	go func() {
 		rng := rand.New(rand.NewPCG(3, 4))
 		seg := size / (rebuildsWanted + 1)
+		stop := seg
 		for off := 0; off < size; {
-			if off%seg == 0 {
-				// A pause at each rebuild point: the receive is
+			if off == stop {
+				// A stop at each rebuild point: the receive is
 				// idle when the ring is replaced, so it is moved.
-				time.Sleep(5 * time.Millisecond)
+				select {
+				case <-rebuilt:
+				case <-quit:
+					return
+				}
+				stop += seg
 			}
 			n := min(seg-off%seg, 1+rng.IntN(20000))
 			k, err := unix.Write(client, in[off:off+n])
@@ -1266,6 +1280,7 @@ func TestUringDriverRebuildStream(t *testing.T) {
 			}
 			rebuilds++
 			migrated += n
+			rebuilt <- struct{}{}
 		}
 		return (s.eof || len(s.errs) > 0) && (w.done || len(w.errs) > 0)
 	})

@@ -72,7 +72,9 @@ func (l *Loop) rebuild(reason string) {
 		l.logger.Warn("loop: rebuild failed; keeping the old backend", "loop", l.name, "reason", reason, "err", err)
 		return
 	}
-	l.stats.rebuilds.Add(1)
+	// Migrated first: whoever sees the rebuild counted sees its ops too
+	// (Stats loads rebuilds before migrated).
 	l.stats.migrated.Add(uint64(n))
+	l.stats.rebuilds.Add(1)
 	l.logger.Info("loop: backend rebuilt", "loop", l.name, "reason", reason, "migrated", n)
 }
