@@ -88,6 +88,69 @@ func ctReadFor(c net.Conn, n int, d time.Duration) ([]byte, error) {
 	return got, nil
 }
 
+// zcScenario is the setup the SEND_ZC ownership tests share: on a
+// one-loop uring group, connection A has sent n bytes of 'A' with SEND_ZC
+// to a peer that does not read, so the send's result came and its
+// notification is due; connection B, on the same loop, is idle. lingerA is
+// A's WithLinger.
+type zcScenario struct {
+	g            *loop.Group
+	l            *loop.Loop
+	a, b         *conn.Conn
+	evA, evB     *ctEvents
+	peerA, peerB net.Conn
+	dataA, dataB []byte
+}
+
+const zcBytes = 8 << 10
+
+func newZCScenario(t *testing.T, g *loop.Group, lingerA time.Duration) *zcScenario {
+	t.Helper()
+	if !g.Features().SendZC {
+		t.Skip("no SEND_ZC (6.0)")
+	}
+	addr, peers := ctSlowPeers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	z := &zcScenario{g: g, l: g.Loop(0), evA: ctNewEvents(t), evB: ctNewEvents(t),
+		dataA: bytes.Repeat([]byte{'A'}, zcBytes), dataB: bytes.Repeat([]byte{'B'}, zcBytes)}
+	var err error
+	if z.a, err = conn.Dial(ctx, g, "tcp", addr, z.evA, conn.WithSendZCThreshold(1), conn.WithLinger(lingerA)); err != nil {
+		t.Fatal(err)
+	}
+	z.peerA = ctAccept(t, peers)
+	if z.b, err = conn.Dial(ctx, g, "tcp", addr, z.evB, conn.WithSendZCThreshold(1), conn.WithLinger(0)); err != nil {
+		t.Fatal(err)
+	}
+	z.peerB = ctAccept(t, peers)
+	if _, err := z.a.Write(z.dataA); err != nil {
+		t.Fatal(err)
+	}
+	// The result comes at once; the notification waits for the peer to
+	// read (its window is closed): the chunk stays queued until then.
+	time.Sleep(200 * time.Millisecond)
+	if z.a.Buffered() != zcBytes {
+		t.Skipf("the SEND_ZC notification came without the peer reading (buffered %d): the scenario needs a closed window", z.a.Buffered())
+	}
+	return z
+}
+
+// writeBOnLoop writes B's bytes from the loop, where a chunk A gave back to
+// the pool would be reused, and checks that B's peer gets them.
+func (z *zcScenario) writeBOnLoop(t *testing.T) {
+	t.Helper()
+	done := make(chan error, 1)
+	if err := z.l.Execute(func() { _, err := z.b.Write(z.dataB); done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ctReadFor(z.peerB, zcBytes, 5*time.Second); !bytes.Equal(got, z.dataB) {
+		t.Fatalf("B's peer got %d bytes (%v), want B's %d", len(got), err, zcBytes)
+	}
+}
+
 // TestSendZCGivenUpAtRebuildKeepsItsChunk: connection A sends with SEND_ZC
 // to a peer that does not read, so the send's result arrives but its
 // notification does not. A ring rebuild cannot cancel a notification and
@@ -97,80 +160,39 @@ func ctReadFor(c net.Conn, n int, d time.Duration) ([]byte, error) {
 func TestSendZCGivenUpAtRebuildKeepsItsChunk(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	testutil.Watchdog(t, 60*time.Second)
-	g := ctGroup(t, loop.BackendUring, 1)
-	if !g.Features().SendZC {
-		t.Skip("no SEND_ZC (6.0)")
-	}
-	addr, peers := ctSlowPeers(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	evA, evB := ctNewEvents(t), ctNewEvents(t)
-	a, err := conn.Dial(ctx, g, "tcp", addr, evA, conn.WithSendZCThreshold(1), conn.WithLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerA := ctAccept(t, peers)
-	b, err := conn.Dial(ctx, g, "tcp", addr, evB, conn.WithSendZCThreshold(1), conn.WithLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerB := ctAccept(t, peers)
-
-	const n = 8 << 10
-	dataA, dataB := bytes.Repeat([]byte{'A'}, n), bytes.Repeat([]byte{'B'}, n)
-	if _, err := a.Write(dataA); err != nil {
-		t.Fatal(err)
-	}
-	// The result comes at once; the notification waits for the peer to
-	// read (its window is closed): the chunk stays queued until then.
-	time.Sleep(200 * time.Millisecond)
-	if a.Buffered() != n {
-		t.Skipf("the SEND_ZC notification came without the peer reading (buffered %d): the scenario needs a closed window", a.Buffered())
-	}
-
-	l := g.Loop(0)
+	z := newZCScenario(t, ctGroup(t, loop.BackendUring, 1), 0)
+	l, a := z.l, z.a
 	before := l.Stats()
 	if err := l.RebuildRing(); err != nil {
 		t.Fatal(err)
 	}
 	ctWaitFor(t, 10*time.Second, "the rebuild", func() bool { return l.Stats().Rebuilds > before.Rebuilds })
-
-	// B writes on the loop, where a chunk A gave back would be reused.
-	done := make(chan error, 1)
-	if err := l.Execute(func() { _, err := b.Write(dataB); done <- err }); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if got, err := ctReadFor(peerB, n, 5*time.Second); !bytes.Equal(got, dataB) {
-		t.Fatalf("B's peer got %d bytes (%v), want B's %d", len(got), err, n)
-	}
+	z.writeBOnLoop(t)
 
 	// A window closed this long reopens at the next zero-window probe,
 	// which TCP's backoff may put seconds away.
-	got, err := ctReadFor(peerA, n, 15*time.Second)
+	got, err := ctReadFor(z.peerA, zcBytes, 15*time.Second)
 	if i := bytes.IndexFunc(got, func(r rune) bool { return r != 'A' }); i >= 0 {
 		t.Fatalf("A's peer received a byte that A never wrote at offset %d of %d (%q…): another connection's data", i, len(got), got[i:min(len(got), i+16)])
 	}
 	switch {
-	case len(got) == n:
+	case len(got) == zcBytes:
 		// A's stream is intact: its result was known before the
 		// rebuild, so A goes on.
 	case err != nil && !os.IsTimeout(err):
 		t.Logf("A's peer: %d bytes, then %v (a clean failure)", len(got), err)
 	default:
-		t.Fatalf("A's peer received %d of %d bytes, then %v (A: %d bytes buffered; loop: %+v)", len(got), n, err, a.Buffered(), l.Stats())
+		t.Fatalf("A's peer received %d of %d bytes, then %v (A: %d bytes buffered; loop: %+v)", len(got), zcBytes, err, a.Buffered(), l.Stats())
 	}
 	s := l.Stats()
-	if s.Quarantined == 0 || s.QuarantinedBytes < n {
-		t.Fatalf("Stats: %d ops and %d bytes quarantined, want the SEND_ZC's %d bytes", s.Quarantined, s.QuarantinedBytes, n)
+	if s.Quarantined == 0 || s.QuarantinedBytes < zcBytes {
+		t.Fatalf("Stats: %d ops and %d bytes quarantined, want the SEND_ZC's %d bytes", s.Quarantined, s.QuarantinedBytes, zcBytes)
 	}
 	t.Logf("quarantined: %d ops, %d bytes", s.Quarantined, s.QuarantinedBytes)
 	a.Close()
-	b.Close()
-	evA.wait(t)
-	evB.wait(t)
+	z.b.Close()
+	z.evA.wait(t)
+	z.evB.wait(t)
 }
 
 // TestCloseWithSendZCNotificationDue: Close must finish while a SEND_ZC
@@ -182,62 +204,24 @@ func TestSendZCGivenUpAtRebuildKeepsItsChunk(t *testing.T) {
 func TestCloseWithSendZCNotificationDue(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	testutil.Watchdog(t, 60*time.Second)
-	g := ctGroup(t, loop.BackendUring, 1)
-	if !g.Features().SendZC {
-		t.Skip("no SEND_ZC (6.0)")
-	}
-	addr, peers := ctSlowPeers(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	evA, evB := ctNewEvents(t), ctNewEvents(t)
-	a, err := conn.Dial(ctx, g, "tcp", addr, evA, conn.WithSendZCThreshold(1), conn.WithLinger(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerA := ctAccept(t, peers)
-	b, err := conn.Dial(ctx, g, "tcp", addr, evB, conn.WithSendZCThreshold(1), conn.WithLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerB := ctAccept(t, peers)
-
-	const n = 8 << 10
-	dataA, dataB := bytes.Repeat([]byte{'A'}, n), bytes.Repeat([]byte{'B'}, n)
-	if _, err := a.Write(dataA); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
-	if a.Buffered() != n {
-		t.Skipf("the SEND_ZC notification came without the peer reading (buffered %d): the scenario needs a closed window", a.Buffered())
-	}
-	a.Close()
+	z := newZCScenario(t, ctGroup(t, loop.BackendUring, 1), 100*time.Millisecond)
+	z.a.Close()
 	select {
-	case <-evA.closed:
+	case <-z.evA.closed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not finish within 5 s while the SEND_ZC notification was due (the linger is 100 ms)")
 	}
-	if err := evA.wait(t); err != nil {
+	if err := z.evA.wait(t); err != nil {
 		t.Fatalf("OnClose(%v), want nil", err)
 	}
-
-	l := g.Loop(0)
-	done := make(chan error, 1)
-	if err := l.Execute(func() { _, err := b.Write(dataB); done <- err }); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if got, err := ctReadFor(peerB, n, 5*time.Second); !bytes.Equal(got, dataB) {
-		t.Fatalf("B's peer got %d bytes (%v), want B's %d", len(got), err, n)
-	}
-	got, err := ctReadFor(peerA, n+1, 15*time.Second)
-	if !bytes.Equal(got, dataA) || err == nil || os.IsTimeout(err) {
+	z.writeBOnLoop(t)
+	got, err := ctReadFor(z.peerA, zcBytes+1, 15*time.Second)
+	if !bytes.Equal(got, z.dataA) || err == nil || os.IsTimeout(err) {
 		i := bytes.IndexFunc(got, func(r rune) bool { return r != 'A' })
-		t.Fatalf("A's peer read %d bytes (first foreign byte at %d), then %v; want A's %d bytes, then EOF", len(got), i, err, n)
+		t.Fatalf("A's peer read %d bytes (first foreign byte at %d), then %v; want A's %d bytes, then EOF", len(got), i, err, zcBytes)
 	}
-	b.Close()
-	evB.wait(t)
+	z.b.Close()
+	z.evB.wait(t)
 }
 
 // TestShutdownWithSendZCNotificationDue: a group shut down while a SEND_ZC
@@ -252,29 +236,11 @@ func TestShutdownWithSendZCNotificationDue(t *testing.T) {
 	if err != nil {
 		t.Skipf("io_uring: %v", err)
 	}
-	if !g.Features().SendZC {
+	t.Cleanup(func() {
 		g.ShutdownGracefully(0, time.Second)
 		<-g.Done()
-		t.Skip("no SEND_ZC (6.0)")
-	}
-	addr, peers := ctSlowPeers(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ev := ctNewEvents(t)
-	a, err := conn.Dial(ctx, g, "tcp", addr, ev, conn.WithSendZCThreshold(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctAccept(t, peers)
-	const n = 8 << 10
-	if _, err := a.Write(bytes.Repeat([]byte{'A'}, n)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
-	if a.Buffered() != n {
-		t.Skipf("the SEND_ZC notification came without the peer reading (buffered %d)", a.Buffered())
-	}
-	l := g.Loop(0)
+	})
+	z := newZCScenario(t, g, 2*time.Second)
 	if err := g.ShutdownGracefully(0, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -283,14 +249,16 @@ func TestShutdownWithSendZCNotificationDue(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the group did not terminate")
 	}
-	select {
-	case <-ev.closed:
-	case <-time.After(time.Second):
-		t.Fatal("OnClose never ran for the connection whose SEND_ZC was given up at termination")
+	for _, ev := range []*ctEvents{z.evA, z.evB} {
+		select {
+		case <-ev.closed:
+		case <-time.After(time.Second):
+			t.Fatal("OnClose never ran: a connection outlived its group's termination")
+		}
 	}
-	s := l.Stats()
-	if s.Orphaned != 1 || s.Quarantined != 1 || s.QuarantinedBytes < n || s.OpsInFlight != 0 {
+	s := z.l.Stats()
+	if s.Orphaned != 1 || s.Quarantined != 1 || s.QuarantinedBytes < zcBytes || s.OpsInFlight != 0 {
 		t.Fatalf("Stats: orphaned %d, quarantined %d ops / %d bytes, in flight %d; want the SEND_ZC's %d bytes quarantined",
-			s.Orphaned, s.Quarantined, s.QuarantinedBytes, s.OpsInFlight, n)
+			s.Orphaned, s.Quarantined, s.QuarantinedBytes, s.OpsInFlight, zcBytes)
 	}
 }
