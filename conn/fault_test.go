@@ -357,6 +357,10 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 		stats.Rebuilds, stats.RebuildFailures, stats.MigratedOps, stats.Quarantined, stats.QuarantinedBytes,
 		loop.QuarantinedBytes(), loop.QuarantinedBytes()-qBefore)
 
+	if stats.LostCompletions != 0 || stats.BufferMisuse != 0 || stats.StaleCompletions != 0 {
+		t.Errorf("invariant breaks: %d completions lost, %d provided buffers misused, %d stale completions",
+			stats.LostCompletions, stats.BufferMisuse, stats.StaleCompletions)
+	}
 	// Fatal: an injected -ECANCELED, or an op given up (injected, or
 	// naturally past the short rebuild deadline).
 	if fatal := d.Cancels + stats.Quarantined; uint64(reset) > fatal {

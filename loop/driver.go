@@ -48,6 +48,9 @@ type driver interface {
 	// (the stalled-ring recovery). It returns how many ops were migrated.
 	rebuild(t *opTable, sink completionSink) (migrated int, err error)
 
+	// counters fills the backend's own counters into s. Safe for
+	// concurrent use.
+	counters(s *Stats)
 	// quarantineBufs keeps the backend's provided buffers mapped for the
 	// life of the process (ops that may still write into them were given
 	// up) and returns the bytes kept; 0 if the kernel never holds them.

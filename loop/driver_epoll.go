@@ -216,6 +216,9 @@ func (d *epollDriver) start() error { return nil }
 
 func (d *epollDriver) features() Features { return d.feats }
 
+// counters implements driver: epoll has no counters of its own.
+func (d *epollDriver) counters(*Stats) {}
+
 // quarantineBufs implements driver: epoll receives with recv(2) on the loop
 // thread, so the kernel never holds a provided buffer after the call.
 func (d *epollDriver) quarantineBufs() uint64 { return 0 }

@@ -140,10 +140,10 @@ type uringDriver struct {
 	connWait map[uint64]int32
 
 	// Counters (loop thread).
-	cancelCQEs   uint64 // completions of our own ASYNC_CANCELs
-	lostCQEs     uint64 // CQEs the kernel reports as dropped (cq overflow counter)
-	lastOverflow uint32 // cq overflow counter at the last poll
-	bufMisuse    uint64 // completions naming a provided buffer not the kernel's to give
+	cancelCQEs   uint64        // completions of our own ASYNC_CANCELs
+	lostCQEs     atomic.Uint64 // CQEs the kernel reports as dropped (cq overflow counter)
+	lastOverflow uint32        // cq overflow counter at the last poll
+	bufMisuse    atomic.Uint64 // completions naming a provided buffer not the kernel's to give
 
 	// Fault-injection state (fault_on.go; unused in ordinary builds):
 	// fake results planned by slot, buffers held back for fake failures.
@@ -612,7 +612,7 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	if ov := d.r.Overflow(); ov != d.lastOverflow {
 		lost := ov - d.lastOverflow
 		d.lastOverflow = ov
-		d.lostCQEs += uint64(lost)
+		d.lostCQEs.Add(uint64(lost))
 		d.cfg.logger.Error("io_uring completion queue overflowed: completions lost",
 			"loop", d.cfg.name, "lost", lost)
 	}
@@ -665,7 +665,7 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			return
 		}
 		if !ok || !br.Recycle(bid) {
-			d.bufMisuse++
+			d.bufMisuse.Add(1)
 			d.cfg.logger.Error("io_uring completion names a buffer the loop already holds",
 				"loop", d.cfg.name, "bid", bid, "res", res)
 			if debugChecks {
@@ -801,6 +801,12 @@ func (d *uringDriver) close() error {
 	}
 	d.wakeMu.Unlock()
 	return first
+}
+
+// counters implements driver. Safe for concurrent use.
+func (d *uringDriver) counters(s *Stats) {
+	s.LostCompletions = d.lostCQEs.Load()
+	s.BufferMisuse = d.bufMisuse.Load()
 }
 
 // quarantineBufs implements driver: the current provided-buffer ring stays

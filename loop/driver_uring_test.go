@@ -722,8 +722,8 @@ func TestUringDriverSQFullAndCQOverflow(t *testing.T) {
 			t.Fatalf("nop %d completed %d times", i, seen[ud])
 		}
 	}
-	if total != n || h.d.lostCQEs != 0 || h.sink.stale != 0 {
-		t.Fatalf("delivered %d of %d, lost %d, stale %d", total, n, h.d.lostCQEs, h.sink.stale)
+	if total != n || h.d.lostCQEs.Load() != 0 || h.sink.stale != 0 {
+		t.Fatalf("delivered %d of %d, lost %d, stale %d", total, n, h.d.lostCQEs.Load(), h.sink.stale)
 	}
 }
 

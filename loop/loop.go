@@ -301,6 +301,7 @@ func (l *Loop) ShutdownGracefully(quiet, timeout time.Duration) error {
 func (l *Loop) Stats() Stats {
 	var s Stats
 	l.stats.snapshot(&s)
+	l.drv.counters(&s)
 	s.Name = l.name
 	s.State = l.State()
 	s.Backend = l.drv.backend()

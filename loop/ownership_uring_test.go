@@ -122,8 +122,8 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 		bid, _ := c.BufferID()
 		t.Fatalf("receive past the ring's %d buffers: res %d flags %#x (buffer %d); want ENOBUFS", nbufs, c.Res, c.Flags, bid)
 	}
-	if h.d.bufMisuse != 0 {
-		t.Fatalf("buffer misuse counted %d times", h.d.bufMisuse)
+	if n := h.d.bufMisuse.Load(); n != 0 {
+		t.Fatalf("buffer misuse counted %d times", n)
 	}
 }
 

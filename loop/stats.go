@@ -43,6 +43,15 @@ type Stats struct {
 	// buffer memory so kept (a provided-buffer ring kept mapped included).
 	Quarantined      uint64
 	QuarantinedBytes uint64
+
+	// Invariant breaks the io_uring backend counts (zero in a healthy
+	// process; both are logged as errors when they happen):
+	// LostCompletions are CQEs the kernel dropped (its CQ overflow
+	// counter; only without IORING_FEAT_NODROP or under memory
+	// pressure), BufferMisuse completions naming a provided buffer the
+	// loop already held (never given back twice: see ring.BufRing.Take).
+	LostCompletions uint64
+	BufferMisuse    uint64
 }
 
 // GroupStats is a snapshot of every loop of a group plus their sum.
@@ -115,4 +124,6 @@ func (s *Stats) add(o *Stats) {
 	s.Orphaned += o.Orphaned
 	s.Quarantined += o.Quarantined
 	s.QuarantinedBytes += o.QuarantinedBytes
+	s.LostCompletions += o.LostCompletions
+	s.BufferMisuse += o.BufferMisuse
 }
