@@ -188,7 +188,8 @@ func (c *Conn) maybeFinish() {
 	c.state = stateClosed
 	if c.abort {
 		// Reset instead of an orderly FIN: the peer must see the stream
-		// failed, not a clean end after a gap.
+		// failed, not a clean end after a gap. (TCP only: a Unix socket
+		// has no reset, and its peer reads an orderly end.)
 		_ = unix.SetsockoptLinger(c.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 	}
 	m := &c.misc
@@ -254,7 +255,7 @@ func (m *miscOp) Complete(cp *loop.Completion) {
 	switch m.kind {
 	case miscConnect:
 		c.ops--
-		c.connected(cp.Res)
+		c.connectedAs(cp.Res, cp.Quarantined)
 	case miscShutdown:
 		c.ops--
 		if c.state != stateOpen {

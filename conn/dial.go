@@ -99,6 +99,12 @@ func Dial(ctx context.Context, g *loop.Group, network, address string, h Handler
 
 // connected handles the CONNECT's completion. Must be called on c's loop.
 func (c *Conn) connected(res int32) {
+	c.connectedAs(res, false)
+}
+
+// connectedAs is connected with the connect's Completion.Quarantined: a
+// connect given up at a ring rebuild reports loop.ErrGivenUp.
+func (c *Conn) connectedAs(res int32, givenUp bool) {
 	ds := c.dial
 	c.dial = nil
 	if res < 0 || ds.canceled != nil {
@@ -106,6 +112,8 @@ func (c *Conn) connected(res int32) {
 		switch {
 		case ds.canceled != nil:
 			err = opError("dial", c.network, "", nil, c.raddr, ds.canceled)
+		case givenUp:
+			err = opError("dial", c.network, "", nil, c.raddr, loop.ErrGivenUp)
 		case errnoOf(res) == unix.ECANCELED:
 			err = opError("dial", c.network, "", nil, c.raddr, net.ErrClosed)
 		default:

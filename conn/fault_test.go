@@ -302,11 +302,13 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 	if err := srv.Shutdown(sctx); err != nil {
 		t.Errorf("server Shutdown: %v", err)
 	}
-	stats := g.Stats().Total
+	// Loops rebuild (and give ops up) until they terminate: read the
+	// stats and the fault counts once they have.
 	if err := g.Shutdown(sctx); err != nil {
 		t.Errorf("group Shutdown: %v", err)
 	}
 	restore()
+	stats := g.Stats().Total
 	inj := loop.InjectedFaults()
 	d := loop.FaultCounts{
 		ShortSends: inj.ShortSends - before.ShortSends, Retries: inj.Retries - before.Retries,
@@ -363,8 +365,18 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 	}
 	// Fatal: an injected -ECANCELED, or an op given up (injected, or
 	// naturally past the short rebuild deadline).
-	if fatal := d.Cancels + stats.Quarantined; uint64(reset) > fatal {
-		t.Errorf("%d connections reset, but only %d fatal faults happened", reset, fatal)
+	// Fatal: an injected -ECANCELED, or an op given up with its outcome
+	// unknown (the server closed with loop.ErrGivenUp); a SEND_ZC whose
+	// notification was given up goes on.
+	givenUp := 0
+	for _, err := range srvH.closes {
+		if errors.Is(err, loop.ErrGivenUp) {
+			givenUp++
+		}
+	}
+	if fatal := d.Cancels + uint64(givenUp); uint64(reset) > fatal {
+		t.Errorf("%d connections reset, but only %d fatal faults happened (%d injected cancels, %d give-ups with unknown outcome)",
+			reset, fatal, d.Cancels, givenUp)
 	}
 	if complete < faultConns/2 {
 		t.Errorf("only %d of %d connections completed: the run proves little", complete, faultConns)
@@ -380,4 +392,47 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 			t.Errorf("faults not exercised: %+v, %d rebuilds", d, stats.Rebuilds+stats.RebuildFailures)
 		}
 	}
+}
+
+// TestFaultListenerSurvivesGiveUp: a rebuild that gives up the listener's
+// accept (its final completion hidden past the deadline) is not a
+// shutdown: the server accepts again after a pause.
+func TestFaultListenerSurvivesGiveUp(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	testutil.CheckLeaks(t)
+	testutil.Watchdog(t, 60*time.Second)
+	g := ctGroup(t, loop.BackendUring, 1)
+	srvH := &faultServer{closes: map[string]error{}, written: map[string]uint64{}}
+	srv := ctListen(t, "tcp4", "127.0.0.1:0", g, srvH)
+	echo := func(what string) {
+		t.Helper()
+		c, err := net.DialTimeout("tcp4", srv.Addr().String(), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: dial: %v", what, err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatalf("%s: write: %v", what, err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("%s: echo %q, %v", what, buf, err)
+		}
+	}
+	echo("before the rebuild")
+
+	restore := loop.SetFaults(loop.Faults{Seed: 1, GiveUp: 1, RebuildTimeout: 20 * time.Millisecond})
+	l := g.Loop(0)
+	before := l.Stats()
+	if err := l.RebuildRing(); err != nil {
+		restore()
+		t.Fatal(err)
+	}
+	ctWaitFor(t, 5*time.Second, "the rebuild", func() bool { return l.Stats().Rebuilds > before.Rebuilds })
+	restore()
+	if s := l.Stats(); s.Quarantined == before.Quarantined {
+		t.Fatalf("the rebuild gave nothing up (%d ops quarantined): the accept was not given up", s.Quarantined)
+	}
+	echo("after the accept was given up")
 }

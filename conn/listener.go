@@ -294,6 +294,14 @@ func (ln *listener) Complete(cp *loop.Completion) {
 		}
 		return
 	}
+	if cp.Quarantined {
+		// Given up at a ring rebuild (its final word never came): not a
+		// shutdown. Accept again after a pause. A connection the
+		// kernel accepted for it, if any, is lost with it.
+		ln.pause = true
+		ln.next()
+		return
+	}
 	if res >= 0 {
 		ln.backoff = 0
 		ln.s.handoff(ln, int(res))

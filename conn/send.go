@@ -371,8 +371,14 @@ func (s *sendOp) Complete(cp *loop.Completion) {
 	}
 	detached := s.detached
 	s.active, s.zcResult, s.detached = false, false, false
-	clear(s.iov) // drop references to chunks that may go back to the pool
-	s.iov = s.iov[:0]
+	if cp.Quarantined {
+		// The retired op record shares s.iov's backing array (its
+		// buffer list): leave it to the quarantine, untouched.
+		s.iov = nil
+	} else {
+		clear(s.iov) // drop references to chunks that may go back to the pool
+		s.iov = s.iov[:0]
+	}
 	if detached {
 		return // the fd is closed already; the chunks were only waiting
 	}

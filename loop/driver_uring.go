@@ -660,6 +660,11 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 		// 5.19 era post res < 0 with the buffer the receive selected):
 		// that buffer, and no other, goes back to the ring.
 		data, bid, ok := br.Take(c)
+		if !ok && res > 0 {
+			// Bytes in a buffer the loop already held: they cannot
+			// be trusted, and must not vanish as a silent gap.
+			res = -int32(unix.EIO)
+		}
 		sink.complete(ud, res, flags, data)
 		if faultsEnabled && ok && res > 0 && d.faultHoldBuf(br, bid) {
 			return

@@ -206,7 +206,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 
 	// Move the ops over.
 	migrated := 0
-	var lost []*migration
+	var lost, unmoved []*migration
 	for _, m := range order {
 		switch {
 		case m.resubmit && m.o.state == opCanceling:
@@ -218,17 +218,23 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 			sink.complete(ud, -int32(unix.ECANCELED), 0, nil)
 		case m.resubmit:
 			if err := d.resubmit(m.o); err != nil {
-				// Nothing happened to this op, but it cannot be
-				// moved: fail it like an unknown one.
+				// Nothing happened to this op (the kernel's final
+				// word was its cancel), but it cannot be moved: it
+				// fails, with nothing to quarantine.
 				d.cfg.logger.Warn("io_uring rebuild: resubmitting an op", "loop", d.cfg.name,
 					"op", m.o.tag.String(), "err", err)
-				lost = append(lost, m)
+				unmoved = append(unmoved, m)
 				continue
 			}
 			migrated++
 		case !m.final:
 			lost = append(lost, m)
 		}
+	}
+	for _, m := range unmoved {
+		ud := m.o.userData()
+		delete(d.connWait, ud)
+		sink.complete(ud, rebuildLostRes, 0, nil)
 	}
 	// A receive given up may still be writing into the old provided
 	// buffers: their mapping stays for the life of the process.

@@ -293,8 +293,11 @@ func (l *Loop) drainOps() {
 			if o.tag == tagSendZC && o.zcNotif {
 				res, flags = 0, ring.CQEFNotif
 			}
-			l.abandon(o.userData(), res, flags, extra)
-			extra = 0
+			var mine uint64
+			if o.tag == tagRecvBuf {
+				mine, extra = extra, 0 // the ring it may write into
+			}
+			l.abandon(o.userData(), res, flags, mine)
 		}
 	}
 	l.stats.opsInFlight.Store(int64(l.ops.inFlight))
