@@ -232,7 +232,7 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 		BufOnFailure:   0.05,
 		ReapOne:        0.05,
 		Rebuild:        0.02,
-		GiveUp:         0.01,
+		GiveUp:         0.003,
 		DelayNotif:     0.5,
 		RebuildTimeout: 20 * time.Millisecond,
 		BufRingFail:    0.2,
