@@ -24,10 +24,16 @@ type dialState struct {
 // canceled and Dial returns a *net.OpError wrapping ctx.Err() (so
 // errors.Is(err, context.DeadlineExceeded) or context.Canceled holds). A
 // refused connection gives errors.Is(err, syscall.ECONNREFUSED). A failed
-// Dial calls no Handler method. Safe for concurrent use.
+// Dial calls no Handler method. Called on a loop goroutine (of any group),
+// where waiting would stall that loop and every connection on it, Dial
+// returns an error wrapping loop.ErrInLoop at once. Safe for concurrent use.
 func Dial(ctx context.Context, g *loop.Group, network, address string, h Handler, opts ...Option) (*Conn, error) {
 	if g == nil || h == nil {
 		return nil, fmt.Errorf("conn: Dial: nil group or handler")
+	}
+	if cur := loop.Current(); cur != nil {
+		return nil, opError("dial", network, "", nil, nil,
+			fmt.Errorf("conn: Dial would block loop %s: %w", cur, loop.ErrInLoop))
 	}
 	if ctx == nil {
 		ctx = context.Background()

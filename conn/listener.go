@@ -186,8 +186,9 @@ func (s *Server) Close() error {
 // Shutdown closes the server (as Close), then closes every live connection
 // (as Conn.Close) and waits until all of them went through OnClose, or
 // until ctx ends (returning ctx.Err()). Connections accepted meanwhile are
-// closed as they register. Must not be called on one of the workers' loops
-// (it would wait for itself). Safe for concurrent use.
+// closed as they register. Called on a loop goroutine (of any group), it
+// starts all of this and returns an error wrapping loop.ErrInLoop instead
+// of waiting, which would stall that loop. Safe for concurrent use.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutting.Store(true)
 	err := s.Close()
@@ -202,6 +203,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	for _, c := range live {
 		_ = c.Close()
+	}
+	if loop.Current() != nil {
+		return fmt.Errorf("conn: Server.Shutdown cannot wait on a loop goroutine: %w", loop.ErrInLoop)
 	}
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()

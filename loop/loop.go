@@ -147,6 +147,23 @@ func (l *Loop) InLoop() bool {
 	return tid != 0 && gettid() == tid
 }
 
+// running maps the OS thread id of every running loop to its Loop.
+var running sync.Map // int32 → *Loop
+
+// Current returns the loop whose goroutine calls it (from a task, a timer
+// or a callback of any group), or nil off every loop. Blocking calls use it
+// to refuse to block a loop (ErrInLoop). Safe for concurrent use.
+func Current() *Loop {
+	tid := gettid()
+	if tid == 0 {
+		return nil
+	}
+	if l, ok := running.Load(tid); ok {
+		return l.(*Loop)
+	}
+	return nil
+}
+
 // Execute queues f to run on the loop and wakes the loop if it is waiting
 // (at most one eventfd write per wait, and none from the loop itself). The
 // first call starts the loop goroutine. It returns ErrNilTask for a nil f,

@@ -34,6 +34,7 @@ func (l *Loop) main(errc chan<- error) {
 	// goroutine returns still locked the runtime ends the thread with it.
 	runtime.LockOSThread()
 	l.tid.Store(gettid())
+	running.Store(l.tid.Load(), l)
 	setThreadName(l.name)
 	labels := pprof.Labels("ringloop.group", l.group.name, "ringloop.loop", strconv.Itoa(l.index))
 	pprof.Do(context.Background(), labels, func(context.Context) { l.body(errc) })
