@@ -1,7 +1,10 @@
 package conn
 
 import (
+	"fmt"
+	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,19 +111,77 @@ func now() int64 { return int64(time.Since(epoch)) }
 
 // open makes the connection live on its loop: socket options, addresses,
 // OnOpen, the first receive and the timers. Must be called on c's loop.
-func (c *Conn) open() {
+//
+// A panic in OnOpen closes the connection with a *PanicError (OnClose
+// reports it; nothing stays armed) and is returned, for Dial.
+func (c *Conn) open() (err error) {
 	applySockopts(c.fd, c.network, c.cfg)
 	c.laddr, c.raddr = localAddr(c.fd, c.network), remoteAddr(c.fd, c.network)
 	c.state = stateOpen
 	t := now()
 	c.lastRead, c.lastIO = t, t
-	c.h.OnOpen(c)
+	if err = c.callOpen(); err != nil {
+		c.abort = true
+		c.closeNow(err)
+		return err
+	}
 	if c.state != stateOpen {
-		return // closed by OnOpen
+		return nil // closed by OnOpen
 	}
 	c.armRecv()
 	c.armReadTimer()
 	c.armIdleTimer()
+	return nil
+}
+
+// A PanicError is the cause a connection closes with when one of its
+// handler's callbacks panicked: the panic value and the stack it was
+// raised on.
+type PanicError struct {
+	Callback string // "OnOpen" or "OnData"
+	Value    any
+	Stack    []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("conn: %s panicked: %v", e.Callback, e.Value)
+}
+
+// Unwrap returns the panic value if it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// recovered turns a recovered panic into a *PanicError, logged with its
+// stack.
+func (c *Conn) recovered(callback string, r any) error {
+	pe := &PanicError{Callback: callback, Value: r, Stack: debug.Stack()}
+	slog.Error("conn: handler panicked; closing the connection", "callback", callback,
+		"panic", r, "remote", c.raddr, "stack", string(pe.Stack))
+	return pe
+}
+
+// callOpen runs OnOpen under recover.
+func (c *Conn) callOpen() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = c.recovered("OnOpen", r)
+		}
+	}()
+	c.h.OnOpen(c)
+	return nil
+}
+
+// callData runs OnData under recover; a panic closes the connection.
+func (c *Conn) callData(data []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.abort = true
+			c.closeNow(c.recovered("OnData", r))
+		}
+	}()
+	c.h.OnData(c, data)
 }
 
 // LocalAddr returns the local address (*net.TCPAddr or *net.UnixAddr).

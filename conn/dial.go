@@ -140,7 +140,12 @@ func (c *Conn) connectedAs(res int32, givenUp bool) {
 		c.dial = ds
 		return
 	}
-	c.open()
+	if err := c.open(); err != nil {
+		// OnOpen panicked: the connection closes (OnClose reports it)
+		// and Dial fails with the panic.
+		ds.done <- opError("dial", c.network, "", nil, c.raddr, err)
+		return
+	}
 	ds.done <- nil
 }
 

@@ -6,7 +6,13 @@ package conn
 //
 // The sequence for one connection is: OnOpen once, then any number of
 // OnData (and OnWritabilityChanged, if implemented), then OnClose exactly
-// once. A Dial that fails calls no method at all: the error is Dial's.
+// once. A Dial that fails to connect calls no method at all: the error is
+// Dial's.
+//
+// A panic in OnOpen or OnData is recovered, logged with its stack, and
+// closes the connection with a reset; OnClose reports a *PanicError. A Dial
+// whose OnOpen panicked returns that error (OnClose still follows its
+// OnOpen).
 type Handler interface {
 	// OnOpen runs once, before any OnData, when the connection is
 	// established (accepted, or connected by Dial).

@@ -112,7 +112,7 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 		if r.single {
 			data = c.rbuf[:res]
 		}
-		c.h.OnData(c, data)
+		c.callData(data)
 		if final {
 			c.armRecv()
 		}
