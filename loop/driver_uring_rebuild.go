@@ -252,12 +252,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	for _, m := range lost {
 		ud := m.o.userData()
 		delete(d.connWait, ud)
-		res, flags := rebuildLostRes, uint32(0)
-		if m.o.tag == tagSendZC && m.o.zcNotif {
-			// Its result was delivered; only the notification, which
-			// no cancel can hurry, is missing. The result stands.
-			res, flags = 0, ring.CQEFNotif
-		}
+		res, flags := givenUpResult(m.o)
 		var extra uint64
 		if m.o.tag == tagRecvBuf {
 			extra, brBytes = brBytes, 0

@@ -59,7 +59,7 @@ func (s *testSink) abandon(ud uint64, res int32, flags uint32, extra uint64) {
 		return
 	}
 	s.quarantined++
-	s.quarantinedBytes += quarantine(o) + extra
+	s.quarantinedBytes += quarantine(o, extra)
 	s.tab.retire(o)
 	s.c = Completion{Res: res, Flags: flags, Quarantined: true}
 	if o.c != nil {

@@ -1,6 +1,12 @@
 package loop
 
-import "sync"
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringloop/ringloop/ring"
+)
 
 // Quarantine: memory whose final word from the kernel never came.
 //
@@ -25,10 +31,11 @@ var quarantined struct {
 	bytes uint64
 }
 
-// quarantine moves o's memory into quarantine and returns the bytes of
-// buffer it references. The caller retires o's slot.
-func quarantine(o *op) uint64 {
-	n := uint64(len(o.buf))
+// quarantine moves o's memory into quarantine, with extra bytes kept on
+// its account elsewhere, and returns the bytes it counted. The caller
+// retires o's slot (the record's slab chunk stays reachable through o).
+func quarantine(o *op, extra uint64) uint64 {
+	n := uint64(len(o.buf)) + extra
 	for _, b := range o.bufs {
 		n += uint64(len(b))
 	}
@@ -37,6 +44,16 @@ func quarantine(o *op) uint64 {
 	quarantined.bytes += n
 	quarantined.Unlock()
 	return n
+}
+
+// givenUpResult is the final completion of a given-up op: a SEND_ZC whose
+// result was delivered gets the notification no cancel can hurry (its
+// result stands); any other op -ECANCELED, its outcome unknown.
+func givenUpResult(o *op) (res int32, flags uint32) {
+	if o.tag == tagSendZC && o.zcNotif {
+		return 0, ring.CQEFNotif
+	}
+	return -int32(unix.ECANCELED), 0
 }
 
 // QuarantinedBytes reports how many bytes of memory given to the kernel by
@@ -61,12 +78,7 @@ func (l *Loop) abandon(ud uint64, res int32, flags uint32, extra uint64) {
 		return
 	}
 	c := o.c
-	n := quarantine(o) + extra
-	if extra > 0 {
-		quarantined.Lock()
-		quarantined.bytes += extra
-		quarantined.Unlock()
-	}
+	n := quarantine(o, extra)
 	l.ops.retire(o)
 	l.stats.quarantined.Add(1)
 	l.stats.quarantinedBytes.Add(n)

@@ -2,12 +2,7 @@ package loop
 
 import (
 	"runtime"
-	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/ringloop/ringloop/ring"
 )
 
 // Graceful shutdown (Netty's shutdownGracefully / confirmShutdown).
@@ -235,15 +230,6 @@ func (l *Loop) terminated() {
 	l.group.loopTerminated()
 }
 
-// orphans keeps the op tables of loops that terminated with ops still in
-// flight: the kernel may still write into their buffers, so they are never
-// freed (a leak is a bug report; a freed buffer the kernel writes into is
-// memory corruption).
-var orphans struct {
-	sync.Mutex
-	tables []*opTable
-}
-
 // drainOps cancels every live op and reaps completions until the op table
 // is empty or the drain timeout passes (measured on the real clock, so an
 // injected test clock cannot stall it).
@@ -272,13 +258,9 @@ func (l *Loop) drainOps() {
 	if n := l.ops.inFlight; n > 0 {
 		l.stats.orphaned.Add(uint64(n))
 		l.logger.Error("loop: ops still in flight after the drain deadline; their memory is quarantined", "loop", l.name, "count", n)
-		orphans.Lock()
-		orphans.tables = append(orphans.tables, l.ops)
-		orphans.Unlock()
 		// Give every one its final completion, marked Quarantined, so
 		// no Completer waits for ever (a connection still closes and
-		// reports OnClose). A SEND_ZC whose result came gets its
-		// notification; the others -ECANCELED.
+		// reports OnClose); abandon keeps its record and buffers.
 		var lost []*op
 		bufs := false
 		l.ops.each(func(o *op) {
@@ -290,14 +272,11 @@ func (l *Loop) drainOps() {
 			extra = l.drv.quarantineBufs()
 		}
 		for _, o := range lost {
-			res, flags := -int32(unix.ECANCELED), uint32(0)
-			if o.tag == tagSendZC && o.zcNotif {
-				res, flags = 0, ring.CQEFNotif
-			}
 			var mine uint64
 			if o.tag == tagRecvBuf {
 				mine, extra = extra, 0 // the ring it may write into
 			}
+			res, flags := givenUpResult(o)
 			l.abandon(o.userData(), res, flags, mine)
 		}
 	}
