@@ -269,8 +269,6 @@ func (m *miscOp) Complete(cp *loop.Completion) {
 		// close(2) errors are not actionable: the fd is gone either way.
 		c.closed()
 	case miscDialClose:
-		ds := c.dial
-		c.dial = nil
-		ds.done <- c.dialErr
+		c.finishDial(c.dialErr)
 	}
 }

@@ -8,122 +8,214 @@ import (
 	"strconv"
 
 	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
 	"golang.org/x/sys/unix"
 )
 
-// dialState is what Dial waits on: the CONNECT's outcome.
+// dialState follows a dial from its start to its outcome: the future the
+// caller holds and why the connect was cut short, if it was. Loop goroutine
+// only, except f.
 type dialState struct {
-	done     chan error // buffered; receives the outcome once
-	canceled error      // ctx.Err() once the context ended first
+	f        *sched.Future[*Conn]
+	network  string     // as the caller gave it, for errors
+	canceled error      // set when ctx or the connect timeout ended it first
+	timer    *sched.Timer
+	stopCtx  func() bool // stops the ctx watch
 }
 
-// Dial connects to address on one loop of g (g.Next()) and returns once the
-// connection is open and h.OnOpen ran. network is "tcp", "tcp4", "tcp6" or
-// "unix"; a host name is resolved with ctx. The CONNECT is an op of the
-// chosen loop: when ctx is canceled or its deadline passes first, the op is
-// canceled and Dial returns a *net.OpError wrapping ctx.Err() (so
-// errors.Is(err, context.DeadlineExceeded) or context.Canceled holds). A
-// refused connection gives errors.Is(err, syscall.ECONNREFUSED). A failed
-// Dial calls no Handler method. Called on a loop goroutine (of any group),
-// where waiting would stall that loop and every connection on it, Dial
-// returns an error wrapping loop.ErrInLoop at once. Safe for concurrent use.
+// Dial connects to address and returns once the connection is open and
+// h.OnOpen ran. It is DialAsync waited on: see DialAsync for the loop the
+// connection lives on, ctx, errors and options. Called on a loop goroutine
+// (of any group), where waiting would stall that loop and every connection
+// on it, Dial returns an error wrapping loop.ErrInLoop at once: use
+// DialAsync there. Safe for concurrent use.
 func Dial(ctx context.Context, g *loop.Group, network, address string, h Handler, opts ...Option) (*Conn, error) {
-	if g == nil || h == nil {
-		return nil, fmt.Errorf("conn: Dial: nil group or handler")
-	}
 	if cur := loop.Current(); cur != nil {
 		return nil, opError("dial", network, "", nil, nil,
-			fmt.Errorf("conn: Dial would block loop %s: %w", cur, loop.ErrInLoop))
+			fmt.Errorf("conn: Dial would block loop %s (use DialAsync): %w", cur, loop.ErrInLoop))
+	}
+	f := DialAsync(ctx, g, network, address, h, opts...)
+	<-f.Done()
+	c, err, _ := f.Result()
+	return c, err
+}
+
+// DialAsync starts connecting to address and returns at once with a future
+// of the connection. It never blocks, so it is the way to dial from a
+// handler: the connection then lives on the caller's own loop (Netty's
+// proxy pattern), and the future completes on that loop.
+//
+// network is "tcp", "tcp4", "tcp6" or "unix". An IP address is used as it
+// is; a host name is resolved on a goroutine of its own, with ctx. The
+// connection lives on the loop WithLoop names, else on the calling loop when
+// called on a loop of g, else on g.Next().
+//
+// The future completes on the connection's loop: with the connection once
+// it is open and h.OnOpen ran (OnOpen runs first, so a listener registered
+// with OnDone sees an open connection), or with a *net.OpError once the
+// dial failed and its socket is closed. When ctx ends or the connect timeout
+// (WithConnectTimeout) passes first, the connect is canceled and the error
+// wraps ctx.Err() or os.ErrDeadlineExceeded. A refused connection gives
+// errors.Is(err, syscall.ECONNREFUSED); a loop that is shutting down or
+// whose task queue is full gives loop.ErrRejected. A dial that fails calls no
+// Handler method. If OnOpen panics, the connection closes (OnClose reports
+// the *PanicError) and the future fails with it. Safe for concurrent use.
+func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Handler, opts ...Option) *sched.Future[*Conn] {
+	f := sched.NewFuture[*Conn]()
+	fail := func(err error) *sched.Future[*Conn] {
+		f.Complete(nil, opError("dial", network, "", nil, nil, err))
+		return f
+	}
+	if g == nil || h == nil {
+		return fail(fmt.Errorf("conn: Dial: nil group or handler"))
 	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	fail := func(err error) error { return opError("dial", network, "", nil, nil, err) }
+	l := cfg.dialLoop
+	if l == nil {
+		if cur := loop.Current(); cur != nil && cur.Group() == g {
+			l = cur
+		} else {
+			l = g.Next()
+		}
+	} else if l.Group() != g {
+		return fail(invalidOption("loop %v is not a loop of group %v", l, g))
+	}
 	if err := ctx.Err(); err != nil {
-		return nil, fail(err)
+		return fail(err)
 	}
-	sa, family, err := resolveDial(ctx, network, address)
+	ds := &dialState{f: f, network: network}
+	sa, family, ok, err := resolveDialFast(network, address)
 	if err != nil {
-		return nil, fail(err)
+		return fail(err)
 	}
+	if ok {
+		startDial(ctx, l, ds, sa, family, h, cfg)
+		return f
+	}
+	// A name to look up: not on the caller's goroutine, which may be a
+	// loop.
+	go func() {
+		sa, family, err := resolveDial(ctx, network, address)
+		if err != nil {
+			fail(err)
+			return
+		}
+		startDial(ctx, l, ds, sa, family, h, cfg)
+	}()
+	return f
+}
+
+// startDial opens the socket and hands the connect to l.
+func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockaddr, family int, h Handler, cfg *config) {
 	addr := sockaddrToAddr(sa)
 	fd, err := newSocket(family)
 	if err != nil {
-		return nil, opError("dial", network, "socket", nil, addr, err)
+		ds.f.Complete(nil, opError("dial", ds.network, "socket", nil, addr, err))
+		return
 	}
-	l := g.Next()
-	c := newConn(l, fd, netOf(network), h, cfg, nil)
+	c := newConn(l, fd, netOf(ds.network), h, cfg, nil)
 	c.raddr = addr
 	c.state = stateConnecting
-	ds := &dialState{done: make(chan error, 1)}
 	c.dial = ds
 	start := func() {
+		if ds.canceled != nil {
+			unix.Close(fd)
+			c.finishDial(opError("dial", ds.network, "", nil, addr, ds.canceled))
+			return
+		}
 		m := &c.misc
 		id, err := l.Connect(fd, sa, m)
 		if err != nil {
 			unix.Close(fd)
-			c.state = stateClosed
-			ds.done <- opError("dial", network, "", nil, addr, err)
+			c.finishDial(opError("dial", ds.network, "", nil, addr, err))
 			return
 		}
 		m.id, m.kind, m.active = id, miscConnect, true
 		c.ops++
+		if d := cfg.connTimeout; d > 0 {
+			ds.timer, _ = l.Schedule(d, func() {
+				ds.timer = nil
+				c.abortDial(errDeadline)
+			})
+		}
+	}
+	if ctx.Done() != nil {
+		ds.stopCtx = context.AfterFunc(ctx, func() {
+			cerr := ctx.Err()
+			_ = l.Execute(func() { c.abortDial(cerr) })
+			// A refused task means the loop is terminating: its drain
+			// cancels the connect.
+		})
+	}
+	if l.InLoop() {
+		start()
+		return
 	}
 	if err := l.Execute(start); err != nil {
 		unix.Close(fd)
-		return nil, opError("dial", network, "", nil, addr, err)
-	}
-	select {
-	case err := <-ds.done:
-		if err != nil {
-			return nil, err
+		c.state = stateClosed
+		c.dial = nil
+		if ds.stopCtx != nil {
+			ds.stopCtx()
 		}
-		return c, nil
-	case <-ctx.Done():
+		ds.f.Complete(nil, opError("dial", ds.network, "", nil, addr, err))
 	}
-	cerr := ctx.Err()
-	abort := func() {
-		if c.state == stateConnecting && c.misc.active {
-			ds.canceled = cerr
-			_ = l.Cancel(c.misc.id)
-		}
-	}
-	if err := l.Execute(abort); err != nil {
-		// The loop is terminating: its drain cancels the connect.
-	}
-	// The connect's final completion always follows (a real result if it
-	// won the race, which then stands).
-	if err := <-ds.done; err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
-// connected handles the CONNECT's completion. Must be called on c's loop.
-func (c *Conn) connected(res int32) {
-	c.connectedAs(res, false)
+// abortDial cuts a dial short with cause (ctx.Err() or the connect
+// timeout): the connect is canceled, or never started. Must be called on
+// c's loop.
+func (c *Conn) abortDial(cause error) {
+	ds := c.dial
+	if ds == nil || c.state != stateConnecting || ds.canceled != nil {
+		return
+	}
+	ds.canceled = cause
+	if c.misc.active && c.misc.kind == miscConnect {
+		_ = c.l.Cancel(c.misc.id)
+	}
 }
 
-// connectedAs is connected with the connect's Completion.Quarantined: a
-// connect given up at a ring rebuild reports loop.ErrGivenUp.
-func (c *Conn) connectedAs(res int32, givenUp bool) {
+// finishDial ends a failed dial whose socket is closed: the future fails
+// with err. Must be called on c's loop.
+func (c *Conn) finishDial(err error) {
 	ds := c.dial
 	c.dial = nil
+	c.state = stateClosed
+	ds.stop()
+	ds.f.Complete(nil, err)
+}
+
+// stop ends the dial's ctx watch and connect timer.
+func (ds *dialState) stop() {
+	if ds.stopCtx != nil {
+		ds.stopCtx()
+	}
+	stopTimer(&ds.timer)
+}
+
+// connectedAs handles the CONNECT's completion; givenUp is the completion's
+// Quarantined: a connect given up at a ring rebuild reports
+// loop.ErrGivenUp. Must be called on c's loop.
+func (c *Conn) connectedAs(res int32, givenUp bool) {
+	ds := c.dial
 	if res < 0 || ds.canceled != nil {
 		var err error
 		switch {
 		case ds.canceled != nil:
-			err = opError("dial", c.network, "", nil, c.raddr, ds.canceled)
+			err = opError("dial", ds.network, "", nil, c.raddr, ds.canceled)
 		case givenUp:
-			err = opError("dial", c.network, "", nil, c.raddr, loop.ErrGivenUp)
+			err = opError("dial", ds.network, "", nil, c.raddr, loop.ErrGivenUp)
 		case errnoOf(res) == unix.ECANCELED:
-			err = opError("dial", c.network, "", nil, c.raddr, net.ErrClosed)
+			err = opError("dial", ds.network, "", nil, c.raddr, net.ErrClosed)
 		default:
-			err = opError("dial", c.network, "connect", nil, c.raddr, errnoOf(res))
+			err = opError("dial", ds.network, "connect", nil, c.raddr, errnoOf(res))
 		}
 		// Close through the loop (the backend may track the fd), then
 		// report.
@@ -133,20 +225,21 @@ func (c *Conn) connectedAs(res int32, givenUp bool) {
 		id, cerr := c.l.Close(c.fd, m)
 		if cerr != nil {
 			_ = unix.Close(c.fd)
-			ds.done <- err
+			c.finishDial(err)
 			return
 		}
 		m.id, m.kind, m.active = id, miscDialClose, true
-		c.dial = ds
 		return
 	}
+	c.dial = nil
+	ds.stop()
 	if err := c.open(); err != nil {
 		// OnOpen panicked: the connection closes (OnClose reports it)
-		// and Dial fails with the panic.
-		ds.done <- opError("dial", c.network, "", nil, c.raddr, err)
+		// and the dial fails with the panic.
+		ds.f.Complete(nil, opError("dial", ds.network, "", nil, c.raddr, err))
 		return
 	}
-	ds.done <- nil
+	ds.f.Complete(c, nil)
 }
 
 // netOf maps a Listen/Dial network to the one connections report.
@@ -196,6 +289,37 @@ func resolveDial(ctx context.Context, network, address string) (unix.Sockaddr, i
 		}
 	}
 	return tcpSockaddr(network, netip.AddrPortFrom(ip, uint16(port)))
+}
+
+// resolveDialFast resolves what needs no lookup: a Unix path, or an IP
+// address with a numeric port. ok is false when a name must be looked up.
+func resolveDialFast(network, address string) (sa unix.Sockaddr, family int, ok bool, err error) {
+	switch network {
+	case "unix":
+		sa, family, err = resolveDial(context.Background(), network, address)
+		return sa, family, err == nil, err
+	case "tcp", "tcp4", "tcp6":
+	default:
+		return nil, 0, false, fmt.Errorf("%w: %q", ErrUnknownNetwork, network)
+	}
+	host, portStr, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	port, perr := strconv.Atoi(portStr)
+	if perr != nil {
+		return nil, 0, false, nil
+	}
+	if port < 0 || port > 65535 {
+		return nil, 0, false, fmt.Errorf("conn: invalid port %q", portStr)
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return nil, 0, false, nil
+		}
+	}
+	sa, family, err = resolveDial(context.Background(), network, address)
+	return sa, family, err == nil, err
 }
 
 // parsePort parses a numeric port or looks a service name up.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
 	"github.com/ringloop/ringloop/loop"
-	"golang.org/x/sys/unix"
 )
 
 func errorsIsClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
@@ -49,32 +49,7 @@ func TestDialErrors(t *testing.T) {
 			}
 		})
 
-		// A connect that hangs: a listener with a full accept queue
-		// drops further SYNs, so the CONNECT stays in flight.
-		lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(lfd)
-		if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			t.Fatal(err)
-		}
-		unix.Listen(lfd, 0)
-		sa, _ := unix.Getsockname(lfd)
-		addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*unix.SockaddrInet4).Port}).String()
-		var fill []net.Conn
-		defer func() {
-			for _, c := range fill {
-				c.Close()
-			}
-		}()
-		for range 4 {
-			c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-			if err != nil {
-				break
-			}
-			fill = append(fill, c)
-		}
+		addr := ctHangingAddr(t)
 		for _, tc := range []struct {
 			name string
 			want error
@@ -82,6 +57,9 @@ func TestDialErrors(t *testing.T) {
 		}{
 			{"deadline", context.DeadlineExceeded, func() (context.Context, context.CancelFunc) {
 				return context.WithTimeout(bg, 100*time.Millisecond)
+			}},
+			{"connect-timeout", os.ErrDeadlineExceeded, func() (context.Context, context.CancelFunc) {
+				return context.WithCancel(bg)
 			}},
 			{"canceled-during", context.Canceled, func() (context.Context, context.CancelFunc) {
 				ctx, cancel := context.WithCancel(bg)
@@ -93,7 +71,11 @@ func TestDialErrors(t *testing.T) {
 				ctx, cancel := tc.ctx()
 				defer cancel()
 				start := time.Now()
-				c, err := conn.Dial(ctx, g, "tcp", addr, h)
+				var opts []conn.Option
+				if tc.name == "connect-timeout" {
+					opts = append(opts, conn.WithConnectTimeout(100*time.Millisecond))
+				}
+				c, err := conn.Dial(ctx, g, "tcp", addr, h, opts...)
 				if err == nil {
 					c.Close()
 					t.Skip("the connect did not hang (the kernel accepted it)")

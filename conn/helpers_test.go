@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
 )
 
 // Helpers of the conn unit tests. Their names start with "ct" so that
@@ -227,4 +229,32 @@ func ctWaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// ctHangingAddr returns the address of a listener whose accept queue is
+// full and never drained: it drops further SYNs, so a connect to it stays
+// in flight until canceled.
+func ctHangingAddr(tb testing.TB) string {
+	tb.Helper()
+	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { unix.Close(lfd) })
+	if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := unix.Listen(lfd, 0); err != nil {
+		tb.Fatal(err)
+	}
+	sa, _ := unix.Getsockname(lfd)
+	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*unix.SockaddrInet4).Port}).String()
+	for range 4 {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			break
+		}
+		tb.Cleanup(func() { c.Close() })
+	}
+	return addr
 }

@@ -44,6 +44,8 @@ const (
 // config holds every setting. defaultConfig is the only place defaults live.
 type config struct {
 	acceptor    *loop.Loop
+	dialLoop    *loop.Loop
+	connTimeout time.Duration
 	reusePort   bool
 	backlog     int
 	delay       bool // TCP_NODELAY off (the zero value keeps it on)
@@ -135,6 +137,18 @@ func WithSendZCThreshold(n int) Option { return func(c *config) { c.sendZC = n }
 // on any socket (SO_LINGER is not touched).
 func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
 
+// WithLoop sets the loop a dialed connection lives on (Dial and DialAsync;
+// ignored by Listen). It must be a loop of the dial's group. nil (the
+// default) means the calling loop when Dial runs on a loop of that group,
+// else the group's Next().
+func WithLoop(l *loop.Loop) Option { return func(c *config) { c.dialLoop = l } }
+
+// WithConnectTimeout bounds a dial's connect (Dial and DialAsync; ignored
+// by Listen), on the loop's timer wheel: past it the connect is canceled
+// and the dial fails with an error wrapping os.ErrDeadlineExceeded. 0 (the
+// default) leaves the bound to the dial's ctx and the kernel's SYN retries.
+func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connTimeout = d } }
+
 // newConfig applies opts over the defaults and validates the result.
 func newConfig(opts []Option) (*config, error) {
 	c := defaultConfig()
@@ -163,6 +177,8 @@ func (c *config) validate() error {
 		return invalidOption("read timeout %v (expected >= 0)", c.readTimeout)
 	case c.idleTimeout < 0:
 		return invalidOption("idle timeout %v (expected >= 0)", c.idleTimeout)
+	case c.connTimeout < 0:
+		return invalidOption("connect timeout %v (expected >= 0)", c.connTimeout)
 	case c.linger < 0:
 		return invalidOption("linger %v (expected >= 0)", c.linger)
 	case c.sendZC < 0:
