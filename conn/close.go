@@ -1,6 +1,7 @@
 package conn
 
 import (
+	"io"
 	"net"
 
 	"github.com/ringloop/ringloop/loop"
@@ -217,14 +218,11 @@ func (c *Conn) closed() {
 	c.buffered.Store(0)
 	c.mu.Unlock()
 	c.rbuf = nil
-	defer func() {
-		// Even if OnClose panics (the loop recovers it), the server
-		// forgets the connection.
-		if c.srv != nil {
-			c.srv.remove(c)
-		}
-	}()
-	c.h.OnClose(c, c.closeErr)
+	c.inbuf = nil
+	c.callClose()
+	if c.srv != nil {
+		c.srv.remove(c)
+	}
 }
 
 // miscKind tells what miscOp currently carries.
@@ -264,6 +262,10 @@ func (m *miscOp) Complete(cp *loop.Completion) {
 		}
 		if cp.Res < 0 && errnoOf(cp.Res) != unix.ENOTCONN {
 			c.closeNow(c.resultError("close", "shutdown", cp.Res))
+			return
+		}
+		if c.eof && c.cfg.halfClose {
+			c.closeNow(io.EOF) // the peer's FIN came first: both directions are done
 		}
 	case miscClose:
 		// close(2) errors are not actionable: the fd is gone either way.

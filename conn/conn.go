@@ -39,6 +39,8 @@ type Conn struct {
 	l       *loop.Loop
 	h       Handler
 	wh      WritabilityHandler // h, if it implements it
+	rh      ReadHandler        // h, if it implements it
+	hh      HalfCloseHandler   // h, if it implements it
 	cfg     *config
 	srv     *Server // nil for a dialed conn
 	fd      int
@@ -48,6 +50,7 @@ type Conn struct {
 
 	// Shared with other goroutines.
 	userCtx     atomic.Pointer[ctxBox]
+	userPaused  atomic.Bool   // PauseRead is in effect (ReadPaused)
 	closeReq    atomic.Bool   // Close was called
 	wgen        atomic.Uint64 // writability transitions so far: even = writable (see notifyWritability)
 	buffered    atomic.Int64  // outbound bytes not yet sent (mirror of out.n)
@@ -64,6 +67,11 @@ type Conn struct {
 	send         sendOp
 	misc         miscOp // connect, shutdown and close
 	rbuf         []byte // single-shot receive buffer (fallback only)
+	inbuf        []byte // bytes kept: unconsumed by OnRead, or received while paused
+	pending      int    // bytes at the end of inbuf the handler has not seen
+	pause        uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
+	eofHeld      bool   // the FIN came while kept bytes wait for a resume
+	resumeQueued bool   // the resume task is queued
 	abort        bool   // close with a reset (SO_LINGER 0): the stream broke
 	wseen        uint64 // writability transitions reported to the handler
 	lingering    bool   // Close waits for the outbound queue to drain (WithLinger)
@@ -82,6 +90,7 @@ type Conn struct {
 	dialErr      error      // why Dial failed, reported once the fd is closed
 
 	flushFn       func() // c.flush, bound once so queuing it allocates nothing
+	resumeFn      func()
 	readTimerFn   func()
 	idleTimerFn   func()
 	lingerTimerFn func()
@@ -93,6 +102,9 @@ type ctxBox struct{ v any }
 func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *Server) *Conn {
 	c := &Conn{l: l, h: h, cfg: cfg, srv: srv, fd: fd, network: network}
 	c.wh, _ = h.(WritabilityHandler)
+	c.rh, _ = h.(ReadHandler)
+	c.hh, _ = h.(HalfCloseHandler)
+	c.resumeFn = c.resume
 	c.recv.c, c.send.c, c.misc.c = c, c, c
 	c.flushFn = c.flush
 	c.readTimerFn = c.onReadTimer
@@ -138,7 +150,7 @@ func (c *Conn) open() (err error) {
 // handler's callbacks panicked: the panic value and the stack it was
 // raised on.
 type PanicError struct {
-	Callback string // "OnOpen" or "OnData"
+	Callback string // "OnOpen", "OnData", "OnRead", "OnWritabilityChanged", "OnHalfClose" or "OnClose"
 	Value    any
 	Stack    []byte
 }
@@ -153,13 +165,28 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
+// panics counts the handler panics recovered (RecoveredPanics).
+var panics atomic.Uint64
+
+// RecoveredPanics returns how many handler callbacks have panicked (and
+// were recovered) in this process. Safe for concurrent use.
+func RecoveredPanics() uint64 { return panics.Load() }
+
 // recovered turns a recovered panic into a *PanicError, logged with its
-// stack.
+// stack and counted.
 func (c *Conn) recovered(callback string, r any) error {
+	panics.Add(1)
 	pe := &PanicError{Callback: callback, Value: r, Stack: debug.Stack()}
 	slog.Error("conn: handler panicked; closing the connection", "callback", callback,
 		"panic", r, "remote", c.raddr, "stack", string(pe.Stack))
 	return pe
+}
+
+// failed closes the connection after a callback panicked. Must be called
+// on c's loop.
+func (c *Conn) failed(callback string, r any) {
+	c.abort = true
+	c.closeNow(c.recovered(callback, r))
 }
 
 // callOpen runs OnOpen under recover.
@@ -177,11 +204,62 @@ func (c *Conn) callOpen() (err error) {
 func (c *Conn) callData(data []byte) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.abort = true
-			c.closeNow(c.recovered("OnData", r))
+			c.failed("OnData", r)
 		}
 	}()
 	c.h.OnData(c, data)
+}
+
+// callRead runs OnRead under recover and checks its count; ok is false
+// when the connection failed instead.
+func (c *Conn) callRead(data []byte) (n int, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.failed("OnRead", r)
+			n, ok = 0, false
+		}
+	}()
+	n = c.rh.OnRead(c, data)
+	if n < 0 || n > len(data) {
+		c.abort = true
+		c.closeNow(c.opError("read", "", fmt.Errorf("conn: OnRead consumed %d of %d bytes", n, len(data))))
+		return 0, false
+	}
+	return n, true
+}
+
+// callWritability runs OnWritabilityChanged under recover.
+func (c *Conn) callWritability(writable bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.failed("OnWritabilityChanged", r)
+		}
+	}()
+	c.wh.OnWritabilityChanged(c, writable)
+}
+
+// callHalfClose runs OnHalfClose, if the handler has it, under recover.
+func (c *Conn) callHalfClose() {
+	if c.hh == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.failed("OnHalfClose", r)
+		}
+	}()
+	c.hh.OnHalfClose(c)
+}
+
+// callClose runs OnClose under recover: the connection is gone already,
+// so a panic is only logged and counted.
+func (c *Conn) callClose() {
+	defer func() {
+		if r := recover(); r != nil {
+			c.recovered("OnClose", r)
+		}
+	}()
+	c.h.OnClose(c, c.closeErr)
 }
 
 // LocalAddr returns the local address (*net.TCPAddr or *net.UnixAddr).
@@ -294,6 +372,9 @@ func (c *Conn) onReadTimer() {
 	c.readTimer = nil
 	if c.state != stateOpen || c.readTimeout <= 0 || c.eof || c.lingering {
 		return
+	}
+	if c.pause != 0 {
+		c.lastRead = now() // no read is expected while paused
 	}
 	if left := c.readTimeout - time.Duration(now()-c.lastRead); left > 0 {
 		c.readTimer, _ = c.l.Schedule(left, c.readTimerFn)

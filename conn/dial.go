@@ -17,8 +17,8 @@ import (
 // only, except f.
 type dialState struct {
 	f        *sched.Future[*Conn]
-	network  string     // as the caller gave it, for errors
-	canceled error      // set when ctx or the connect timeout ended it first
+	network  string // as the caller gave it, for errors
+	canceled error  // set when ctx or the connect timeout ended it first
 	timer    *sched.Timer
 	stopCtx  func() bool // stops the ctx watch
 }

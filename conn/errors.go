@@ -19,6 +19,9 @@ var (
 	// ErrUnknownNetwork is wrapped by the error Listen and Dial return for
 	// a network other than "tcp", "tcp4", "tcp6" and "unix".
 	ErrUnknownNetwork = errors.New("conn: unknown network")
+	// ErrInboundLimit is wrapped by the error a connection closes with when
+	// the bytes it keeps for its handler pass WithInboundLimit.
+	ErrInboundLimit = errors.New("conn: inbound limit exceeded")
 	// ErrServerClosed is returned by Shutdown and Close once the server was
 	// closed before.
 	ErrServerClosed = errors.New("conn: server closed")

@@ -9,10 +9,11 @@ package conn
 // once. A Dial that fails to connect calls no method at all: the error is
 // Dial's.
 //
-// A panic in OnOpen or OnData is recovered, logged with its stack, and
-// closes the connection with a reset; OnClose reports a *PanicError. A Dial
-// whose OnOpen panicked returns that error (OnClose still follows its
-// OnOpen).
+// A panic in any callback is recovered, logged with its stack and counted
+// (RecoveredPanics), and closes the connection with a reset; OnClose reports
+// a *PanicError. A dial whose OnOpen panicked fails with that error (OnClose
+// still follows its OnOpen). A panic in OnClose itself is logged and
+// counted; the connection is gone already.
 type Handler interface {
 	// OnOpen runs once, before any OnData, when the connection is
 	// established (accepted, or connected by Dial).
@@ -47,6 +48,29 @@ type Handler interface {
 // connection's loop goroutine.
 type WritabilityHandler interface {
 	OnWritabilityChanged(c *Conn, writable bool)
+}
+
+// ReadHandler is optionally implemented by a Handler that consumes its
+// input in frames (Netty's ByteToMessageDecoder, without a pending buffer of
+// its own). When the handler has it, the connection calls OnRead instead of
+// OnData: data holds the bytes OnRead left unconsumed before, followed by
+// those just received, and OnRead returns how many it consumed from the
+// front (0 to len(data)). The connection keeps the rest and passes it again,
+// followed by new bytes, on the next call. Bytes that arrive whole and are
+// consumed whole are never copied; the rest is copied once into a
+// per-connection buffer, bounded by WithInboundLimit. data is valid only
+// during the call. Bytes still unconsumed at the peer's FIN are dropped.
+type ReadHandler interface {
+	OnRead(c *Conn, data []byte) (consumed int)
+}
+
+// HalfCloseHandler is optionally implemented by a Handler of connections
+// made with WithHalfClose(true): OnHalfClose reports the peer's FIN (it
+// will send nothing more). The connection stays open for writing until the
+// handler calls Close or CloseWrite. Without WithHalfClose the FIN closes
+// the connection instead and OnHalfClose is not called.
+type HalfCloseHandler interface {
+	OnHalfClose(c *Conn)
 }
 
 // NopHandler implements Handler with methods that do nothing. Embed it to

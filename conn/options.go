@@ -36,6 +36,9 @@ const (
 	// DefaultLinger bounds how long Close waits for queued outbound bytes
 	// to reach the kernel before it closes the fd anyway (see WithLinger).
 	DefaultLinger = 2 * time.Second
+	// DefaultInboundLimit caps the bytes a connection keeps for its
+	// handler (WithInboundLimit).
+	DefaultInboundLimit = 4 << 20
 	// maxBufferOption caps WithReadBuffer and WithWriteBuffer (hard-coded:
 	// 1 GiB is far above any kernel's wmem_max/rmem_max default).
 	maxBufferOption = 1 << 30
@@ -43,30 +46,34 @@ const (
 
 // config holds every setting. defaultConfig is the only place defaults live.
 type config struct {
-	acceptor    *loop.Loop
-	dialLoop    *loop.Loop
-	connTimeout time.Duration
-	reusePort   bool
-	backlog     int
-	delay       bool // TCP_NODELAY off (the zero value keeps it on)
-	keepAlive   time.Duration
-	readBuf     int
-	writeBuf    int
-	lowWater    int
-	highWater   int
-	readTimeout time.Duration
-	idleTimeout time.Duration
-	sendZC      int
-	linger      time.Duration
+	acceptor        *loop.Loop
+	dialLoop        *loop.Loop
+	connTimeout     time.Duration
+	reusePort       bool
+	backlog         int
+	delay           bool // TCP_NODELAY off (the zero value keeps it on)
+	keepAlive       time.Duration
+	readBuf         int
+	writeBuf        int
+	lowWater        int
+	highWater       int
+	readTimeout     time.Duration
+	idleTimeout     time.Duration
+	sendZC          int
+	linger          time.Duration
+	halfClose       bool
+	pauseUnwritable bool
+	inboundLimit    int
 }
 
 func defaultConfig() config {
 	return config{
-		backlog:   DefaultBacklog,
-		lowWater:  DefaultLowWaterMark,
-		highWater: DefaultHighWaterMark,
-		sendZC:    DefaultSendZCThreshold,
-		linger:    DefaultLinger,
+		backlog:      DefaultBacklog,
+		lowWater:     DefaultLowWaterMark,
+		highWater:    DefaultHighWaterMark,
+		sendZC:       DefaultSendZCThreshold,
+		linger:       DefaultLinger,
+		inboundLimit: DefaultInboundLimit,
 	}
 }
 
@@ -149,6 +156,35 @@ func WithLoop(l *loop.Loop) Option { return func(c *config) { c.dialLoop = l } }
 // default) leaves the bound to the dial's ctx and the kernel's SYN retries.
 func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connTimeout = d } }
 
+// WithHalfClose lets a connection outlive the peer's FIN (Netty's
+// ALLOW_HALF_CLOSURE). Off (the default), the FIN closes the connection once
+// its queued writes are sent, and OnClose reports io.EOF. On, the FIN is
+// reported to a HalfCloseHandler's OnHalfClose, receiving stops, and the
+// connection stays open for writing until the handler closes it: Close, or
+// CloseWrite, after which the shutdown's completion closes it (OnClose
+// reports io.EOF).
+func WithHalfClose(on bool) Option { return func(c *config) { c.halfClose = on } }
+
+// WithPauseReadWhenUnwritable ties reading to the connection's own
+// writability: reading pauses when the outbound buffer rises above the
+// high-water mark and resumes when it drains to the low mark, so a peer
+// that sends requests and never reads the replies stalls in its own socket
+// instead of growing this process's memory. A Write from the connection's
+// own loop pauses at once: no receive completion is delivered after it, so
+// Buffered stays within the high-water mark plus what one OnData call
+// wrote. The pause is independent of PauseRead: reading runs when neither
+// holds it.
+func WithPauseReadWhenUnwritable(on bool) Option {
+	return func(c *config) { c.pauseUnwritable = on }
+}
+
+// WithInboundLimit caps the bytes a connection keeps for its handler: a
+// ReadHandler's unconsumed bytes plus those received while reading was
+// paused. A connection past it closes with a reset and an error wrapping
+// ErrInboundLimit (a frame longer than the protocol allows, or a handler
+// that never consumes). 0 means DefaultInboundLimit.
+func WithInboundLimit(n int) Option { return func(c *config) { c.inboundLimit = n } }
+
 // newConfig applies opts over the defaults and validates the result.
 func newConfig(opts []Option) (*config, error) {
 	c := defaultConfig()
@@ -177,6 +213,8 @@ func (c *config) validate() error {
 		return invalidOption("read timeout %v (expected >= 0)", c.readTimeout)
 	case c.idleTimeout < 0:
 		return invalidOption("idle timeout %v (expected >= 0)", c.idleTimeout)
+	case c.inboundLimit < 0:
+		return invalidOption("inbound limit %d (expected >= 0)", c.inboundLimit)
 	case c.connTimeout < 0:
 		return invalidOption("connect timeout %v (expected >= 0)", c.connTimeout)
 	case c.linger < 0:
@@ -186,6 +224,9 @@ func (c *config) validate() error {
 	}
 	if c.backlog == 0 {
 		c.backlog = d.backlog
+	}
+	if c.inboundLimit == 0 {
+		c.inboundLimit = d.inboundLimit
 	}
 	if c.lowWater == 0 && c.highWater == 0 {
 		c.lowWater, c.highWater = d.lowWater, d.highWater

@@ -1,9 +1,10 @@
 package conn
 
 import (
-	"sync/atomic"
-
+	"fmt"
 	"io"
+	"net"
+	"sync/atomic"
 
 	"github.com/ringloop/ringloop/loop"
 	"golang.org/x/sys/unix"
@@ -25,7 +26,17 @@ import (
 // of its own (allocated on first use, kept for the connection's life).
 //
 // A zero-byte completion is the peer's FIN: receiving stops, queued writes
-// are flushed, then the connection closes and OnClose reports io.EOF.
+// are flushed, then the connection closes and OnClose reports io.EOF. Under
+// WithHalfClose the FIN is reported instead (OnHalfClose) and the
+// connection stays open for writing.
+//
+// Inbound flow control and framing share one per-connection buffer, inbuf.
+// While reading is paused (PauseRead, or WithPauseReadWhenUnwritable while
+// unwritable) no receive is armed: the armed one is canceled, and bytes the
+// kernel had already received into completions still to come are kept in
+// inbuf, not delivered, until reading resumes. A ReadHandler's unconsumed
+// bytes stay in inbuf too and come first in its next call. Bytes that
+// arrive whole and are consumed whole never touch inbuf.
 
 // singleRecvSize is the per-connection buffer of the single-shot fallback
 // (hard-coded; the multishot path uses the loop's buffer ring instead).
@@ -37,16 +48,23 @@ var forceSingleRecv atomic.Bool
 
 // recvOp is the connection's armed receive and its completer.
 type recvOp struct {
-	c      *Conn
-	id     loop.OpID
-	active bool
-	single bool // single-shot Recv into c.rbuf
+	c        *Conn
+	id       loop.OpID
+	active   bool
+	single   bool // single-shot Recv into c.rbuf
+	canceled bool // canceled by a pause: its -ECANCELED is no error
 }
+
+// Why reading is paused (Conn.pause bits).
+const (
+	pauseUser     = 1 << iota // PauseRead
+	pauseWritable             // WithPauseReadWhenUnwritable, while unwritable
+)
 
 // armRecv starts the connection's receive. Must be called on c's loop.
 func (c *Conn) armRecv() {
 	r := &c.recv
-	if r.active || c.state != stateOpen || c.eof || c.lingering {
+	if r.active || c.state != stateOpen || c.eof || c.lingering || c.pause != 0 {
 		return
 	}
 	if !r.single && (forceSingleRecv.Load() || !c.l.Features().MultishotRecv) {
@@ -72,7 +90,7 @@ func (c *Conn) armRecv() {
 		c.closeNow(c.opError("read", "", err))
 		return
 	}
-	r.id, r.active = id, true
+	r.id, r.active, r.canceled = id, true, false
 	c.ops++
 }
 
@@ -112,19 +130,24 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 		if r.single {
 			data = c.rbuf[:res]
 		}
-		c.callData(data)
+		c.deliver(data)
 		if final {
 			c.armRecv()
 		}
 	case res == 0:
+		if c.pending > 0 {
+			c.eofHeld = true // after the bytes kept while paused
+			return
+		}
 		c.onEOF()
 	case errnoOf(res) == unix.ENOBUFS:
 		if final {
 			c.starve() // re-armed from the loop's starved queue (starve.go)
 		}
-	case errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR:
+	case errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR,
+		errnoOf(res) == unix.ECANCELED && r.canceled:
 		if final {
-			c.armRecv()
+			c.armRecv() // unless still paused
 		}
 	default:
 		if errnoOf(res) != unix.ECANCELED {
@@ -136,13 +159,208 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 	}
 }
 
+// deliver hands received bytes to the handler, or keeps them in inbuf
+// while reading is paused. Must be called on c's loop.
+func (c *Conn) deliver(data []byte) {
+	if c.pause != 0 {
+		c.keep(data, true)
+		return
+	}
+	if len(c.inbuf) == 0 {
+		c.handle(data, false)
+		return
+	}
+	c.inbuf = append(c.inbuf, data...)
+	c.handle(c.inbuf, true)
+}
+
+// keep appends data to inbuf; unseen marks bytes the handler has not been
+// given yet. Past the inbound limit the connection fails. Must be called
+// on c's loop.
+func (c *Conn) keep(data []byte, unseen bool) {
+	if len(c.inbuf)+len(data) > c.cfg.inboundLimit {
+		c.abort = true
+		c.closeNow(c.opError("read", "", fmt.Errorf("%w: %d bytes kept, limit %d",
+			ErrInboundLimit, len(c.inbuf)+len(data), c.cfg.inboundLimit)))
+		return
+	}
+	if c.inbuf == nil {
+		c.inbuf = make([]byte, 0, max(len(data), 512))
+	}
+	c.inbuf = append(c.inbuf, data...)
+	if unseen {
+		c.pending += len(data)
+	}
+}
+
+// handle gives data to the handler: all of it to OnData, or to a
+// ReadHandler's OnRead, keeping what it did not consume. fromBuf says
+// data is inbuf itself. Must be called on c's loop.
+func (c *Conn) handle(data []byte, fromBuf bool) {
+	c.pending = 0
+	if c.rh == nil {
+		c.callData(data)
+		if fromBuf {
+			c.inbuf = c.inbuf[:0]
+		}
+		return
+	}
+	n, ok := c.callRead(data)
+	if !ok {
+		return // closed
+	}
+	rest := data[n:]
+	switch {
+	case len(rest) == 0:
+		c.inbuf = c.inbuf[:0]
+	case fromBuf:
+		c.inbuf = c.inbuf[:copy(c.inbuf, rest)]
+	default:
+		c.keep(rest, false)
+	}
+	if c.state == stateOpen && len(c.inbuf) == 0 && cap(c.inbuf) > 64<<10 {
+		c.inbuf = nil // a big frame passed: do not keep its buffer
+	}
+}
+
+// PauseRead stops reading (Netty's autoRead off): no receive is armed until
+// ResumeRead, so the kernel's receive window fills and the peer's sends
+// stall. On the connection's loop it takes effect at once: no OnData or
+// OnRead follows until ResumeRead, and bytes the kernel had already taken
+// are kept for then. From another goroutine it takes effect when the loop
+// runs it, in order with the goroutine's other calls. The read timeout
+// does not run while paused. It returns an error wrapping net.ErrClosed
+// once the connection is closed. Safe for concurrent use.
+func (c *Conn) PauseRead() error { return c.setPaused(pauseUser, true) }
+
+// ResumeRead undoes PauseRead: the bytes kept while paused are delivered
+// first (on the loop, in a task of their own, never inside the call), then
+// a receive is armed again. Safe for concurrent use.
+func (c *Conn) ResumeRead() error { return c.setPaused(pauseUser, false) }
+
+// ReadPaused reports whether PauseRead is in effect (the writability
+// pause of WithPauseReadWhenUnwritable is not counted). Safe for
+// concurrent use.
+func (c *Conn) ReadPaused() bool { return c.userPaused.Load() }
+
+func (c *Conn) setPaused(bit uint8, on bool) error {
+	if bit == pauseUser {
+		c.userPaused.Store(on)
+	}
+	if c.l.InLoop() {
+		if c.state >= stateClosing {
+			return c.opError("read", "", net.ErrClosed)
+		}
+		c.applyPause(bit, on)
+		return nil
+	}
+	if c.closeReq.Load() {
+		return c.opError("read", "", net.ErrClosed)
+	}
+	if err := c.l.Execute(func() { c.applyPause(bit, on) }); err != nil {
+		return c.opError("read", "", net.ErrClosed)
+	}
+	return nil
+}
+
+// applyPause sets or clears one reason to pause and acts on a change of
+// the whole: cancel the armed receive, or deliver what was kept and
+// re-arm. Must be called on c's loop.
+func (c *Conn) applyPause(bit uint8, on bool) {
+	was := c.pause
+	if on {
+		c.pause |= bit
+	} else {
+		c.pause &^= bit
+	}
+	if c.state != stateOpen || (was == 0) == (c.pause == 0) {
+		return
+	}
+	if c.pause != 0 {
+		if r := &c.recv; r.active && !r.canceled {
+			r.canceled = true
+			_ = c.l.Cancel(r.id)
+		}
+		return
+	}
+	if c.readTimeout > 0 {
+		c.lastRead = now() // the pause did not count against the timeout
+	}
+	if c.pending > 0 || c.eofHeld {
+		if !c.resumeQueued {
+			c.resumeQueued = true
+			if c.l.Execute(c.resumeFn) != nil {
+				c.resumeQueued = false
+			}
+		}
+		return
+	}
+	c.armRecv()
+}
+
+// resume delivers what was kept while paused, then the held FIN, then
+// re-arms. Must be called on c's loop.
+func (c *Conn) resume() {
+	c.resumeQueued = false
+	if c.state != stateOpen || c.pause != 0 {
+		return
+	}
+	if c.pending > 0 && c.rh != nil {
+		c.handle(c.inbuf, true)
+	}
+	// OnData gets the kept bytes a receive buffer's worth at a time, so a
+	// handler whose writes pause reading again (WithPauseReadWhenUnwritable)
+	// stops them within one buffer.
+	for c.pending > 0 && c.state == stateOpen && c.pause == 0 {
+		n := min(len(c.inbuf), singleRecvSize)
+		c.pending -= n
+		c.callData(c.inbuf[:n])
+		c.inbuf = c.inbuf[:copy(c.inbuf, c.inbuf[n:])]
+	}
+	if c.state != stateOpen || c.pause != 0 {
+		return
+	}
+	if c.eofHeld {
+		c.eofHeld = false
+		c.onEOF()
+		return
+	}
+	c.armRecv()
+}
+
+// syncWritePause pauses or resumes reading with the connection's
+// writability under WithPauseReadWhenUnwritable. Must be called on c's
+// loop.
+func (c *Conn) syncWritePause() {
+	if !c.cfg.pauseUnwritable {
+		return
+	}
+	unwritable := c.wgen.Load()&1 == 1
+	if unwritable != (c.pause&pauseWritable != 0) {
+		c.applyPause(pauseWritable, unwritable)
+	}
+}
+
 // onEOF handles the peer's FIN: stop receiving, then close once every
-// queued byte is sent (the peer may still be reading: a half-close).
+// queued byte is sent (the peer may still be reading: a half-close). Under
+// WithHalfClose, report it and stay open instead. Must be called on c's
+// loop.
 func (c *Conn) onEOF() {
 	c.eof = true
 	stopTimer(&c.readTimer)
 	if c.recv.active {
 		_ = c.l.Cancel(c.recv.id)
+	}
+	if c.cfg.halfClose {
+		switch {
+		case c.shutDone && !c.misc.active:
+			c.closeNow(io.EOF) // both directions are done
+		case c.shutDone:
+			// The shutdown's completion closes.
+		default:
+			c.callHalfClose()
+		}
+		return
 	}
 	c.closeOnDrain = io.EOF
 	if !c.send.active {

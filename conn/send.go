@@ -170,6 +170,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if kick {
 		c.kick()
 	}
+	if c.cfg.pauseUnwritable && c.l.InLoop() {
+		c.syncWritePause()
+	}
 	return len(p), nil
 }
 
@@ -196,6 +199,9 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 	c.mu.Unlock()
 	if kick {
 		c.kick()
+	}
+	if c.cfg.pauseUnwritable && c.l.InLoop() {
+		c.syncWritePause()
 	}
 	return n, nil
 }
@@ -304,6 +310,7 @@ func (c *Conn) drained() {
 // Transitions to writable happen only in the send completion, which reports
 // at once, so at most two are ever pending. Must be called on c's loop.
 func (c *Conn) notifyWritability() {
+	c.syncWritePause()
 	g := c.wgen.Load()
 	for c.wseen != g {
 		if c.state != stateOpen || c.lingering {
@@ -312,7 +319,7 @@ func (c *Conn) notifyWritability() {
 		}
 		c.wseen++
 		if c.wh != nil {
-			c.wh.OnWritabilityChanged(c, c.wseen&1 == 0)
+			c.callWritability(c.wseen&1 == 0)
 		}
 	}
 }

@@ -138,6 +138,7 @@ type Features struct {
 	MultishotRecv   bool    // recv is multishot with provided buffers
 	BufRing         bool    // a provided-buffer ring is registered
 	BufCount        uint32  // provided buffers per loop, as configured (WithBufferRing)
+	BufSize         uint32  // bytes per provided buffer, as configured (WithBufferRing)
 	SendZC          bool    // SEND_ZC is available
 	FallbackReason  string  // why auto fell back to epoll, if it did
 }

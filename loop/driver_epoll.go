@@ -184,6 +184,7 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 			MultishotAccept: true,
 			MultishotRecv:   true,
 			BufCount:        cfg.bufCount,
+			BufSize:         cfg.bufSize,
 		},
 	}
 	d.pool.init(cfg.bufCount, cfg.bufSize)

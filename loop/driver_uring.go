@@ -225,6 +225,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		SendZC:          probe.Supported(ring.OpSendZC),
 		SetupFlags:      d.flags,
 		BufCount:        d.cfg.bufCount,
+		BufSize:         d.cfg.bufSize,
 	}
 	d.publishFeatures()
 	return d, nil
