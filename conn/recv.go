@@ -64,8 +64,8 @@ const (
 // armRecv starts the connection's receive. Must be called on c's loop.
 func (c *Conn) armRecv() {
 	r := &c.recv
-	if r.active || c.state != stateOpen || c.eof || c.lingering || c.pause != 0 {
-		return
+	if r.active || c.state != stateOpen || c.eof || c.lingering || c.pause != 0 || c.pending > 0 {
+		return // paused, or kept bytes go first (resume arms after them)
 	}
 	if !r.single && (forceSingleRecv.Load() || !c.l.Features().MultishotRecv) {
 		r.single = true
@@ -118,6 +118,7 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 		c.maybeFinish()
 		return
 	}
+
 	switch res := cp.Res; {
 	case res > 0:
 		if c.readTimeout > 0 || c.idleTimeout > 0 {
@@ -162,7 +163,9 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 // deliver hands received bytes to the handler, or keeps them in inbuf
 // while reading is paused. Must be called on c's loop.
 func (c *Conn) deliver(data []byte) {
-	if c.pause != 0 {
+	if c.pause != 0 || c.pending > 0 {
+		// Paused, or resumed with kept bytes the resume task has yet to
+		// deliver: these go after them.
 		c.keep(data, true)
 		return
 	}
@@ -316,6 +319,9 @@ func (c *Conn) resume() {
 		c.pending -= n
 		c.callData(c.inbuf[:n])
 		c.inbuf = c.inbuf[:copy(c.inbuf, c.inbuf[n:])]
+	}
+	if len(c.inbuf) == 0 && cap(c.inbuf) > 64<<10 {
+		c.inbuf = nil
 	}
 	if c.state != stateOpen || c.pause != 0 {
 		return

@@ -123,6 +123,7 @@ type uringDriver struct {
 	wakeArmed    bool     // a READ (or POLL_ADD) of the eventfd is in the ring
 	wakeKind     wakeKind // how the armed wake op watches the eventfd
 	pendingWoken bool     // a wakeup consumed by rebuild, reported by the next poll
+	cancelQueued bool     // a cancel SQE waits in the SQ: reap ends its batch so poll submits it
 
 	// cqes receives PeekBatch copies; reaping never allocates.
 	cqes [uringCQEBatch]ring.CQE
@@ -520,6 +521,7 @@ func (d *uringDriver) cancel(o *op) error {
 	}
 	sqe.PrepCancel64(o.userData(), 0)
 	sqe.UserData = internalUserData(internalCancel)
+	d.cancelQueued = true
 	if o.state == opInFlight || o.state == opQueued {
 		o.state = opCanceling
 	}
@@ -581,6 +583,7 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 		}
 	}
 	var err error
+	d.cancelQueued = false
 	switch {
 	case timeout == 0 || d.r.CQReady() > 0:
 		_, err = d.r.Submit()
@@ -625,9 +628,13 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	return res, err
 }
 
-// reap delivers up to max completions of the current ring to sink.
+// reap delivers up to max completions of the current ring to sink. A
+// cancel queued by a completion ends the reap after its batch: while the
+// loop reaps, the kernel keeps posting (a multishot receive refills from
+// the buffers reap recycles), and a cancel waiting in the SQ would not
+// take effect until the CQ ran dry.
 func (d *uringDriver) reap(max int, sink completionSink, res *pollResult) {
-	for res.completions < max {
+	for res.completions < max && !d.cancelQueued {
 		n := d.r.PeekBatch(d.cqes[:min(len(d.cqes), max-res.completions)])
 		if n == 0 {
 			return
