@@ -25,7 +25,7 @@ func startRingloop(tb testing.TB, b loop.Backend) string {
 	if err != nil {
 		tb.Skipf("backend unavailable: %v", err)
 	}
-	s, err := conn.Listen("tcp", "127.0.0.1:0", g, echoHandler{})
+	s, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", echoHandler{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func accGroup(tb testing.TB, b loop.Backend, opts ...loop.Option) *loop.Group {
 // ends, before the group's own cleanup.
 func accListen(tb testing.TB, g *loop.Group, h conn.Handler, opts ...conn.Option) *conn.Server {
 	tb.Helper()
-	srv, err := conn.Listen("tcp", "127.0.0.1:0", g, h, opts...)
+	srv, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", h, opts...)
 	if err != nil {
 		tb.Fatalf("Listen: %v", err)
 	}
@@ -111,5 +111,5 @@ const accHelperEnv = "RINGLOOP_ACCEPT_HELPER"
 // connListenForHelper starts the echo server of a helper process (no
 // testing.TB there) on 127.0.0.1:0.
 func connListenForHelper(g *loop.Group) (*conn.Server, error) {
-	return conn.Listen("tcp", "127.0.0.1:0", g, accEcho{})
+	return conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", accEcho{})
 }

@@ -100,10 +100,10 @@ type Conn struct {
 type ctxBox struct{ v any }
 
 func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *Server) *Conn {
-	c := &Conn{l: l, h: h, cfg: cfg, srv: srv, fd: fd, network: network}
-	c.wh, _ = h.(WritabilityHandler)
-	c.rh, _ = h.(ReadHandler)
-	c.hh, _ = h.(HalfCloseHandler)
+	c := &Conn{l: l, cfg: cfg, srv: srv, fd: fd, network: network}
+	if h != nil {
+		c.setHandler(h)
+	}
 	c.resumeFn = c.resume
 	c.recv.c, c.send.c, c.misc.c = c, c, c
 	c.flushFn = c.flush
@@ -112,6 +112,30 @@ func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *
 	c.lingerTimerFn = c.onLingerTimer
 	c.readTimeout, c.idleTimeout = cfg.readTimeout, cfg.idleTimeout
 	return c
+}
+
+// setHandler sets the connection's handler and the optional interfaces it
+// implements. Before open only.
+func (c *Conn) setHandler(h Handler) {
+	c.h = h
+	c.wh, _ = h.(WritabilityHandler)
+	c.rh, _ = h.(ReadHandler)
+	c.hh, _ = h.(HalfCloseHandler)
+}
+
+// newHandler runs the server's handler factory under recover.
+func (c *Conn) newHandler() (h Handler, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			h, err = nil, c.recovered("ListenFunc's handler factory", r)
+		}
+	}()
+	if h = c.srv.newH(c); h == nil {
+		err = fmt.Errorf("conn: ListenFunc's handler factory returned nil")
+		slog.Error("conn: closing the connection", "remote", c.raddr, "error", err)
+		return nil, err
+	}
+	return h, nil
 }
 
 // epoch anchors the monotonic clock the timeouts read.
@@ -129,6 +153,18 @@ func now() int64 { return int64(time.Since(epoch)) }
 func (c *Conn) open() (err error) {
 	applySockopts(c.fd, c.network, c.cfg)
 	c.laddr, c.raddr = localAddr(c.fd, c.network), remoteAddr(c.fd, c.network)
+	if c.h == nil {
+		h, err := c.newHandler()
+		if err != nil {
+			// No handler to report to: close quietly (logged above).
+			c.setHandler(NopHandler{})
+			c.state = stateOpen
+			c.abort = true
+			c.closeNow(err)
+			return err
+		}
+		c.setHandler(h)
+	}
 	c.state = stateOpen
 	t := now()
 	c.lastRead, c.lastIO = t, t

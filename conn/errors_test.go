@@ -116,7 +116,7 @@ func TestInvalidOptions(t *testing.T) {
 		{"network", "udp", nil, conn.ErrUnknownNetwork},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := conn.Listen(tc.network, "127.0.0.1:0", g, h, tc.opts...); !errors.Is(err, tc.want) {
+			if _, err := conn.Listen(context.Background(), g, tc.network, "127.0.0.1:0", h, tc.opts...); !errors.Is(err, tc.want) {
 				t.Fatalf("Listen: %v, want %v", err, tc.want)
 			}
 			if _, err := conn.Dial(context.Background(), g, tc.network, "127.0.0.1:1", h, tc.opts...); !errors.Is(err, tc.want) {
@@ -124,7 +124,7 @@ func TestInvalidOptions(t *testing.T) {
 			}
 		})
 	}
-	if _, err := conn.Listen("tcp", "127.0.0.1:0", nil, h); err == nil {
+	if _, err := conn.Listen(context.Background(), nil, "tcp", "127.0.0.1:0", h); err == nil {
 		t.Fatal("Listen with a nil group succeeded")
 	}
 }

@@ -22,7 +22,7 @@ func ExampleListen() {
 		return
 	}
 	defer g.Shutdown(context.Background())
-	srv, err := conn.Listen("tcp", "127.0.0.1:0", g, echo{})
+	srv, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", echo{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -257,7 +257,7 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 	if fc.zc {
 		opts = append(opts, conn.WithSendZCThreshold(1))
 	}
-	srv, err := conn.Listen("tcp4", "127.0.0.1:0", g, srvH, opts...)
+	srv, err := conn.Listen(context.Background(), g, "tcp4", "127.0.0.1:0", srvH, opts...)
 	if err != nil {
 		restore()
 		t.Fatal(err)

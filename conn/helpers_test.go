@@ -61,7 +61,7 @@ func ctGroup(tb testing.TB, b loop.Backend, n int, opts ...loop.Option) *loop.Gr
 // ctListen starts a server, shut down when the test ends.
 func ctListen(tb testing.TB, network, addr string, g *loop.Group, h conn.Handler, opts ...conn.Option) *conn.Server {
 	tb.Helper()
-	s, err := conn.Listen(network, addr, g, h, opts...)
+	s, err := conn.Listen(context.Background(), g, network, addr, h, opts...)
 	if err != nil {
 		tb.Fatalf("Listen(%s, %s): %v", network, addr, err)
 	}

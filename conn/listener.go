@@ -21,7 +21,8 @@ import (
 // Handler. Its methods are safe for concurrent use.
 type Server struct {
 	workers *loop.Group
-	h       Handler
+	h       Handler              // shared by every connection, or nil
+	newH    func(*Conn) Handler // a handler per connection (ListenFunc), or nil
 	cfg     *config
 	network string // "tcp" or "unix"
 	addr    net.Addr
@@ -50,18 +51,45 @@ const (
 // through export_test.go).
 var forceSingleAccept atomic.Bool
 
-// Listen opens a listening socket and serves connections on workers with h.
-// network is "tcp", "tcp4", "tcp6" or "unix". An empty or unspecified host
-// listens on every address ("tcp": dual stack where IPv6 exists); port 0
-// picks a free port (Addr tells which). Each accepted connection is handed
-// to workers.Next() and lives on that loop; the acceptor loop is
-// WithAcceptor's, else workers.Next(). With WithReusePort(true) (TCP only)
-// every worker loop gets its own SO_REUSEPORT listener and keeps the
-// connections it accepts. A Unix socket's path is removed by Close. Safe
-// for concurrent use.
-func Listen(network, address string, workers *loop.Group, h Handler, opts ...Option) (*Server, error) {
-	if workers == nil || h == nil {
-		return nil, fmt.Errorf("conn: Listen: nil group or handler")
+// Listen opens a listening socket and serves connections on workers with h,
+// one Handler shared by every connection (use ListenFunc for a handler per
+// connection). network is "tcp", "tcp4", "tcp6" or "unix"; a host name in
+// address is resolved with ctx, which bounds only that (the server runs
+// until Close or Shutdown). An empty or unspecified host listens on every
+// address ("tcp": dual stack where IPv6 exists); port 0 picks a free port
+// (Addr tells which). Each accepted connection is handed to workers.Next()
+// and lives on that loop; the acceptor loop is WithAcceptor's, else
+// workers.Next(). With WithReusePort(true) (TCP only) every worker loop gets
+// its own SO_REUSEPORT listener and keeps the connections it accepts. A Unix
+// socket's path is removed by Close. Safe for concurrent use.
+func Listen(ctx context.Context, workers *loop.Group, network, address string, h Handler, opts ...Option) (*Server, error) {
+	if h == nil {
+		return nil, fmt.Errorf("conn: Listen: nil handler")
+	}
+	return listen(ctx, workers, network, address, h, nil, opts)
+}
+
+// ListenFunc is Listen with a handler per connection (Netty's
+// ChannelInitializer): newHandler makes each accepted connection's Handler,
+// on that connection's loop, before its OnOpen, so per-connection state
+// lives in plain fields of the handler, touched only by that loop. c's
+// addresses and options are set when newHandler runs; do not write to c
+// there (OnOpen is the place). A newHandler that panics (logged with its
+// stack, counted by RecoveredPanics) or returns nil (logged) closes that
+// connection with a reset; no Handler method runs for it.
+func ListenFunc(ctx context.Context, workers *loop.Group, network, address string, newHandler func(c *Conn) Handler, opts ...Option) (*Server, error) {
+	if newHandler == nil {
+		return nil, fmt.Errorf("conn: ListenFunc: nil handler factory")
+	}
+	return listen(ctx, workers, network, address, nil, newHandler, opts)
+}
+
+func listen(ctx context.Context, workers *loop.Group, network, address string, h Handler, newH func(*Conn) Handler, opts []Option) (*Server, error) {
+	if workers == nil {
+		return nil, fmt.Errorf("conn: Listen: nil group")
+	}
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -70,14 +98,14 @@ func Listen(network, address string, workers *loop.Group, h Handler, opts ...Opt
 	if cfg.acceptor != nil && cfg.acceptor.State() >= loop.StateShuttingDown {
 		return nil, invalidOption("acceptor loop %v is shutting down", cfg.acceptor)
 	}
-	s := &Server{workers: workers, h: h, cfg: cfg, network: netOf(network), conns: make(map[*Conn]struct{})}
+	s := &Server{workers: workers, h: h, newH: newH, cfg: cfg, network: netOf(network), conns: make(map[*Conn]struct{})}
 	fail := func(err error) (*Server, error) {
 		for _, ln := range s.lns {
 			unix.Close(ln.fd)
 		}
 		return nil, opError("listen", network, "", nil, nil, err)
 	}
-	sa, family, v6only, err := resolveListen(network, address)
+	sa, family, v6only, err := resolveListen(ctx, network, address)
 	if err != nil {
 		return fail(err)
 	}
@@ -458,7 +486,7 @@ func (c *Conn) register() {
 }
 
 // resolveListen turns network and address into the socket address to bind.
-func resolveListen(network, address string) (sa unix.Sockaddr, family int, v6only bool, err error) {
+func resolveListen(ctx context.Context, network, address string) (sa unix.Sockaddr, family int, v6only bool, err error) {
 	switch network {
 	case "unix":
 		if address == "" {
@@ -473,7 +501,7 @@ func resolveListen(network, address string) (sa unix.Sockaddr, family int, v6onl
 	if err != nil {
 		return nil, 0, false, err
 	}
-	port, err := parsePort(context.Background(), network, portStr)
+	port, err := parsePort(ctx, network, portStr)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -485,7 +513,7 @@ func resolveListen(network, address string) (sa unix.Sockaddr, family int, v6onl
 		ip = netip.IPv6Unspecified()
 	default:
 		if ip, err = netip.ParseAddr(host); err != nil {
-			ips, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
+			ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 			if err != nil {
 				return nil, 0, false, err
 			}

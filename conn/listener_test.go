@@ -133,7 +133,7 @@ func TestReusePort(t *testing.T) {
 		if len(loops) != 2 {
 			t.Logf("connections landed on %d of 2 loops (the kernel hashes 4-tuples)", len(loops))
 		}
-		if _, err := conn.Listen("unix", t.TempDir()+"/x", g, h, conn.WithReusePort(true)); !errors.Is(err, conn.ErrInvalidOption) {
+		if _, err := conn.Listen(context.Background(), g, "unix", t.TempDir()+"/x", h, conn.WithReusePort(true)); !errors.Is(err, conn.ErrInvalidOption) {
 			t.Fatalf("reuse-port on unix: %v", err)
 		}
 	})
@@ -182,7 +182,7 @@ func TestAcceptEMFILE(t *testing.T) {
 			}
 		}
 		defer restore()
-		s, err := conn.Listen("tcp", "127.0.0.1:0", g, h)
+		s, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", h)
 		if err != nil {
 			restore()
 			t.Fatal(err)

@@ -85,7 +85,7 @@ func TestEchoEndToEnd(t *testing.T) {
 					return g
 				}
 				sg, cg := newGroup(sb), newGroup(cb)
-				srv, err := conn.Listen("tcp", "127.0.0.1:0", sg, echoServer{})
+				srv, err := conn.Listen(context.Background(), sg, "tcp", "127.0.0.1:0", echoServer{})
 				if err != nil {
 					t.Fatal(err)
 				}

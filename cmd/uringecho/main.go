@@ -32,7 +32,7 @@ func main() {
 		fatalf("loops: %v", err)
 	}
 	h := newEcho(g.Len())
-	srv, err := conn.Listen("tcp", cfg.addr, g, h, conn.WithReusePort(cfg.reusePort))
+	srv, err := conn.Listen(context.Background(), g, "tcp", cfg.addr, h, conn.WithReusePort(cfg.reusePort))
 	if err != nil {
 		g.Shutdown(context.Background())
 		fatalf("listen: %v", err)

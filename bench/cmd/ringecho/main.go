@@ -40,7 +40,7 @@ func main() {
 	if err != nil {
 		serve.Fatal("loop group", err)
 	}
-	s, err := conn.Listen("tcp", f.Addr, g, echo{})
+	s, err := conn.Listen(context.Background(), g, "tcp", f.Addr, echo{})
 	if err != nil {
 		serve.Fatal("listen", err)
 	}
