@@ -1,8 +1,11 @@
 package conn_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
@@ -62,4 +65,56 @@ func ExampleDial() {
 	c.Write([]byte("hello\n"))
 	c.CloseWrite() // the echo server sees EOF after our line
 	fmt.Println(<-h.closed)
+}
+
+// lines is a line protocol: it answers each complete line and leaves a
+// partial one to the connection, which passes it again with the bytes that
+// complete it. It keeps no pending buffer of its own.
+type lines struct{ conn.NopHandler }
+
+func (lines) OnRead(c *conn.Conn, data []byte) (consumed int) {
+	for {
+		i := bytes.IndexByte(data[consumed:], '\n')
+		if i < 0 {
+			return consumed // the rest waits for more bytes
+		}
+		line := data[consumed : consumed+i]
+		fmt.Fprintf(c, "%d bytes: %s\n", len(line), line)
+		consumed += i + 1
+	}
+}
+
+// A line protocol on ReadHandler: a line split across two sends is answered
+// once it is complete.
+func ExampleReadHandler() {
+	g, err := loop.NewGroup(loop.WithLoops(1))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer g.Shutdown(context.Background())
+	srv, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", lines{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+
+	c, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	c.Write([]byte("hello\nwor"))
+	answer, _ := r.ReadString('\n')
+	fmt.Print(answer)
+	c.Write([]byte("ld\n"))
+	answer, _ = r.ReadString('\n')
+	fmt.Print(answer)
+	// Output:
+	// 5 bytes: hello
+	// 5 bytes: world
 }

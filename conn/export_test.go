@@ -15,3 +15,13 @@ func AcceptOutOfResources(s *Server) int64 { return s.outOfRes.Load() }
 // StarvedTotal returns how many receives have waited in a starved queue
 // (ENOBUFS) since the process started.
 func StarvedTotal() int64 { return starvedTotal.Load() }
+
+// InboundCap returns the capacity of c's inbound buffer (0 when none was
+// ever needed), read on c's loop.
+func InboundCap(c *Conn) int {
+	res := make(chan int, 1)
+	if c.l.Execute(func() { res <- cap(c.inbuf) }) != nil {
+		return -1
+	}
+	return <-res
+}

@@ -173,19 +173,20 @@ func (c *Conn) deliver(data []byte) {
 		c.handle(data, false)
 		return
 	}
-	c.inbuf = append(c.inbuf, data...)
-	c.handle(c.inbuf, true)
+	if c.keep(data, false) {
+		c.handle(c.inbuf, true)
+	}
 }
 
 // keep appends data to inbuf; unseen marks bytes the handler has not been
 // given yet. Past the inbound limit the connection fails. Must be called
-// on c's loop.
-func (c *Conn) keep(data []byte, unseen bool) {
+// on c's loop. It reports false when the limit closed the connection.
+func (c *Conn) keep(data []byte, unseen bool) bool {
 	if len(c.inbuf)+len(data) > c.cfg.inboundLimit {
 		c.abort = true
 		c.closeNow(c.opError("read", "", fmt.Errorf("%w: %d bytes kept, limit %d",
 			ErrInboundLimit, len(c.inbuf)+len(data), c.cfg.inboundLimit)))
-		return
+		return false
 	}
 	if c.inbuf == nil {
 		c.inbuf = make([]byte, 0, max(len(data), 512))
@@ -194,6 +195,7 @@ func (c *Conn) keep(data []byte, unseen bool) {
 	if unseen {
 		c.pending += len(data)
 	}
+	return true
 }
 
 // handle gives data to the handler: all of it to OnData, or to a
