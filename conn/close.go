@@ -218,7 +218,7 @@ func (c *Conn) closed() {
 	c.buffered.Store(0)
 	c.mu.Unlock()
 	c.rbuf = nil
-	c.inbuf = nil
+	c.inbuf, c.inoff = nil, 0
 	c.callClose()
 	if c.srv != nil {
 		c.srv.remove(c)

@@ -67,7 +67,8 @@ type Conn struct {
 	send         sendOp
 	misc         miscOp // connect, shutdown and close
 	rbuf         []byte // single-shot receive buffer (fallback only)
-	inbuf        []byte // bytes kept: unconsumed by OnRead, or received while paused
+	inbuf        []byte // bytes kept (from inoff on): unconsumed by OnRead, or received while paused
+	inoff        int    // start of the kept bytes in inbuf
 	pending      int    // bytes at the end of inbuf the handler has not seen
 	pause        uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
 	eofHeld      bool   // the FIN came while kept bytes wait for a resume

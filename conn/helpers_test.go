@@ -258,3 +258,11 @@ func ctHangingAddr(tb testing.TB) string {
 	}
 	return addr
 }
+
+// ctQuietLogs discards the default logger's output for the rest of the
+// test (handler panics are logged with their stacks by design).
+func ctQuietLogs(tb testing.TB) {
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	tb.Cleanup(func() { slog.SetDefault(prev) })
+}

@@ -30,6 +30,7 @@ func (h *counter) OnData(c *conn.Conn, data []byte) {
 // connection's loop; a factory that panics or returns nil closes that
 // connection only, and the server forgets it.
 func TestListenFunc(t *testing.T) {
+	ctQuietLogs(t)
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 2)
 		var made atomic.Int64

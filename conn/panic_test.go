@@ -16,6 +16,7 @@ import (
 // server, a panicking OnOpen or OnData closes the connection (it stayed
 // half-armed, counted in Conns), and the loop goes on serving.
 func TestPanickingCallbacks(t *testing.T) {
+	ctQuietLogs(t)
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 1)
 		echo := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
@@ -70,6 +71,37 @@ func TestPanickingCallbacks(t *testing.T) {
 			}
 		}
 
+		// The other callbacks: OnWritabilityChanged, OnHalfClose, OnRead
+		// and OnClose. Each panic is counted; the connection closes
+		// (OnClose's own panic only logs) and the server forgets it.
+		for _, where := range []string{"OnWritabilityChanged", "OnHalfClose", "OnRead", "OnClose"} {
+			before := conn.RecoveredPanics()
+			h := &panicky{where: where, closed: make(chan error, 1)}
+			s := ctListen(t, "tcp", "127.0.0.1:0", g, h, conn.WithHalfClose(true), conn.WithWaterMarks(1, 2))
+			c, err := net.Dial("tcp", s.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Write([]byte("xyz"))
+			if where == "OnHalfClose" {
+				c.(*net.TCPConn).CloseWrite()
+			}
+			if where == "OnClose" {
+				c.Close()
+			}
+			select {
+			case err := <-h.closed:
+				if where != "OnClose" && (!errors.As(err, &pe) || pe.Callback != where) {
+					t.Fatalf("%s: OnClose(%v), want a *conn.PanicError", where, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s panicked and the connection did not close", where)
+			}
+			ctWaitFor(t, 5*time.Second, where+": the server forgets the connection", func() bool { return s.Conns() == 0 })
+			ctWaitFor(t, 5*time.Second, where+": the panic counted", func() bool { return conn.RecoveredPanics() > before })
+			c.Close()
+		}
+
 		// The loop still serves.
 		c, err := net.Dial("tcp", srv.Addr().String())
 		if err != nil {
@@ -83,4 +115,40 @@ func TestPanickingCallbacks(t *testing.T) {
 			t.Fatalf("echo after the panics: %q, %v", buf, err)
 		}
 	})
+}
+
+// panicky panics in the callback named by where (its connections write
+// enough to become unwritable under tiny water marks).
+type panicky struct {
+	where  string
+	closed chan error
+}
+
+func (h *panicky) OnOpen(c *conn.Conn) {}
+func (h *panicky) OnData(c *conn.Conn, data []byte) {}
+func (h *panicky) OnRead(c *conn.Conn, data []byte) int {
+	if h.where == "OnRead" {
+		panic("boom")
+	}
+	if h.where == "OnWritabilityChanged" {
+		c.Write(make([]byte, 1<<20))
+	}
+	return len(data)
+}
+func (h *panicky) OnWritabilityChanged(c *conn.Conn, writable bool) {
+	if h.where == "OnWritabilityChanged" {
+		panic("boom")
+	}
+}
+func (h *panicky) OnHalfClose(c *conn.Conn) {
+	if h.where == "OnHalfClose" {
+		panic("boom")
+	}
+	c.Close()
+}
+func (h *panicky) OnClose(c *conn.Conn, err error) {
+	h.closed <- err
+	if h.where == "OnClose" {
+		panic("boom")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ringloop/ringloop/loop"
@@ -160,6 +161,32 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 	}
 }
 
+// maxIdleInbuf is the largest inbound buffer a connection keeps once it
+// is empty (hard-coded); a bigger one goes to stashPool.
+const maxIdleInbuf = 64 << 10
+
+// stashPool holds the large inbound buffers of connections that kept bytes
+// while paused and drained them: a connection that pauses again under load
+// takes one back instead of allocating (a proxy pauses constantly), while
+// an idle connection holds none.
+var stashPool sync.Pool // of *[]byte
+
+// kept returns the bytes in inbuf.
+func (c *Conn) kept() []byte { return c.inbuf[c.inoff:] }
+
+// consume drops the first n kept bytes.
+func (c *Conn) consume(n int) {
+	c.inoff += n
+	if c.inoff == len(c.inbuf) {
+		c.inbuf, c.inoff = c.inbuf[:0], 0
+		if cap(c.inbuf) > maxIdleInbuf {
+			b := c.inbuf
+			stashPool.Put(&b)
+			c.inbuf = nil
+		}
+	}
+}
+
 // deliver hands received bytes to the handler, or keeps them in inbuf
 // while reading is paused. Must be called on c's loop.
 func (c *Conn) deliver(data []byte) {
@@ -169,12 +196,12 @@ func (c *Conn) deliver(data []byte) {
 		c.keep(data, true)
 		return
 	}
-	if len(c.inbuf) == 0 {
+	if len(c.kept()) == 0 {
 		c.handle(data, false)
 		return
 	}
 	if c.keep(data, false) {
-		c.handle(c.inbuf, true)
+		c.handle(c.kept(), true)
 	}
 }
 
@@ -182,14 +209,26 @@ func (c *Conn) deliver(data []byte) {
 // given yet. Past the inbound limit the connection fails. Must be called
 // on c's loop. It reports false when the limit closed the connection.
 func (c *Conn) keep(data []byte, unseen bool) bool {
-	if len(c.inbuf)+len(data) > c.cfg.inboundLimit {
+	n := len(c.kept()) + len(data)
+	if n > c.cfg.inboundLimit {
 		c.abort = true
 		c.closeNow(c.opError("read", "", fmt.Errorf("%w: %d bytes kept, limit %d",
-			ErrInboundLimit, len(c.inbuf)+len(data), c.cfg.inboundLimit)))
+			ErrInboundLimit, n, c.cfg.inboundLimit)))
 		return false
 	}
-	if c.inbuf == nil {
+	switch {
+	case c.inbuf == nil && unseen:
+		if p, _ := stashPool.Get().(*[]byte); p != nil {
+			c.inbuf = (*p)[:0]
+		} else {
+			c.inbuf = make([]byte, 0, max(len(data), 4096))
+		}
+	case c.inbuf == nil:
 		c.inbuf = make([]byte, 0, max(len(data), 512))
+	case c.inoff > 0 && len(c.inbuf)+len(data) > cap(c.inbuf):
+		// Move the kept bytes to the front before growing.
+		c.inbuf = c.inbuf[:copy(c.inbuf, c.kept())]
+		c.inoff = 0
 	}
 	c.inbuf = append(c.inbuf, data...)
 	if unseen {
@@ -200,13 +239,13 @@ func (c *Conn) keep(data []byte, unseen bool) bool {
 
 // handle gives data to the handler: all of it to OnData, or to a
 // ReadHandler's OnRead, keeping what it did not consume. fromBuf says
-// data is inbuf itself. Must be called on c's loop.
+// data is c.kept() itself. Must be called on c's loop.
 func (c *Conn) handle(data []byte, fromBuf bool) {
 	c.pending = 0
 	if c.rh == nil {
 		c.callData(data)
 		if fromBuf {
-			c.inbuf = c.inbuf[:0]
+			c.consume(len(data))
 		}
 		return
 	}
@@ -214,17 +253,10 @@ func (c *Conn) handle(data []byte, fromBuf bool) {
 	if !ok {
 		return // closed
 	}
-	rest := data[n:]
-	switch {
-	case len(rest) == 0:
-		c.inbuf = c.inbuf[:0]
-	case fromBuf:
-		c.inbuf = c.inbuf[:copy(c.inbuf, rest)]
-	default:
-		c.keep(rest, false)
-	}
-	if c.state == stateOpen && len(c.inbuf) == 0 && cap(c.inbuf) > 64<<10 {
-		c.inbuf = nil // a big frame passed: do not keep its buffer
+	if fromBuf {
+		c.consume(n)
+	} else if n < len(data) {
+		c.keep(data[n:], false)
 	}
 }
 
@@ -311,19 +343,16 @@ func (c *Conn) resume() {
 		return
 	}
 	if c.pending > 0 && c.rh != nil {
-		c.handle(c.inbuf, true)
+		c.handle(c.kept(), true)
 	}
 	// OnData gets the kept bytes a receive buffer's worth at a time, so a
 	// handler whose writes pause reading again (WithPauseReadWhenUnwritable)
 	// stops them within one buffer.
 	for c.pending > 0 && c.state == stateOpen && c.pause == 0 {
-		n := min(len(c.inbuf), singleRecvSize)
+		n := min(c.pending, singleRecvSize)
 		c.pending -= n
-		c.callData(c.inbuf[:n])
-		c.inbuf = c.inbuf[:copy(c.inbuf, c.inbuf[n:])]
-	}
-	if len(c.inbuf) == 0 && cap(c.inbuf) > 64<<10 {
-		c.inbuf = nil
+		c.callData(c.kept()[:n])
+		c.consume(n)
 	}
 	if c.state != stateOpen || c.pause != 0 {
 		return
@@ -382,3 +411,5 @@ func (c *Conn) onEOF() {
 		// it, and the last send completion closes.
 	}
 }
+
+var DbgMaxInbuf atomic.Int64
