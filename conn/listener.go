@@ -21,7 +21,7 @@ import (
 // Handler. Its methods are safe for concurrent use.
 type Server struct {
 	workers *loop.Group
-	h       Handler              // shared by every connection, or nil
+	h       Handler             // shared by every connection, or nil
 	newH    func(*Conn) Handler // a handler per connection (ListenFunc), or nil
 	cfg     *config
 	network string // "tcp" or "unix"

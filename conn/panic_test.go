@@ -124,7 +124,7 @@ type panicky struct {
 	closed chan error
 }
 
-func (h *panicky) OnOpen(c *conn.Conn) {}
+func (h *panicky) OnOpen(c *conn.Conn)              {}
 func (h *panicky) OnData(c *conn.Conn, data []byte) {}
 func (h *panicky) OnRead(c *conn.Conn, data []byte) int {
 	if h.where == "OnRead" {
