@@ -223,6 +223,13 @@ func (c *Conn) closed() {
 	if c.srv != nil {
 		c.srv.remove(c)
 	}
+	c.mu.Lock()
+	c.closedDone, c.finalErr = true, c.closeErr
+	f := c.closeF
+	c.mu.Unlock()
+	if f != nil {
+		f.Complete(struct{}{}, c.closeErr)
+	}
 }
 
 // miscKind tells what miscOp currently carries.

@@ -34,6 +34,14 @@ const (
 // A Conn is one TCP or Unix stream connection living on one loop for its
 // whole life. Its events go to its Handler on that loop. Every method is
 // safe for concurrent use unless its comment says otherwise.
+//
+// The setters (SetReadTimeout, SetIdleTimeout, SetNoDelay, SetKeepAlive,
+// SetReadBuffer, SetWriteBuffer) run on the connection's loop: on that loop
+// at once; from a goroutine that is no loop, as a task whose result they
+// wait for; from another loop's goroutine (a handler of another
+// connection), as a task they do not wait for, returning nil, since two
+// loops waiting on each other would both stop for good. An error of such a
+// task (the connection closed meanwhile) is not reported.
 type Conn struct {
 	// Immutable after creation.
 	l       *loop.Loop
@@ -50,14 +58,17 @@ type Conn struct {
 
 	// Shared with other goroutines.
 	userCtx     atomic.Pointer[ctxBox]
-	userPaused  atomic.Bool   // PauseRead is in effect (ReadPaused)
-	closeReq    atomic.Bool   // Close was called
-	wgen        atomic.Uint64 // writability transitions so far: even = writable (see notifyWritability)
-	buffered    atomic.Int64  // outbound bytes not yet sent (mirror of out.n)
-	mu          sync.Mutex    // guards out, flushQueued and wclosed
-	out         outQueue      // outbound bytes, appended by Write, consumed by sends
-	flushQueued bool          // a flush tail task is queued on the loop
-	wclosed     bool          // no more writes: closed or CloseWrite
+	userPaused  atomic.Bool             // PauseRead is in effect (ReadPaused)
+	closeF      *sched.Future[struct{}] // CloseFuture's, made on first call; guarded by mu
+	closedDone  bool                    // OnClose ran; guarded by mu
+	finalErr    error                   // the cause OnClose reported; guarded by mu
+	closeReq    atomic.Bool             // Close was called
+	wgen        atomic.Uint64           // writability transitions so far: even = writable (see notifyWritability)
+	buffered    atomic.Int64            // outbound bytes not yet sent (mirror of out.n)
+	mu          sync.Mutex              // guards out, flushQueued and wclosed
+	out         outQueue                // outbound bytes, appended by Write, consumed by sends
+	flushQueued bool                    // a flush tail task is queued on the loop
+	wclosed     bool                    // no more writes: closed or CloseWrite
 
 	// Loop goroutine only.
 	state        connState
@@ -324,6 +335,24 @@ func (c *Conn) Context() any {
 // connection protocol state). Safe for concurrent use.
 func (c *Conn) SetContext(v any) { c.userCtx.Store(&ctxBox{v}) }
 
+// CloseFuture returns a future that completes once the connection is
+// closed and OnClose has run (Netty's closeFuture): its error is the cause
+// OnClose reported (nil after a local Close, io.EOF after the peer's FIN,
+// …). Listeners registered with OnDone run on the connection's loop, or at
+// once on the caller's goroutine if the connection is closed already. Safe
+// for concurrent use.
+func (c *Conn) CloseFuture() *sched.Future[struct{}] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closeF == nil {
+		c.closeF = sched.NewFuture[struct{}]()
+		if c.closedDone {
+			c.closeF.Complete(struct{}{}, c.finalErr)
+		}
+	}
+	return c.closeF
+}
+
 // Writable reports whether the outbound buffer is below the high-water
 // mark: false once more than the high mark is queued, until it drains to
 // the low mark. Safe for concurrent use.
@@ -334,11 +363,19 @@ func (c *Conn) Writable() bool { return c.wgen.Load()&1 == 0 }
 func (c *Conn) Buffered() int { return int(c.buffered.Load()) }
 
 // onLoop runs f on c's loop: at once when the caller is on it, else as a
-// task, waiting for its result. It returns net.ErrClosed (decorated) when
-// the loop is gone.
+// task, waiting for its result. Called on another loop's goroutine it does
+// not wait (two loops waiting on each other would both stop for good): the
+// task is queued and nil returned; f's error, if any, is not reported. It
+// returns net.ErrClosed (decorated) when the loop is gone.
 func (c *Conn) onLoop(op string, f func() error) error {
 	if c.l.InLoop() {
 		return f()
+	}
+	if loop.Current() != nil {
+		if err := c.l.Execute(func() { _ = f() }); err != nil {
+			return c.opError(op, "", net.ErrClosed)
+		}
+		return nil
 	}
 	res := make(chan error, 1)
 	if err := c.l.Execute(func() { res <- f() }); err != nil {
