@@ -1,20 +1,38 @@
 // Package conn runs TCP and Unix stream connections on ringloop's event
-// loops: servers (Listen) and clients (Dial) whose events reach a Handler
-// on the connection's loop goroutine.
+// loops: servers (Listen, ListenFunc) and clients (Dial, DialAsync) whose
+// events reach a Handler on the connection's loop goroutine.
 //
 // # Handler model
 //
 // A connection is pinned to one loop.Loop for its whole life (Netty's
 // channel-to-EventLoop rule). Listen accepts on an acceptor loop and hands
 // every new fd to workers.Next(); with WithReusePort each worker loop has
-// its own SO_REUSEPORT listener and keeps what it accepts. Dial connects on
-// g.Next(). Every Handler callback (OnOpen, OnData, OnClose, and
-// OnWritabilityChanged for a WritabilityHandler) runs on that loop, one at a
-// time, and must not block: a blocked callback stalls every connection of
-// the loop. OnOpen runs once before any OnData; OnClose runs exactly once,
-// after the fd is closed, with nil after a local Close, io.EOF after the
-// peer's FIN, or a *net.OpError keeping the errno (errors.Is(err,
-// syscall.ECONNRESET)) or wrapping os.ErrDeadlineExceeded after a timeout.
+// its own SO_REUSEPORT listener and keeps what it accepts. Listen shares one
+// Handler among all connections; ListenFunc makes one per connection, on its
+// loop (Netty's ChannelInitializer), so its state needs no lock. DialAsync
+// connects on the calling loop (or WithLoop's, or g.Next()) without
+// blocking and completes a future on that loop; Dial waits for it and
+// refuses to run on a loop goroutine (loop.ErrInLoop). Every Handler
+// callback (OnOpen, OnData, OnClose, and the optional OnWritabilityChanged,
+// OnRead and OnHalfClose) runs on that loop, one at a time, and must not
+// block: a blocked callback stalls every connection of the loop. OnOpen
+// runs once before any OnData; OnClose runs exactly once, after the fd is
+// closed, with nil after a local Close, io.EOF after the peer's FIN, or a
+// *net.OpError keeping the errno (errors.Is(err, syscall.ECONNRESET)) or
+// wrapping os.ErrDeadlineExceeded after a timeout. A panic in a callback is
+// recovered, logged with its stack and counted, and closes that connection
+// with a *PanicError.
+//
+// # Input: framing and flow control
+//
+// A ReadHandler's OnRead returns how many bytes it consumed; the rest is
+// kept and passed again with the next bytes (no copy for a message that
+// arrives whole), bounded by WithInboundLimit. PauseRead and ResumeRead
+// (Netty's autoRead) stop and restart receiving from any goroutine; while
+// paused no receive is armed, so the peer stalls in its own socket.
+// WithPauseReadWhenUnwritable pauses reading while the connection is
+// unwritable. WithHalfClose keeps a connection open for writing after the
+// peer's FIN, reported by OnHalfClose.
 //
 // # Affinity
 //
@@ -24,8 +42,10 @@
 // Handler callbacks are the loop-only side: they are called by the loop,
 // never by user code. Close, CloseWrite and the Set* methods act at once
 // when called on the connection's loop and are queued otherwise; the Set*
-// methods then wait for the result. Server.Shutdown must not be called on
-// one of the server's loops.
+// methods then wait for the result, except on another loop's goroutine,
+// where waiting could stop two loops for good. Server.Shutdown called on a
+// loop starts the shutdown and returns an error wrapping loop.ErrInLoop
+// instead of waiting.
 //
 // # Buffer ownership
 //
@@ -63,7 +83,7 @@
 // connection uses single-shot receives into a 16 KiB buffer of its own.
 // After the peer's FIN, receiving stops, the queued writes are sent, and the
 // connection closes with io.EOF: a half-closed peer (CloseWrite) still gets
-// every byte written before that.
+// every byte written before that. Under WithHalfClose it stays open instead.
 //
 // # Closing
 //
