@@ -32,7 +32,10 @@ func main() {
 		fatalf("loops: %v", err)
 	}
 	h := newEcho(g.Len())
-	srv, err := conn.Listen(context.Background(), g, "tcp", cfg.addr, h, conn.WithReusePort(cfg.reusePort))
+	// A client that sends and never reads stalls in its own socket: reading
+	// pauses while its echo is above the high-water mark.
+	srv, err := conn.Listen(context.Background(), g, "tcp", cfg.addr, h,
+		conn.WithReusePort(cfg.reusePort), conn.WithPauseReadWhenUnwritable(true))
 	if err != nil {
 		g.Shutdown(context.Background())
 		fatalf("listen: %v", err)
