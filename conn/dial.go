@@ -90,11 +90,11 @@ func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Ha
 		return fail(err)
 	}
 	ds := &dialState{f: f, network: network}
-	sa, family, ok, err := resolveDialFast(network, address)
-	if err != nil {
-		return fail(err)
-	}
-	if ok {
+	if !needsLookup(network, address) {
+		sa, family, err := resolveDial(ctx, network, address)
+		if err != nil {
+			return fail(err)
+		}
 		startDial(ctx, l, ds, sa, family, h, cfg)
 		return f
 	}
@@ -291,35 +291,25 @@ func resolveDial(ctx context.Context, network, address string) (unix.Sockaddr, i
 	return tcpSockaddr(network, netip.AddrPortFrom(ip, uint16(port)))
 }
 
-// resolveDialFast resolves what needs no lookup: a Unix path, or an IP
-// address with a numeric port. ok is false when a name must be looked up.
-func resolveDialFast(network, address string) (sa unix.Sockaddr, family int, ok bool, err error) {
-	switch network {
-	case "unix":
-		sa, family, err = resolveDial(context.Background(), network, address)
-		return sa, family, err == nil, err
-	case "tcp", "tcp4", "tcp6":
-	default:
-		return nil, 0, false, fmt.Errorf("%w: %q", ErrUnknownNetwork, network)
+// needsLookup reports whether resolving address would ask a resolver (a
+// host name, or a service name for the port): what DialAsync must not do
+// on the caller's goroutine.
+func needsLookup(network, address string) bool {
+	if network != "tcp" && network != "tcp4" && network != "tcp6" {
+		return false
 	}
-	host, portStr, err := net.SplitHostPort(address)
+	host, port, err := net.SplitHostPort(address)
 	if err != nil {
-		return nil, 0, false, err
+		return false // resolveDial reports it
 	}
-	port, perr := strconv.Atoi(portStr)
-	if perr != nil {
-		return nil, 0, false, nil
+	if _, err := strconv.Atoi(port); err != nil {
+		return true
 	}
-	if port < 0 || port > 65535 {
-		return nil, 0, false, fmt.Errorf("conn: invalid port %q", portStr)
+	if host == "" {
+		return false
 	}
-	if host != "" {
-		if _, err := netip.ParseAddr(host); err != nil {
-			return nil, 0, false, nil
-		}
-	}
-	sa, family, err = resolveDial(context.Background(), network, address)
-	return sa, family, err == nil, err
+	_, err = netip.ParseAddr(host)
+	return err != nil
 }
 
 // parsePort parses a numeric port or looks a service name up.

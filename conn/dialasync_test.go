@@ -123,6 +123,30 @@ func TestDialAsyncBounds(t *testing.T) {
 			t.Fatalf("failed dials called the handler: opened %d closes %d", opened, closes)
 		}
 
+		t.Run("host-name", func(t *testing.T) {
+			// Resolved on a goroutine of its own, so also from a loop.
+			srv := ctListen(t, "tcp4", "127.0.0.1:0", g, ctNewServerHandler(t, nil))
+			_, port, _ := net.SplitHostPort(srv.Addr().String())
+			res := make(chan error, 1)
+			g.Loop(0).Execute(func() {
+				conn.DialAsync(context.Background(), g, "tcp4", net.JoinHostPort("localhost", port), ctNewEvents(t)).
+					OnDone(func(c *conn.Conn, err error) {
+						if err == nil {
+							c.Close()
+						}
+						res <- err
+					})
+			})
+			select {
+			case err := <-res:
+				if err != nil {
+					t.Fatalf("DialAsync to localhost: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("DialAsync to localhost did not end")
+			}
+		})
+
 		t.Run("with-loop", func(t *testing.T) {
 			srv := ctListen(t, "tcp", "127.0.0.1:0", g, ctNewServerHandler(t, nil))
 			want := g.Loop(1)
