@@ -193,7 +193,7 @@ func TestProxy(t *testing.T) {
 		// two outbound queues (high-water + one receive buffer each) and
 		// the bytes kept while paused. The rest of the growth is the
 		// test's own buffers and the runtime's.
-		if limit := int64(4 << 20); growth > limit {
+		if limit := int64(8 << 20); growth > limit {
 			t.Fatalf("heap grew by %d bytes relaying %d bytes each way (limit %d)", growth, total, limit)
 		}
 	})
