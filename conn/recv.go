@@ -401,14 +401,10 @@ func (c *Conn) onEOF() {
 	}
 	c.closeOnDrain = io.EOF
 	if !c.send.active {
-		c.mu.Lock()
-		empty := c.out.n == 0
-		c.mu.Unlock()
-		if empty {
-			c.closeNow(io.EOF)
-		}
-		// else the flush queued by the Write that filled the queue sends
-		// it, and the last send completion closes.
+		// Sends what is queued (the last send completion then closes),
+		// or closes at once: never waits for a flush task, which a
+		// terminating loop may have refused.
+		c.startSend()
 	}
 }
 

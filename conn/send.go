@@ -223,12 +223,20 @@ func (c *Conn) queued() bool {
 // kick queues the flush as a tail task. From the loop itself this is a
 // queue push (no wakeup, no system call); from another goroutine it wakes
 // the loop at most once per wait. A refused task means the loop is shutting
-// down: its drain cancels c's ops and c closes with net.ErrClosed.
+// down: on the loop the flush runs at once; from elsewhere the bytes wait
+// for the next event of c on its loop (a send completion, the peer's FIN),
+// which starts the send itself, or for the drain that closes c.
 func (c *Conn) kick() {
 	if err := c.l.ExecuteAfterTurn(c.flushFn); err != nil {
 		c.mu.Lock()
 		c.flushQueued = false
 		c.mu.Unlock()
+		if c.l.InLoop() {
+			// The loop is terminating and takes no more tasks: flush
+			// now (a send the backend refuses closes the connection),
+			// so nothing waits for a flush that never runs.
+			c.flush()
+		}
 	}
 }
 

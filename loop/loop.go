@@ -3,6 +3,7 @@ package loop
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,10 +248,16 @@ func (l *Loop) ScheduleWithFixedDelay(initial, delay time.Duration, f func()) (*
 	return l.scheduleTimer(t)
 }
 
+// deadline turns a delay into a wheel deadline, saturating: a delay too
+// long to add to the clock (up to math.MaxInt64, about 292 years) means
+// never, not a negative deadline that fires at once.
 func (l *Loop) deadline(d time.Duration) int64 {
 	now := l.clock.Now()
 	if d <= 0 {
 		return now
+	}
+	if int64(d) > math.MaxInt64-now {
+		return math.MaxInt64
 	}
 	return now + int64(d)
 }
@@ -369,7 +376,8 @@ func (l *Loop) rejectedFull() {
 
 // scheduleTimer posts a new timer to the loop (Timer.Run inserts it into the
 // wheel on the loop goroutine) and wakes the loop only if the timer is due
-// before the loop's published wait deadline.
+// before the loop's published wait deadline. On the loop itself it inserts
+// the timer directly, so a full task queue never refuses it.
 func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
 	when := t.When() // read before the loop owns the timer
 	l.submitters.Add(1)
@@ -380,6 +388,14 @@ func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
 			return nil, errRejectedShuttingDown
 		}
 		return nil, errRejectedShutdown
+	}
+	if l.InLoop() {
+		// On the loop the timer goes into the wheel at once: never
+		// refused by a full task queue (Netty's in-loop schedule), and
+		// the loop, running, needs no wakeup.
+		t.Run()
+		l.submitters.Add(-1)
+		return t, nil
 	}
 	if err := l.tasks.Push(t); err != nil {
 		l.rejectedFull()
