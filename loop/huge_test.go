@@ -1,12 +1,16 @@
 package loop_test
 
 import (
+	"context"
+	"errors"
 	"math"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
+	"golang.org/x/sys/unix"
 )
 
 // TestHugeDelays: delays too long to add to the clock saturate to "never":
@@ -43,6 +47,108 @@ func TestHugeDelays(t *testing.T) {
 		}
 		if d := l.Stats().Turns - turns; d > 20 {
 			t.Fatalf("the loop turned %d times in 300ms with only far timers pending", d)
+		}
+	})
+}
+
+// TestScheduleOnLoopNeverRefused: with the task queue full
+// (WithMaxPendingTasks), a timer scheduled on the loop itself is still
+// accepted and runs (Netty's in-loop schedule never refuses).
+func TestScheduleOnLoopNeverRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithMaxPendingTasks(4))
+		l := g.Loop(0)
+		fired := make(chan struct{})
+		var schedErr, fullErr error
+		runOn(t, l, func() {
+			for range 100 {
+				if err := l.Execute(func() {}); err != nil {
+					fullErr = err
+					break
+				}
+			}
+			_, schedErr = l.Schedule(time.Millisecond, func() { close(fired) })
+		})
+		if !errors.Is(fullErr, loop.ErrQueueFull) {
+			t.Fatalf("the queue never filled: %v", fullErr)
+		}
+		if schedErr != nil {
+			t.Fatalf("Schedule on the loop with its queue full: %v", schedErr)
+		}
+		select {
+		case <-fired:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the timer never ran")
+		}
+	})
+}
+
+// TestLoopsKeepProcessName: a loop never renames the process (the main
+// thread's name, which ps and pidof show), even when its goroutine locks
+// the main thread.
+func TestLoopsKeepProcessName(t *testing.T) {
+	before, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		for range 5 {
+			g := newGroup(t, b, loop.WithLoops(4), loop.WithName("renamer"))
+			for _, l := range g.Loops() {
+				runOn(t, l, func() {})
+			}
+			g.Shutdown(context.Background())
+		}
+	})
+	after, _ := os.ReadFile("/proc/self/comm")
+	if string(after) != string(before) {
+		t.Fatalf("the process was renamed from %q to %q", before, after)
+	}
+}
+
+// TestOptionBounds: a buffer ring too large to allocate is refused up
+// front, and WithMaxOps caps the op table exactly (a cap below the table's
+// chunk of 256 left no op at all).
+func TestOptionBounds(t *testing.T) {
+	if _, err := loop.NewGroup(loop.WithBufferRing(32768, 1<<20)); !errors.Is(err, loop.ErrInvalidOption) {
+		t.Fatalf("a 32 GiB buffer ring: %v, want ErrInvalidOption", err)
+	}
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithMaxOps(3))
+		l := g.Loop(0)
+		var errs []error
+		runOn(t, l, func() {
+			var fds [2]int
+			if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+				errs = append(errs, err)
+				return
+			}
+			defer unix.Close(fds[0])
+			defer unix.Close(fds[1])
+			buf := make([]byte, 1)
+			started := 0
+			var ids []loop.OpID
+			for range 5 {
+				id, err := l.Recv(fds[0], buf, 0, completerFunc(func(*loop.Completion) {}))
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				started++
+				ids = append(ids, id)
+			}
+			for _, id := range ids {
+				l.Cancel(id)
+			}
+			if started == 0 {
+				t.Errorf("WithMaxOps(3) allowed no op")
+			}
+			if started > 3 {
+				t.Errorf("WithMaxOps(3) allowed %d ops", started)
+			}
+		})
+		if len(errs) == 0 {
+			t.Fatal("no op was refused past the cap")
 		}
 	})
 }

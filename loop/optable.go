@@ -47,15 +47,22 @@ func (t *opTable) alloc(tag opTag) *op {
 
 func (t *opTable) grow() bool {
 	base := t.len()
-	if t.maxSlots != 0 && base+opChunk > t.maxSlots {
-		return false
+	n := uint32(opChunk) // slots of the new chunk put in use
+	if t.maxSlots != 0 {
+		if base >= t.maxSlots {
+			return false
+		}
+		n = min(n, t.maxSlots-base) // a cap that is no multiple of the chunk: a partial last chunk
 	}
 	c := make([]op, opChunk)
 	for i := range c {
 		c[i].slot = base + uint32(i)
 		c[i].gen = 1
-		if i+1 < opChunk {
-			c[i].next = base + uint32(i) + 1
+		c[i].next = noSlot
+	}
+	for i := range n {
+		if i+1 < n {
+			c[i].next = base + i + 1
 		} else {
 			c[i].next = t.free
 		}

@@ -124,9 +124,15 @@ func WithTick(d time.Duration) Option { return func(c *config) { c.tick = d } }
 // means slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
+// maxBufRingBytes caps one loop's provided-buffer memory (count × size):
+// 256 MiB, far above any useful ring, and well below what makes an
+// allocation fail or the memlock limit refuse a registration.
+const maxBufRingBytes = 256 << 20
+
 // WithBufferRing sizes each loop's provided-buffer ring used by
 // RecvProvided: count buffers (a power of two, at most 32768) of size bytes
-// (1..1 MiB). 0 for either means its default (256 buffers of 4 KiB).
+// (1..1 MiB), at most 256 MiB in all. 0 for either means its default (256
+// buffers of 4 KiB).
 func WithBufferRing(count, size uint32) Option {
 	return func(c *config) { c.bufCount, c.bufSize = count, size }
 }
@@ -136,8 +142,10 @@ func WithBufferRing(count, size uint32) Option {
 // exists for deterministic tests.
 func WithClock(clk sched.Clock) Option { return func(c *config) { c.clock = clk } }
 
-// WithMaxOps caps each loop's op table (ops in flight at once). 0 means no
-// cap beyond 2^32-1.
+// WithMaxOps caps each loop's op table (ops in flight at once), exactly. 0
+// means no cap beyond 2^32-1. A loop needs an op for its own wakeups and
+// one per armed receive, accept or send, so a cap of a few ops leaves
+// little for connections.
 func WithMaxOps(n uint32) Option { return func(c *config) { c.maxOps = n } }
 
 // WithDrainTimeout bounds how long a terminating loop waits for the final
@@ -208,6 +216,10 @@ func (c *config) validate() error {
 	}
 	if c.bufSize > 1<<20 {
 		return invalidOption("buffer size %d (expected 1..1048576)", c.bufSize)
+	}
+	if total := uint64(c.bufCount) * uint64(c.bufSize); total > maxBufRingBytes {
+		return invalidOption("buffer ring of %d × %d bytes = %d bytes per loop (expected at most %d)",
+			c.bufCount, c.bufSize, total, maxBufRingBytes)
 	}
 	if c.clock == nil {
 		c.clock = d.clock

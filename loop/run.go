@@ -35,7 +35,11 @@ func (l *Loop) main(errc chan<- error) {
 	runtime.LockOSThread()
 	l.tid.Store(gettid())
 	running.Store(l.tid.Load(), l)
-	setThreadName(l.name)
+	if int(l.tid.Load()) != os.Getpid() {
+		// Not the main thread: its name is the process's (ps, pidof,
+		// /proc/<pid>/comm), which a loop must not take.
+		setThreadName(l.name)
+	}
 	labels := pprof.Labels("ringloop.group", l.group.name, "ringloop.loop", strconv.Itoa(l.index))
 	pprof.Do(context.Background(), labels, func(context.Context) { l.body(errc) })
 }
