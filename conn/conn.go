@@ -59,6 +59,7 @@ type Conn struct {
 	// Shared with other goroutines.
 	userCtx     atomic.Pointer[ctxBox]
 	userPaused  atomic.Bool             // PauseRead is in effect (ReadPaused)
+	claimed     atomic.Bool             // an accepted fd's owner is settled (register, or a refused hand-off)
 	closeF      *sched.Future[struct{}] // CloseFuture's, made on first call; guarded by mu
 	closedDone  bool                    // OnClose ran; guarded by mu
 	finalErr    error                   // the cause OnClose reported; guarded by mu

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/ringloop/ringloop/loop"
 	"github.com/ringloop/ringloop/sched"
@@ -123,7 +124,16 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 	c.raddr = addr
 	c.state = stateConnecting
 	c.dial = ds
+	// The fd has one owner: the start task, or the path that finds the
+	// task refused. A loop whose start failed refuses the task and still
+	// runs it as it terminates, so both may run: the first to claim the fd
+	// closes it, the other leaves it alone (it may be another file's by
+	// then).
+	var claim atomic.Bool
 	start := func() {
+		if !claim.CompareAndSwap(false, true) {
+			return
+		}
 		if ds.canceled != nil {
 			unix.Close(fd)
 			c.finishDial(opError("dial", ds.network, "", nil, addr, ds.canceled))
@@ -158,6 +168,9 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 		return
 	}
 	if err := l.Execute(start); err != nil {
+		if !claim.CompareAndSwap(false, true) {
+			return // the task ran after all and owns the outcome
+		}
 		unix.Close(fd)
 		c.state = stateClosed
 		c.dial = nil

@@ -469,7 +469,10 @@ func (s *Server) handoff(ln *listener, fd int) {
 		c.register()
 		return
 	}
-	if err := w.Execute(c.register); err != nil {
+	if err := w.Execute(c.register); err != nil && c.claimed.CompareAndSwap(false, true) {
+		// Refused, and register did not run meanwhile (a loop whose
+		// start failed refuses a task and still runs it as it
+		// terminates: whoever claims the fd first closes it).
 		unix.Close(fd)
 	}
 }
@@ -477,6 +480,9 @@ func (s *Server) handoff(ln *listener, fd int) {
 // register runs on the connection's loop: the server counts it, then it
 // opens. After Shutdown began it is closed at once instead.
 func (c *Conn) register() {
+	if !c.claimed.CompareAndSwap(false, true) {
+		return // the hand-off found the task refused and closed the fd
+	}
 	if !c.srv.add(c) {
 		unix.Close(c.fd)
 		c.state = stateClosed

@@ -19,3 +19,5 @@ func (d *uringDriver) faultRebuilt()                                         {}
 func (d *uringDriver) faultBufRing(*ring.Ring, uint16, uint32, uint32) error { return nil }
 func (d *epollDriver) faultSubmit(*op) bool                                  { return false }
 func faultSendLen(n int) int                                                 { return n }
+
+func faultStart() error { return nil }

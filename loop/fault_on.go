@@ -3,6 +3,7 @@
 package loop
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -57,13 +58,14 @@ type Faults struct {
 	DelayNotif     float64       // per SEND_ZC notification seen by a rebuild: hide it
 	RebuildTimeout time.Duration // a rebuild's deadline (0: the default, 1 s)
 	BufRingFail    float64       // per rebuild: the new ring's buffer ring registration fails
+	StartFail      float64       // per loop start: the backend fails to start (the loop terminates)
 }
 
 // FaultCounts reports how many faults of each kind were injected.
 type FaultCounts struct {
 	ShortSends, Retries, NoBufs, Cancels       uint64
 	BufsOnFailure, ReapOnes, Rebuilds, GiveUps uint64
-	DelayedNotifs, BufRingFails                uint64
+	DelayedNotifs, BufRingFails, StartFails    uint64
 }
 
 var faults struct {
@@ -74,7 +76,7 @@ var faults struct {
 
 	shortSends, retries, noBufs, cancels       atomic.Uint64
 	bufsOnFailure, reapOnes, rebuilds, giveUps atomic.Uint64
-	delayedNotifs, bufRingFails                atomic.Uint64
+	delayedNotifs, bufRingFails, startFails    atomic.Uint64
 }
 
 // SetFaults turns fault injection on with f for every loop of the process
@@ -99,6 +101,7 @@ func InjectedFaults() FaultCounts {
 		BufsOnFailure: faults.bufsOnFailure.Load(), ReapOnes: faults.reapOnes.Load(),
 		Rebuilds: faults.rebuilds.Load(), GiveUps: faults.giveUps.Load(),
 		DelayedNotifs: faults.delayedNotifs.Load(), BufRingFails: faults.bufRingFails.Load(),
+		StartFails: faults.startFails.Load(),
 	}
 }
 
@@ -295,4 +298,16 @@ func (d *epollDriver) faultSubmit(o *op) bool {
 	}
 	d.final(o, res)
 	return true
+}
+
+// errFaultStart is the cause of an injected start failure.
+var errFaultStart = errors.New("loop: injected fault: backend start failed")
+
+// faultStart may fail a loop's start.
+func faultStart() error {
+	if ok, _ := roll(func(f *Faults) float64 { return f.StartFail }, 0); ok {
+		faults.startFails.Add(1)
+		return errFaultStart
+	}
+	return nil
 }

@@ -56,7 +56,11 @@ func setThreadName(name string) {
 }
 
 func (l *Loop) body(errc chan<- error) {
-	if err := l.drv.start(); err != nil {
+	err := faultStart()
+	if err == nil {
+		err = l.drv.start()
+	}
+	if err != nil {
 		errc <- err
 		l.logger.Error("loop: backend start failed", "loop", l.name, "err", err)
 		l.forceState(StateShutdown)
