@@ -480,6 +480,9 @@ func (c *Conn) SetNoDelay(on bool) error {
 // (whole seconds, rounded up), or disables them for d <= 0. A no-op for Unix
 // sockets. Safe for concurrent use.
 func (c *Conn) SetKeepAlive(d time.Duration) error {
+	if d > MaxKeepAlive {
+		return invalidOption("keepalive %v (expected at most %v, the kernel's limit)", d, MaxKeepAlive)
+	}
 	return c.sockopt(func() error { return setKeepAlive(c.fd, c.network, d) })
 }
 

@@ -218,6 +218,9 @@ func (s *Server) Close() error {
 // starts all of this and returns an error wrapping loop.ErrInLoop instead
 // of waiting, which would stall that loop. Safe for concurrent use.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background() // as Dial treats a nil ctx
+	}
 	s.shutting.Store(true)
 	err := s.Close()
 	if err != nil && !errors.Is(err, ErrServerClosed) {

@@ -2,6 +2,7 @@ package conn
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
@@ -39,6 +40,9 @@ const (
 	// DefaultInboundLimit caps the bytes a connection keeps for its
 	// handler (WithInboundLimit).
 	DefaultInboundLimit = 4 << 20
+	// MaxKeepAlive is the longest keepalive idle time and interval the
+	// kernel takes (TCP_KEEPIDLE and TCP_KEEPINTVL: 32,767 s).
+	MaxKeepAlive = 32767 * time.Second
 	// maxBufferOption caps WithReadBuffer and WithWriteBuffer (hard-coded:
 	// 1 GiB is far above any kernel's wmem_max/rmem_max default).
 	maxBufferOption = 1 << 30
@@ -203,8 +207,10 @@ func newConfig(opts []Option) (*config, error) {
 func (c *config) validate() error {
 	d := defaultConfig()
 	switch {
-	case c.backlog < 0:
-		return invalidOption("backlog %d (expected >= 0)", c.backlog)
+	case c.backlog < 0 || c.backlog > math.MaxInt32:
+		return invalidOption("backlog %d (expected 0..%d; the kernel caps it at net.core.somaxconn)", c.backlog, math.MaxInt32)
+	case c.keepAlive > MaxKeepAlive:
+		return invalidOption("keepalive %v (expected at most %v, the kernel's limit)", c.keepAlive, MaxKeepAlive)
 	case c.readBuf < 0 || c.readBuf > maxBufferOption:
 		return invalidOption("read buffer %d (expected 0..%d)", c.readBuf, maxBufferOption)
 	case c.writeBuf < 0 || c.writeBuf > maxBufferOption:

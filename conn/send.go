@@ -59,6 +59,42 @@ type outQueue struct {
 	n    int // bytes queued
 }
 
+// spliceMin is the write size from which Writev copies outside the lock
+// (hard-coded: 4 chunks; smaller copies are shorter than a lock hand-off).
+const spliceMin = 4 * chunkSize
+
+// fillChunks copies bufs into new chunks from the pool, full but the last.
+func fillChunks(bufs [][]byte) []*chunk {
+	var cs []*chunk
+	var t *chunk
+	for _, p := range bufs {
+		for len(p) > 0 {
+			if t == nil || t.w == len(t.buf) {
+				t = chunkPool.Get().(*chunk)
+				t.r, t.w = 0, 0
+				cs = append(cs, t)
+			}
+			k := copy(t.buf[t.w:], p)
+			t.w += k
+			p = p[k:]
+		}
+	}
+	return cs
+}
+
+// splice queues chunks filled by fillChunks (n bytes) behind the queued
+// bytes. The chunk that was last is frozen from now on, as the rule for
+// writers requires. Caller holds c.mu.
+func (o *outQueue) splice(cs []*chunk, n int) {
+	o.n += n
+	if o.head > 0 && len(o.q)+len(cs) > cap(o.q) {
+		k := copy(o.q, o.q[o.head:])
+		clear(o.q[k:])
+		o.q, o.head = o.q[:k], 0
+	}
+	o.q = append(o.q, cs...)
+}
+
 // append copies p behind the queued bytes. Caller holds c.mu.
 func (o *outQueue) append(p []byte) {
 	o.n += len(p)
@@ -153,27 +189,8 @@ func putChunk(t *chunk) {
 // Writable or OnWritabilityChanged. After Close or CloseWrite it returns an
 // error wrapping net.ErrClosed. Safe for concurrent use.
 func (c *Conn) Write(p []byte) (int, error) {
-	if len(p) == 0 {
-		if c.closeReq.Load() {
-			return 0, c.opError("write", "", net.ErrClosed)
-		}
-		return 0, nil
-	}
-	c.mu.Lock()
-	if c.wclosed {
-		c.mu.Unlock()
-		return 0, c.opError("write", "", net.ErrClosed)
-	}
-	c.out.append(p)
-	kick := c.queued()
-	c.mu.Unlock()
-	if kick {
-		c.kick()
-	}
-	if c.cfg.pauseUnwritable && c.l.InLoop() {
-		c.syncWritePause()
-	}
-	return len(p), nil
+	n, err := c.Writev([][]byte{p})
+	return int(n), err
 }
 
 // Writev queues a copy of every buffer of bufs, in order and contiguous, as
@@ -183,17 +200,31 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 	for _, b := range bufs {
 		n += int64(len(b))
 	}
+	var filled []*chunk
+	if n >= spliceMin {
+		// A large write is copied into chunks of its own before taking
+		// the lock, which the loop's send completions need: copying it
+		// under the lock stalled the loop for as long as the copy took.
+		filled = fillChunks(bufs)
+	}
 	c.mu.Lock()
 	if c.wclosed {
 		c.mu.Unlock()
+		for _, t := range filled {
+			putChunk(t)
+		}
 		return 0, c.opError("write", "", net.ErrClosed)
 	}
 	if n == 0 {
 		c.mu.Unlock()
 		return 0, nil
 	}
-	for _, b := range bufs {
-		c.out.append(b)
+	if filled != nil {
+		c.out.splice(filled, int(n))
+	} else {
+		for _, b := range bufs {
+			c.out.append(b)
+		}
 	}
 	kick := c.queued()
 	c.mu.Unlock()

@@ -222,6 +222,9 @@ func (g *Group) ShutdownGracefully(quiet, timeout time.Duration) error {
 // it starts the shutdown and returns ErrInLoop instead of deadlocking.
 // Safe for concurrent use.
 func (g *Group) Shutdown(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background() // as Dial treats a nil ctx
+	}
 	timeout := DefaultShutdownTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl), 0)

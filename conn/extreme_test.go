@@ -1,0 +1,183 @@
+package conn_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/loop"
+)
+
+// bulkThenClose writes n pattern bytes on open, then closes.
+type bulkThenClose struct {
+	conn.NopHandler
+	n int
+}
+
+func (h bulkThenClose) OnOpen(c *conn.Conn) {
+	buf := make([]byte, h.n)
+	ctPattern(buf, 0)
+	c.Write(buf)
+	c.Close()
+}
+
+// TestHugeDurations: durations too long for the clock mean "never": a
+// linger of math.MaxInt64 lets every queued byte out (it lost all but
+// 175,616 of 8 MiB), and read and idle timeouts of math.MaxInt64 neither
+// fire nor make the loop spin.
+func TestHugeDurations(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		g := ctGroup(t, b, 1)
+		t.Run("linger", func(t *testing.T) {
+			const n = 8 << 20
+			srv := ctListen(t, "tcp", "127.0.0.1:0", g, bulkThenClose{n: n}, conn.WithLinger(math.MaxInt64))
+			c, err := net.Dial("tcp", srv.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			time.Sleep(50 * time.Millisecond) // let the server's queue wait on us
+			h := sha256.New()
+			got, err := io.Copy(h, c)
+			if err != nil || got != n {
+				t.Fatalf("read %d of %d bytes: %v", got, n, err)
+			}
+			want := make([]byte, n)
+			ctPattern(want, 0)
+			if sha256.Sum256(want) != [32]byte(h.Sum(nil)) {
+				t.Fatal("the bytes differ")
+			}
+		})
+		t.Run("timeouts", func(t *testing.T) {
+			h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
+			srv := ctListen(t, "tcp", "127.0.0.1:0", g, h,
+				conn.WithReadTimeout(math.MaxInt64), conn.WithIdleTimeout(math.MaxInt64))
+			c, err := net.Dial("tcp", srv.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			sc, ev := h.accepted(t)
+			if err := sc.SetReadTimeout(math.MaxInt64); err != nil {
+				t.Fatal(err)
+			}
+			if err := sc.SetIdleTimeout(math.MaxInt64 - 1); err != nil {
+				t.Fatal(err)
+			}
+			turns := g.Loop(0).Stats().Turns
+			time.Sleep(300 * time.Millisecond)
+			if d := g.Loop(0).Stats().Turns - turns; d > 20 {
+				t.Fatalf("the loop turned %d times in 300ms with only far timeouts pending", d)
+			}
+			ev.mu.Lock()
+			closes := ev.closes
+			ev.mu.Unlock()
+			if closes != 0 {
+				t.Fatal("a timeout of math.MaxInt64 closed the connection")
+			}
+		})
+	})
+}
+
+// TestLargeWriteKeepsLoopResponsive: a 256 MiB Write from another goroutine
+// does not hold the connection for the length of its copy: the loop keeps
+// answering tasks (round trips took 1.3-2.6 s while the copy held the
+// lock the send completions need).
+func TestLargeWriteKeepsLoopResponsive(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		g := ctGroup(t, b, 1)
+		h := ctNewServerHandler(t, nil)
+		srv := ctListen(t, "tcp", "127.0.0.1:0", g, h)
+		c, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go io.Copy(io.Discard, c)
+		sc, _ := h.accepted(t)
+		big := make([]byte, 256<<20)
+		writes := 4
+		if testing.Short() || accRace {
+			writes = 1
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range writes {
+				sc.Write(big)
+			}
+		}()
+		var worst atomic.Int64
+		for {
+			select {
+			case <-done:
+				t.Logf("worst loop round trip during %d writes of 256 MiB: %v", writes, time.Duration(worst.Load()))
+				if w := time.Duration(worst.Load()); w > time.Second {
+					t.Fatalf("a loop round trip took %v while a large Write copied", w)
+				}
+				sc.Close()
+				return
+			default:
+			}
+			start := time.Now()
+			res := make(chan struct{})
+			if err := g.Loop(0).Execute(func() { close(res) }); err != nil {
+				t.Fatal(err)
+			}
+			<-res
+			if d := int64(time.Since(start)); d > worst.Load() {
+				worst.Store(d)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+// TestOptionLimits: values past the kernel's limits are refused instead of
+// silently doing something else; nil contexts are taken as Background; an
+// empty write after CloseWrite fails the same way for Write and Writev.
+func TestOptionLimits(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		g := ctGroup(t, b, 1)
+		for _, o := range []conn.Option{conn.WithKeepAlive(10 * time.Hour), conn.WithBacklog(1 << 32)} {
+			if _, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", ctNewEvents(t), o); !errors.Is(err, conn.ErrInvalidOption) {
+				t.Fatalf("Listen: %v, want ErrInvalidOption", err)
+			}
+		}
+		h := ctNewServerHandler(t, nil)
+		srv := ctListen(t, "tcp", "127.0.0.1:0", g, h)
+		c, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		sc, _ := h.accepted(t)
+		if err := sc.SetKeepAlive(10 * time.Hour); !errors.Is(err, conn.ErrInvalidOption) {
+			t.Fatalf("SetKeepAlive(10h): %v, want ErrInvalidOption", err)
+		}
+		if err := sc.SetKeepAlive(conn.MaxKeepAlive); err != nil {
+			t.Fatalf("SetKeepAlive(MaxKeepAlive): %v", err)
+		}
+		sc.CloseWrite()
+		if _, err := sc.Write(nil); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Write(nil) after CloseWrite: %v", err)
+		}
+		if _, err := sc.Writev(nil); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Writev(nil) after CloseWrite: %v", err)
+		}
+		if err := srv.Shutdown(nil); err != nil {
+			t.Fatalf("Server.Shutdown(nil): %v", err)
+		}
+		if err := g.Shutdown(nil); err != nil {
+			t.Fatalf("Group.Shutdown(nil): %v", err)
+		}
+	})
+}
