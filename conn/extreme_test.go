@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,5 +181,42 @@ func TestOptionLimits(t *testing.T) {
 		if err := g.Shutdown(nil); err != nil {
 			t.Fatalf("Group.Shutdown(nil): %v", err)
 		}
+	})
+}
+
+// TestGoexitInHandler: runtime.Goexit in OnData (what t.FailNow does)
+// terminates that loop properly: its connections close with OnClose, the
+// server forgets them, and the group's shutdown completes.
+func TestGoexitInHandler(t *testing.T) {
+	ctQuietLogs(t)
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := ctNewServerHandler(t, func(e *ctEvents) {
+			e.onData = func(*conn.Conn, []byte) { runtime.Goexit() }
+		})
+		srv, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("x"))
+		_, ev := h.accepted(t)
+		if err := ev.wait(t); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("OnClose(%v), want net.ErrClosed", err)
+		}
+		ctWaitFor(t, 5*time.Second, "the server to forget the connection", func() bool { return srv.Conns() == 0 })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Shutdown(ctx); err != nil {
+			t.Fatalf("Group.Shutdown: %v", err)
+		}
+		srv.Close()
 	})
 }

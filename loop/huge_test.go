@@ -3,8 +3,10 @@ package loop_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,6 +151,43 @@ func TestOptionBounds(t *testing.T) {
 		})
 		if len(errs) == 0 {
 			t.Fatal("no op was refused past the cap")
+		}
+	})
+}
+
+// TestGoexitInTaskTerminatesLoop: runtime.Goexit in a task (t.FailNow in a
+// handler does it) no longer leaves a dead loop that looks alive: the loop
+// terminates, later Executes are refused, queued work and hooks run, and
+// the group's shutdown completes.
+func TestGoexitInTaskTerminatesLoop(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(2), loop.WithLogger(slog.New(slog.DiscardHandler)))
+		l := g.Loop(0)
+		hookRan := make(chan struct{})
+		if _, err := l.AddShutdownHook(func() { close(hookRan) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Execute(func() { runtime.Goexit() }); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the loop did not terminate after Goexit")
+		}
+		select {
+		case <-hookRan:
+		case <-time.After(time.Second):
+			t.Fatal("the shutdown hook did not run")
+		}
+		if err := l.Execute(func() {}); !errors.Is(err, loop.ErrRejected) {
+			t.Fatalf("Execute after the loop died: %v, want ErrRejected", err)
+		}
+		runOn(t, g.Loop(1), func() {}) // the other loop still serves
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Shutdown(ctx); err != nil {
+			t.Fatalf("Group.Shutdown: %v", err)
 		}
 	})
 }

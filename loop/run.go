@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"time"
@@ -69,12 +70,28 @@ func (l *Loop) body(errc chan<- error) {
 	}
 	errc <- nil
 	l.lastExec = l.clock.Now()
+	// runtime.Goexit in a task or callback (t.FailNow in a test handler
+	// does it) unwinds past every recover; without this the goroutine
+	// would vanish with the loop still Started, its tasks never run and
+	// its shutdown never ending. The loop terminates instead, as on a
+	// shutdown: queued tasks run, ops are canceled and drained, waiters
+	// are released, and the cause is logged and counted.
+	exiting := true
+	defer func() {
+		if exiting {
+			l.stats.panics.Add(1)
+			l.logger.Error("loop: runtime.Goexit called on the loop goroutine (by a task or callback); the loop terminates",
+				"loop", l.name, "stack", string(debug.Stack()))
+			l.finish()
+		}
+	}()
 	for {
 		l.safeTurn()
 		if State(l.state.Load()) >= StateShuttingDown && l.safeConfirmShutdown() {
 			break
 		}
 	}
+	exiting = false
 	l.finish()
 }
 
