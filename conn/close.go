@@ -219,6 +219,12 @@ func (c *Conn) closed() {
 	c.mu.Unlock()
 	c.rbuf = nil
 	c.inbuf, c.inoff = nil, 0
+	if c.tracked {
+		c.untrack()
+	}
+	if c.shutdownClose && c.closeErr == nil {
+		c.closeErr = c.errLoopShutdown()
+	}
 	c.callClose()
 	if c.srv != nil {
 		c.srv.remove(c)

@@ -72,35 +72,37 @@ type Conn struct {
 	wclosed     bool                    // no more writes: closed or CloseWrite
 
 	// Loop goroutine only.
-	state        connState
-	closeErr     error // the cause OnClose reports
-	ops          int   // ops started and not yet at their final completion
-	recv         recvOp
-	send         sendOp
-	misc         miscOp // connect, shutdown and close
-	rbuf         []byte // single-shot receive buffer (fallback only)
-	inbuf        []byte // bytes kept (from inoff on): unconsumed by OnRead, or received while paused
-	inoff        int    // start of the kept bytes in inbuf
-	pending      int    // bytes at the end of inbuf the handler has not seen
-	pause        uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
-	eofHeld      bool   // the FIN came while kept bytes wait for a resume
-	resumeQueued bool   // the resume task is queued
-	abort        bool   // close with a reset (SO_LINGER 0): the stream broke
-	wseen        uint64 // writability transitions reported to the handler
-	lingering    bool   // Close waits for the outbound queue to drain (WithLinger)
-	lingerTimer  *sched.Timer
-	eof          bool  // the peer's FIN arrived
-	closeOnDrain error // close with this cause once the outbound queue is empty
-	shutWanted   bool  // CloseWrite: shutdown(SHUT_WR) once the queue is empty
-	shutDone     bool  // shutdown submitted
-	readTimeout  time.Duration
-	idleTimeout  time.Duration
-	lastRead     int64 // monotonic ns of the last received data
-	lastIO       int64 // monotonic ns of the last receive or send
-	readTimer    *sched.Timer
-	idleTimer    *sched.Timer
-	dial         *dialState // non-nil while Dial waits
-	dialErr      error      // why Dial failed, reported once the fd is closed
+	state         connState
+	closeErr      error // the cause OnClose reports
+	ops           int   // ops started and not yet at their final completion
+	recv          recvOp
+	send          sendOp
+	misc          miscOp // connect, shutdown and close
+	rbuf          []byte // single-shot receive buffer (fallback only)
+	inbuf         []byte // bytes kept (from inoff on): unconsumed by OnRead, or received while paused
+	inoff         int    // start of the kept bytes in inbuf
+	pending       int    // bytes at the end of inbuf the handler has not seen
+	pause         uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
+	eofHeld       bool   // the FIN came while kept bytes wait for a resume
+	resumeQueued  bool   // the resume task is queued
+	abort         bool   // close with a reset (SO_LINGER 0): the stream broke
+	wseen         uint64 // writability transitions reported to the handler
+	lingering     bool   // Close waits for the outbound queue to drain (WithLinger)
+	lingerTimer   *sched.Timer
+	eof           bool  // the peer's FIN arrived
+	closeOnDrain  error // close with this cause once the outbound queue is empty
+	shutWanted    bool  // CloseWrite: shutdown(SHUT_WR) once the queue is empty
+	shutDone      bool  // shutdown submitted
+	readTimeout   time.Duration
+	idleTimeout   time.Duration
+	lastRead      int64 // monotonic ns of the last received data
+	lastIO        int64 // monotonic ns of the last receive or send
+	readTimer     *sched.Timer
+	idleTimer     *sched.Timer
+	dial          *dialState // non-nil while Dial waits
+	dialErr       error      // why Dial failed, reported once the fd is closed
+	tracked       bool       // in its loop's registry (registry.go)
+	shutdownClose bool       // closed by its loop's shutdown: OnClose reports net.ErrClosed
 
 	flushFn       func() // c.flush, bound once so queuing it allocates nothing
 	resumeFn      func()
@@ -166,6 +168,16 @@ func now() int64 { return int64(time.Since(epoch)) }
 func (c *Conn) open() (err error) {
 	applySockopts(c.fd, c.network, c.cfg)
 	c.laddr, c.raddr = localAddr(c.fd, c.network), remoteAddr(c.fd, c.network)
+	if !c.track() {
+		// The loop is shutting down: the connection closes at once,
+		// before any handler sees it (a dial fails with the error).
+		err = c.errLoopShutdown()
+		c.setHandler(NopHandler{})
+		c.state = stateOpen
+		c.closeNow(err)
+		return err
+	}
+	c.tracked = true
 	if c.h == nil {
 		h, err := c.newHandler()
 		if err != nil {

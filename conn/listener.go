@@ -154,6 +154,20 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 	}
 	for i, ln := range s.lns {
 		ln.rearmFn = ln.arm
+		// A group shutting down stops accepting at its first shutdown
+		// check (Netty's closeAll), not at its end.
+		remove, err := ln.l.AddShutdownHook(ln.stop)
+		if err != nil {
+			for _, ln := range s.lns[i:] {
+				ln.fdClosed.Store(true)
+				unix.Close(ln.fd)
+				ln.closed()
+			}
+			s.lns = s.lns[:i]
+			s.Close()
+			return nil, opError("listen", network, "", nil, s.addr, err)
+		}
+		ln.unhook = remove
 		if err := ln.l.Execute(ln.arm); err != nil {
 			for _, ln := range s.lns[i:] {
 				ln.fdClosed.Store(true)
@@ -181,7 +195,11 @@ func (s *Server) Conns() int { return int(s.live.Load()) }
 // accept ops to end, unless called on one of the acceptor loops, where it
 // returns at once and the listeners close right after. A second call
 // returns ErrServerClosed. Safe for concurrent use.
-func (s *Server) Close() error {
+func (s *Server) Close() error { return s.close(context.Background()) }
+
+// close is Close bounded by ctx: it stops waiting for the acceptor loops
+// when ctx ends (returning ctx.Err()); the listeners still close.
+func (s *Server) close(ctx context.Context) error {
 	first := false
 	s.closeOnce.Do(func() { first = true })
 	if !first {
@@ -206,6 +224,8 @@ func (s *Server) Close() error {
 		case <-ln.done:
 		case <-ln.l.Done():
 			ln.closeFdOnce()
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil
@@ -222,7 +242,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		ctx = context.Background() // as Dial treats a nil ctx
 	}
 	s.shutting.Store(true)
-	err := s.Close()
+	err := s.close(ctx)
 	if err != nil && !errors.Is(err, ErrServerClosed) {
 		return err
 	}
@@ -289,6 +309,7 @@ type listener struct {
 	pause   bool // the next arm waits for a backoff timer
 	timer   *sched.Timer
 	rearmFn func()
+	unhook  func() // removes the shutdown hook that stops ln; nil until set
 }
 
 // arm starts the accept op (multishot where the backend has it). Must be
@@ -445,6 +466,9 @@ func (ln *listener) closeFdOnce() {
 
 func (ln *listener) closed() {
 	ln.removePath()
+	if ln.unhook != nil {
+		ln.unhook()
+	}
 	close(ln.done)
 }
 
