@@ -78,9 +78,10 @@ func TestProxy(t *testing.T) {
 				backendErr <- err
 				return
 			}
-			defer c.Close()
 			c.SetDeadline(time.Now().Add(5 * time.Minute))
+			wrote := make(chan struct{})
 			go func() {
+				defer close(wrote)
 				_, err := io.Copy(c, &ctPatternReader{off: 1 << 40, n: total})
 				if err == nil {
 					err = c.(*net.TCPConn).CloseWrite()
@@ -91,6 +92,8 @@ func TestProxy(t *testing.T) {
 			_, err = io.Copy(h, &slowReader{r: c, step: 1 << 20, pause: time.Millisecond})
 			backendErr <- err
 			backendGot <- h.Sum(nil)
+			<-wrote // the stream the other way may still be going out
+			c.Close()
 		}()
 
 		var maxBuffered atomic.Int64

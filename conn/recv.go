@@ -408,4 +408,3 @@ func (c *Conn) onEOF() {
 	}
 }
 
-var DbgMaxInbuf atomic.Int64
