@@ -407,4 +407,3 @@ func (c *Conn) onEOF() {
 		c.startSend()
 	}
 }
-
