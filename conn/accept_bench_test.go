@@ -55,23 +55,31 @@ func accBenchEcho(b *testing.B, backend string, conns, size int) {
 		defer c.Close()
 		clients[i] = c
 	}
+	accRoundTrips(b, conns, size, func(i int, msg, got []byte) error {
+		if _, err := clients[i].Write(msg); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(clients[i], got)
+		return err
+	})
+}
+
+// accRoundTrips runs b.N round trips of size bytes spread over conns
+// goroutines, one per connection; roundTrip does one on connection i.
+func accRoundTrips(b *testing.B, conns, size int, roundTrip func(i int, msg, got []byte) error) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, conns)
-	for _, c := range clients {
+	for i := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			msg, got := make([]byte, size), make([]byte, size)
 			for next.Add(1) <= int64(b.N) {
-				if _, err := c.Write(msg); err != nil {
-					errs <- err
-					return
-				}
-				if _, err := io.ReadFull(c, got); err != nil {
+				if err := roundTrip(i, msg, got); err != nil {
 					errs <- err
 					return
 				}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/ringloop/ringloop/conn"
@@ -69,35 +67,13 @@ func localEcho(b *testing.B, backend string, conns, size int) {
 		defer c.Close()
 		clients[i] = c
 	}
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	b.ResetTimer()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, conns)
-	for i, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			msg := make([]byte, size)
-			for next.Add(1) <= int64(b.N) {
-				if _, err := c.Write(msg); err != nil {
-					errs <- err
-					return
-				}
-				if _, ok := <-hs[i].done; !ok {
-					errs <- io.ErrUnexpectedEOF
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	select {
-	case err := <-errs:
-		b.Fatal(err)
-	default:
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	accRoundTrips(b, conns, size, func(i int, msg, _ []byte) error {
+		if _, err := clients[i].Write(msg); err != nil {
+			return err
+		}
+		if _, ok := <-hs[i].done; !ok {
+			return io.ErrUnexpectedEOF
+		}
+		return nil
+	})
 }

@@ -74,11 +74,7 @@ func (r *loopConns) closeAll(l *loop.Loop) {
 // on c's loop.
 func (c *Conn) closeForShutdown() {
 	c.shutdownClose = true
-	c.closeReq.Store(true)
-	c.mu.Lock()
-	c.wclosed = true
-	c.mu.Unlock()
-	c.closeLinger()
+	_ = c.Close() // on the loop: closeLinger; an error only says Close came first
 }
 
 // errLoopShutdown is what OnClose reports for a connection closed by its
