@@ -86,11 +86,7 @@ func TestCloseFuture(t *testing.T) {
 		g := ctGroup(t, b, 1)
 		h := ctNewServerHandler(t, nil)
 		srv := ctListen(t, "tcp", "127.0.0.1:0", g, h)
-		c, err := net.Dial("tcp", srv.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc, ev := h.accepted(t)
+		c, sc, ev := ctDialAccepted(t, srv, h)
 		f := sc.CloseFuture()
 		if f.IsDone() {
 			t.Fatal("close future done while open")

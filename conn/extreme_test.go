@@ -62,12 +62,7 @@ func TestHugeDurations(t *testing.T) {
 			h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
 			srv := ctListen(t, "tcp", "127.0.0.1:0", g, h,
 				conn.WithReadTimeout(math.MaxInt64), conn.WithIdleTimeout(math.MaxInt64))
-			c, err := net.Dial("tcp", srv.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			sc, ev := h.accepted(t)
+			_, sc, ev := ctDialAccepted(t, srv, h)
 			if err := sc.SetReadTimeout(math.MaxInt64); err != nil {
 				t.Fatal(err)
 			}
@@ -98,13 +93,8 @@ func TestLargeWriteKeepsLoopResponsive(t *testing.T) {
 		g := ctGroup(t, b, 1)
 		h := ctNewServerHandler(t, nil)
 		srv := ctListen(t, "tcp", "127.0.0.1:0", g, h)
-		c, err := net.Dial("tcp", srv.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c, sc, _ := ctDialAccepted(t, srv, h)
 		go io.Copy(io.Discard, c)
-		sc, _ := h.accepted(t)
 		big := make([]byte, 256<<20)
 		writes := 4
 		if testing.Short() || accRace {
@@ -156,12 +146,7 @@ func TestOptionLimits(t *testing.T) {
 		}
 		h := ctNewServerHandler(t, nil)
 		srv := ctListen(t, "tcp", "127.0.0.1:0", g, h)
-		c, err := net.Dial("tcp", srv.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		sc, _ := h.accepted(t)
+		_, sc, _ := ctDialAccepted(t, srv, h)
 		if err := sc.SetKeepAlive(10 * time.Hour); !errors.Is(err, conn.ErrInvalidOption) {
 			t.Fatalf("SetKeepAlive(10h): %v, want ErrInvalidOption", err)
 		}

@@ -266,3 +266,17 @@ func ctQuietLogs(tb testing.TB) {
 	slog.SetDefault(slog.New(slog.DiscardHandler))
 	tb.Cleanup(func() { slog.SetDefault(prev) })
 }
+
+// ctDialAccepted dials srv with package net (the client is closed at the
+// test's end) and returns both ends: the client and the server's
+// connection with its events.
+func ctDialAccepted(tb testing.TB, srv *conn.Server, h *ctServerHandler) (net.Conn, *conn.Conn, *ctEvents) {
+	tb.Helper()
+	c, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	sc, ev := h.accepted(tb)
+	return c, sc, ev
+}
