@@ -222,6 +222,7 @@ func TestPauseReadWhenUnwritable(t *testing.T) {
 		defer cl.Close()
 
 		runtime.GC()
+		runtime.GC() // and the pools' victim caches
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		heapBefore := ms.HeapAlloc
@@ -229,6 +230,7 @@ func TestPauseReadWhenUnwritable(t *testing.T) {
 		var written atomic.Int64
 		done := ctWriter(cl, total, &written)
 		stalled := ctStalled(t, &written, 300*time.Millisecond, 30*time.Second)
+		runtime.GC()
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
 		growth := int64(ms.HeapAlloc) - int64(heapBefore)
@@ -243,8 +245,9 @@ func TestPauseReadWhenUnwritable(t *testing.T) {
 		// The heap bound: the outbound queue (Buffered, within the bound
 		// above) plus the bytes kept while paused (at most what one
 		// batch of completions carried), plus the test's own writer
-		// buffer and slack for the runtime.
-		if limit := int64(high + recvBuf + 1<<20); growth > limit {
+		// buffer and slack for the runtime (a heap reading moves by
+		// about a MiB from run to run).
+		if limit := int64(high + recvBuf + 2<<20); growth > limit {
 			t.Fatalf("heap grew by %d bytes while the client did not read (limit %d)", growth, limit)
 		}
 
