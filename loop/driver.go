@@ -77,6 +77,16 @@ type driverConfig struct {
 	bufSize     uint32       // bytes per provided buffer
 	bufGroup    uint16       // provided-buffer group id
 	logger      *slog.Logger // never nil
+	wait        WaitMode     // how poll blocks
+	shared      bool         // the loop goroutine is not locked to one thread (WithSharedThread)
+	park        *parkHooks   // set by the loop; called around netpoller waits
+}
+
+// parkHooks are the loop's side of a netpoller wait: park runs before the
+// loop goroutine may block, resume after it runs again. A shared-thread loop
+// unlocks its OS thread in park and locks the one it resumes on in resume.
+type parkHooks struct {
+	park, resume func()
 }
 
 // completionSink receives the completions a driver reaps. The loop
@@ -130,15 +140,17 @@ func (b Backend) String() string {
 
 // Features describes what a loop's backend found in the kernel.
 type Features struct {
-	Backend         Backend // BackendUring or BackendEpoll
-	RingFeatures    uint32  // io_uring IORING_FEAT_* bits (uring only)
-	SetupFlags      uint32  // io_uring setup flags in use (uring only)
-	ExtArg          bool    // waits use IORING_ENTER_EXT_ARG (else a TIMEOUT SQE)
-	MultishotAccept bool    // accept is multishot (else re-armed single shots)
-	MultishotRecv   bool    // recv is multishot with provided buffers
-	BufRing         bool    // a provided-buffer ring is registered
-	BufCount        uint32  // provided buffers per loop, as configured (WithBufferRing)
-	BufSize         uint32  // bytes per provided buffer, as configured (WithBufferRing)
-	SendZC          bool    // SEND_ZC is available
-	FallbackReason  string  // why auto fell back to epoll, if it did
+	Backend         Backend  // BackendUring or BackendEpoll
+	RingFeatures    uint32   // io_uring IORING_FEAT_* bits (uring only)
+	SetupFlags      uint32   // io_uring setup flags in use (uring only)
+	ExtArg          bool     // waits use IORING_ENTER_EXT_ARG (else a TIMEOUT SQE)
+	MultishotAccept bool     // accept is multishot (else re-armed single shots)
+	MultishotRecv   bool     // recv is multishot with provided buffers
+	BufRing         bool     // a provided-buffer ring is registered
+	BufCount        uint32   // provided buffers per loop, as configured (WithBufferRing)
+	BufSize         uint32   // bytes per provided buffer, as configured (WithBufferRing)
+	SendZC          bool     // SEND_ZC is available
+	FallbackReason  string   // why auto fell back to epoll, if it did
+	Wait            WaitMode // how the loop waits
+	SharedThread    bool     // the loop runs as a shared-thread goroutine (WithSharedThread)
 }

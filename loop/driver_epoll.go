@@ -53,6 +53,7 @@ type epollDriver struct {
 	tfd    int // timerfd for waits finer than epoll_wait's milliseconds
 	closed bool
 
+	waiter     *netWaiter      // epfd on the Go netpoller (WaitNetpoll), else nil
 	timerArmed bool            // tfd is armed and has not fired
 	its        unix.ItimerSpec // timerfd_settime argument, reused
 
@@ -64,19 +65,20 @@ type epollDriver struct {
 
 	stall atomic.Int64 // polls left to fake as stalled (injectStall)
 
-	events  []unix.EpollEvent // epoll_wait results
-	fds     []epollFd         // per-fd waiter lists, indexed by fd
-	side    []epollOp         // per-op driver state, indexed by op slot
-	ready   epollQueue        // completions waiting for poll
-	pool    epollBufPool      // receive buffers for recv-provided
-	timers  epollTimerHeap    // op timeouts
-	retry   []int32           // fds to serve again next poll
-	retry2  []int32           // spare backing array for retry
-	epoch   time.Time         // origin of the driver's monotonic clock
-	pfd     [1]unix.PollFd    // poll(2) argument, reused
-	wakeBuf [8]byte           // eventfd read target
-	ctl     unix.EpollEvent   // epoll_ctl argument, reused
-	edge    uint32            // events of the edge being served, 0 outside onEvent
+	events    []unix.EpollEvent // epoll_wait results
+	harvested int               // events harvest left in events
+	fds       []epollFd         // per-fd waiter lists, indexed by fd
+	side      []epollOp         // per-op driver state, indexed by op slot
+	ready     epollQueue        // completions waiting for poll
+	pool      epollBufPool      // receive buffers for recv-provided
+	timers    epollTimerHeap    // op timeouts
+	retry     []int32           // fds to serve again next poll
+	retry2    []int32           // spare backing array for retry
+	epoch     time.Time         // origin of the driver's monotonic clock
+	pfd       [1]unix.PollFd    // poll(2) argument, reused
+	wakeBuf   [8]byte           // eventfd read target
+	ctl       unix.EpollEvent   // epoll_ctl argument, reused
+	edge      uint32            // events of the edge being served, 0 outside onEvent
 }
 
 // epollOp is the driver's state for one op, indexed by its slot.
@@ -194,6 +196,13 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 		unix.Close(epfd)
 		return nil, err
 	}
+	if cfg.wait == WaitNetpoll {
+		d.startNetpoll()
+	}
+	d.feats.Wait, d.feats.SharedThread = WaitKernel, cfg.shared
+	if d.waiter != nil {
+		d.feats.Wait = WaitNetpoll
+	}
 	return d, nil
 }
 
@@ -214,6 +223,49 @@ func (d *epollDriver) backend() Backend { return BackendEpoll }
 
 // start has nothing to do: the epoll instance has no thread affinity.
 func (d *epollDriver) start() error { return nil }
+
+// startNetpoll puts the epoll instance on the Go netpoller: a loop then
+// waits parked there rather than in epoll_wait. If the netpoller refuses
+// it the loop keeps waiting in epoll_wait, and says so once.
+func (d *epollDriver) startNetpoll() {
+	w, err := newNetWaiter(d.epfd, d.cfg.name+"-epoll", d.harvest, d.cfg.park)
+	if err != nil {
+		d.cfg.logger.Warn("loop: cannot wait on the Go netpoller; waiting in epoll_wait",
+			"loop", d.cfg.name, "err", err)
+		return
+	}
+	d.waiter = w
+}
+
+// harvest is the waiter's readiness check: a non-blocking epoll_wait whose
+// events stay in d.events, counted in d.harvested.
+func (d *epollDriver) harvest() bool {
+	n, err := unix.EpollWait(d.epfd, d.events, 0)
+	if err != nil {
+		n = 0 // EINTR; the netpoller reports the edge again if it matters
+	}
+	d.harvested = n
+	return n > 0
+}
+
+// waitEvents is one epoll_wait of up to w (w < 0: no limit). On the
+// netpoller it looks without blocking, parks until the epoll instance is
+// readable or w passes, and looks again; an edge that brings no event (the
+// instance's readiness is only a hint) parks it again.
+func (d *epollDriver) waitEvents(w time.Duration) (int, error) {
+	if d.waiter == nil || w == 0 {
+		d.setTimer(w)
+		return unix.EpollWait(d.epfd, d.events, epollWaitMillis(w))
+	}
+	// The runtime's netpoller sleeps in whole milliseconds; the timerfd,
+	// in the epoll set, ends a wait with a sub-millisecond part on time.
+	d.setTimer(w)
+	ready, err := d.waiter.wait(w)
+	if err != nil || !ready {
+		return 0, err
+	}
+	return d.harvested, nil
+}
 
 func (d *epollDriver) features() Features { return d.feats }
 
@@ -391,9 +443,7 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	}
 	d.runRetries()
 	for round := 0; ; round++ {
-		w := d.capWait(wait)
-		d.setTimer(w)
-		n, err := unix.EpollWait(d.epfd, d.events, epollWaitMillis(w))
+		n, err := d.waitEvents(d.capWait(wait))
 		if err != nil {
 			if err != unix.EINTR {
 				return r, os.NewSyscallError("epoll_wait", err)
@@ -611,6 +661,11 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	}
 	old := d.epfd
 	d.epfd = epfd
+	if d.waiter != nil {
+		d.waiter.close()
+		d.waiter = nil
+		d.startNetpoll()
+	}
 	if err := unix.Close(old); err != nil {
 		d.cfg.logger.Warn("failed to close the old epoll instance", "loop", d.cfg.name, "err", err)
 	}
@@ -636,8 +691,9 @@ func (d *epollDriver) close() error {
 	d.wakeMu.Lock()
 	d.wakeFd = -1
 	d.wakeMu.Unlock()
-	var first error
-	if err := unix.Close(d.epfd); err != nil {
+	first := d.waiter.close()
+	d.waiter = nil
+	if err := unix.Close(d.epfd); err != nil && first == nil {
 		first = os.NewSyscallError("close", err)
 	}
 	if err := unix.Close(d.evfd); err != nil && first == nil {

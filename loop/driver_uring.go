@@ -74,6 +74,11 @@ const (
 	// Used if a READ of the non-blocking eventfd ever completes with
 	// -EAGAIN (kernels that do not arm an internal poll for it).
 	wakePoll
+	// wakeNetpoll: no op in the ring. The eventfd is registered with the
+	// ring (IORING_REGISTER_EVENTFD), so the kernel signals it when it
+	// queues work for the loop, and the loop goroutine waits for it on the
+	// Go netpoller (netwait.go) instead of in io_uring_enter.
+	wakeNetpoll
 )
 
 // requiredOps are the opcodes the op contract cannot do without, with the
@@ -120,10 +125,12 @@ type uringDriver struct {
 	// The eventfd wakeup. wakeBuf is the READ's 8-byte target: a field of
 	// this long-lived heap object, so it outlives every READ armed on it.
 	wakeBuf      [8]byte
-	wakeArmed    bool     // a READ (or POLL_ADD) of the eventfd is in the ring
-	wakeKind     wakeKind // how the armed wake op watches the eventfd
-	pendingWoken bool     // a wakeup consumed by rebuild, reported by the next poll
-	cancelQueued bool     // a cancel SQE waits in the SQ: reap ends its batch so poll submits it
+	wakeArmed    bool       // a READ (or POLL_ADD) of the eventfd is in the ring
+	wakeKind     wakeKind   // how the armed wake op watches the eventfd
+	waiter       *netWaiter // the eventfd on the netpoller (WaitNetpoll)
+	waitErr      error      // why the waiter could not be made
+	pendingWoken bool       // a wakeup consumed by rebuild, reported by the next poll
+	cancelQueued bool       // a cancel SQE waits in the SQ: reap ends its batch so poll submits it
 
 	// cqes receives PeekBatch copies; reaping never allocates.
 	cqes [uringCQEBatch]ring.CQE
@@ -211,6 +218,10 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	}
 	d.r = r
 	d.efd = efd
+	if cfg.wait == WaitNetpoll {
+		// Made here, with the driver's other fds, and used from start.
+		d.waiter, d.waitErr = newNetWaiter(efd, cfg.name+"-wake", d.eventfdSignaled, cfg.park)
+	}
 	d.flags = r.Flags()
 	// IORING_OP_SOCKET and ASYNC_CANCEL_ANY both arrived in 5.19, with
 	// multishot accept; SEND_ZC and multishot recv both in 6.0. The probe
@@ -227,6 +238,18 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		SetupFlags:      d.flags,
 		BufCount:        d.cfg.bufCount,
 		BufSize:         d.cfg.bufSize,
+	}
+	d.feat.Wait, d.feat.SharedThread = cfg.wait, cfg.shared
+	if cfg.wait == WaitNetpoll && d.waitErr != nil {
+		d.feat.Wait = WaitKernel
+	}
+	if cfg.shared {
+		// A multishot op's completions run as task work on the thread
+		// that armed it, which a shared-thread loop may have left: each
+		// would wake that thread. Receives, the hot path, are single
+		// shots re-armed from the thread the loop runs on (accepts stay
+		// multishot: one thread wakeup per connection at most).
+		d.feat.MultishotRecv = false
 	}
 	d.publishFeatures()
 	return d, nil
@@ -251,7 +274,7 @@ func (d *uringDriver) publishFeatures() {
 // enables it on the loop thread, which SINGLE_ISSUER then binds as the only
 // submitter. Without R_DISABLED, SINGLE_ISSUER would bind the constructing
 // thread, so it is dropped when disabled is asked for but not supported.
-func setupFlags(disabled bool) uint32 {
+func setupFlags(disabled, shared bool) uint32 {
 	ok := ring.SetupFlagSupported
 	flags := ring.SetupCQSize
 	if ok(ring.SetupSubmitAll) {
@@ -259,6 +282,12 @@ func setupFlags(disabled bool) uint32 {
 	}
 	if ok(ring.SetupNoSQArray) {
 		flags |= ring.SetupNoSQArray
+	}
+	if shared {
+		// No single issuer, and completions run as task work on the
+		// submitting thread, signalled at once (no COOP_TASKRUN: that
+		// thread may be running other goroutines, or asleep).
+		return flags
 	}
 	canIssuer := !disabled || ok(ring.SetupRDisabled)
 	if disabled && ok(ring.SetupRDisabled) {
@@ -278,7 +307,7 @@ func setupFlags(disabled bool) uint32 {
 // newRing creates a ring with the driver's size and the best setup flags;
 // the CQ is twice the SQ.
 func (d *uringDriver) newRing(disabled bool) (*ring.Ring, error) {
-	p := ring.Params{Flags: setupFlags(disabled), CQEntries: min(2*d.entries, ring.MaxCQEntries)}
+	p := ring.Params{Flags: setupFlags(disabled, d.cfg.shared), CQEntries: min(2*d.entries, ring.MaxCQEntries)}
 	return newRingFn(d.entries, &p)
 }
 
@@ -313,10 +342,102 @@ func (d *uringDriver) start() error {
 	}
 	d.br = br
 	d.feat.BufRing = br != nil
+	if d.cfg.wait == WaitNetpoll {
+		d.startNetpoll()
+	}
 	d.started = true
 	d.feat.SetupFlags = d.flags
 	d.publishFeatures()
 	return d.armWake()
+}
+
+// startNetpoll switches the wakeup to wakeNetpoll: the eventfd goes on the
+// Go netpoller and is registered with the ring. Where either is refused the
+// loop keeps waiting in io_uring_enter on an armed READ, and says so once.
+func (d *uringDriver) startNetpoll() {
+	err := d.waitErr
+	if err == nil {
+		err = d.r.RegisterEventfd(d.efd)
+	}
+	if err != nil {
+		d.waiter.close()
+		d.waiter = nil
+		d.feat.Wait = WaitKernel
+		d.cfg.logger.Warn("loop: cannot wait on the Go netpoller; waiting in io_uring_enter",
+			"loop", d.cfg.name, "err", err)
+		return
+	}
+	d.r.SetEventfdEnabled(d.cfg.shared)
+	d.wakeKind = wakeNetpoll
+}
+
+// eventfdSignaled consumes the eventfd's counter and reports whether it was
+// non-zero. It is the waiter's readiness check.
+func (d *uringDriver) eventfdSignaled() bool {
+	if d.cfg.shared && d.r.CQReady() > 0 {
+		return true
+	}
+	for {
+		_, err := unix.Read(d.efd, d.wakeBuf[:])
+		switch err {
+		case nil:
+			return true
+		case unix.EINTR:
+			continue
+		}
+		return false // EAGAIN: nothing signaled
+	}
+}
+
+// waitNetpoll is poll's blocking wait in wakeNetpoll mode:
+//
+//  1. submit what is queued, running the kernel's deferred work; done if a
+//     completion is there;
+//  2. turn the eventfd signal on and enter once more with GETEVENTS: the
+//     kernel now either ran its pending work in that call or will signal
+//     the eventfd for it (the two sides order their flag and list accesses
+//     with full barriers), so no completion can slip past the wait;
+//  3. park on the netpoller until the eventfd is signaled (a completion on
+//     its way, or wake) or the timeout passes;
+//  4. turn the signal off again (a running loop needs none: every
+//     completion it posts would otherwise wake a netpoller thread for
+//     nothing) and run the work that woke it.
+func (d *uringDriver) waitNetpoll(timeout time.Duration, res *pollResult) error {
+	if _, err := d.r.Submit(); err != nil || d.r.CQReady() > 0 {
+		return err
+	}
+	if d.cfg.shared {
+		return d.waitShared(timeout, res)
+	}
+	d.r.SetEventfdEnabled(true)
+	err := d.r.GetEvents()
+	if err == nil && d.r.CQReady() == 0 {
+		var ready bool
+		ready, err = d.waiter.wait(timeout)
+		res.timedOut = !ready && err == nil
+		res.woken = ready
+	}
+	d.r.SetEventfdEnabled(false)
+	if err != nil {
+		return err
+	}
+	_, err = d.r.Submit()
+	return err
+}
+
+// waitShared is waitNetpoll for a ring without DEFER_TASKRUN
+// (WithSharedThread). The kernel posts completions itself, as task work on
+// the submitting thread, and signals the eventfd for every one: the signal
+// stays on, since turning it off while the loop runs would race with a
+// completion posted meanwhile (the kernel orders the CQ tail store and its
+// read of the flag with no full barrier between them). The waiter's check
+// consumes the counter after looking at the CQ, so a completion is never
+// slept on; a signal for completions already reaped costs one empty turn.
+func (d *uringDriver) waitShared(timeout time.Duration, res *pollResult) error {
+	ready, err := d.waiter.wait(timeout)
+	res.timedOut = !ready && err == nil
+	res.woken = ready && d.r.CQReady() == 0
+	return err
 }
 
 // prepareRing registers r's fd with the loop thread (an optimisation: a
@@ -324,8 +445,17 @@ func (d *uringDriver) start() error {
 // returns (nil if none is configured or the kernel has none: EINVAL before
 // IORING_REGISTER_PBUF_RING, 5.19). It changes nothing in d.
 func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
-	if err := r.RegisterRingFd(); err != nil {
+	if d.cfg.shared {
+		// A registered ring fd belongs to the thread that registered it.
+	} else if err := r.RegisterRingFd(); err != nil {
 		d.cfg.logger.Debug("io_uring ring fd not registered", "loop", d.cfg.name, "err", err)
+	}
+	if d.wakeKind == wakeNetpoll {
+		// A rebuild: the new ring signals the same eventfd.
+		if err := r.RegisterEventfd(d.efd); err != nil {
+			return nil, fmt.Errorf("loop: uring backend: register eventfd: %w", err)
+		}
+		r.SetEventfdEnabled(d.cfg.shared)
 	}
 	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
 		return nil, nil
@@ -361,6 +491,9 @@ func (d *uringDriver) getSQE() (*ring.SQE, error) {
 // armWake puts a READ (or POLL_ADD) of the eventfd in the SQ; the next
 // poll's enter submits it.
 func (d *uringDriver) armWake() error {
+	if d.wakeKind == wakeNetpoll {
+		return nil // nothing to arm: the kernel signals the eventfd itself
+	}
 	sqe, err := d.getSQE()
 	if err != nil {
 		return fmt.Errorf("loop: uring backend: arm eventfd read: %w", err)
@@ -587,6 +720,8 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	switch {
 	case timeout == 0 || d.r.CQReady() > 0:
 		_, err = d.r.Submit()
+	case d.wakeKind == wakeNetpoll:
+		err = d.waitNetpoll(timeout, &res)
 	case timeout < 0:
 		_, err = d.r.SubmitAndWait(1)
 	default:
@@ -805,6 +940,10 @@ func (d *uringDriver) close() error {
 	}
 	d.br = nil
 	d.wakeArmed = false
+	if err := d.waiter.close(); err != nil && first == nil {
+		first = err
+	}
+	d.waiter = nil
 	d.wakeMu.Lock()
 	if d.efd >= 0 {
 		if err := unix.Close(d.efd); err != nil && first == nil {

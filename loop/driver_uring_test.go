@@ -1065,8 +1065,8 @@ func TestUringDriverRebuild(t *testing.T) {
 	if s.arms != 1 || len(s.errs) != 0 || h.sink.stale != 0 {
 		t.Fatalf("provided recv re-armed %d times, errors %v, stale %d", s.arms, s.errs, h.sink.stale)
 	}
-	if res := h.poll(0); !res.woken {
-		t.Fatalf("first poll after the rebuild: %+v; the wakeup written before it was lost", res)
+	if res := h.poll(5 * time.Second); !res.woken {
+		t.Fatalf("first wait after the rebuild: %+v; the wakeup written before it was lost", res)
 	}
 
 	// Every op now completes on the new ring.

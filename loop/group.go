@@ -62,11 +62,17 @@ func NewGroup(opts ...Option) (*Group, error) {
 			bufSize:     c.bufSize,
 			bufGroup:    0,
 			logger:      c.logger,
+			wait:        c.resolveWait(),
+			shared:      c.sharedThread,
+			park:        &parkHooks{},
 		}
 		drv, err := sel.create(dcfg)
 		if err == nil {
 			var l *Loop
 			if l, err = newLoop(g, i, drv, sel.reason); err == nil {
+				if dcfg.shared {
+					dcfg.park.park, dcfg.park.resume = l.parkThread, l.resumeThread
+				}
 				g.loops = append(g.loops, l)
 				continue
 			}

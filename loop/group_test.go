@@ -135,8 +135,17 @@ func TestThreadNameMatchesString(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		g := newGroup(t, b, loop.WithLoops(2))
 		for _, l := range g.Loops() {
-			var tid int
-			runOn(t, l, func() { tid = unix.Gettid() })
+			var tid, recorded int
+			runOn(t, l, func() { tid, recorded = unix.Gettid(), l.Tid() })
+			if g.Loop(0).Features().SharedThread {
+				// No thread of its own to name: only InLoop applies.
+				var in bool
+				runOn(t, l, func() { in = l.InLoop() && tid == recorded })
+				if !in || l.InLoop() {
+					t.Fatalf("InLoop on the loop %v (thread %d, recorded %d), on the test goroutine %v", in, tid, recorded, l.InLoop())
+				}
+				continue
+			}
 			if tid != l.Tid() {
 				t.Fatalf("tid %d, loop records %d", tid, l.Tid())
 			}

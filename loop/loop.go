@@ -59,6 +59,7 @@ type Loop struct {
 	stallCount  int        // consecutive empty early returns
 	lastExec    int64      // clock instant tasks or hooks last ran
 	lastYield   int64      // clock instant the loop goroutine last yielded its P (yield.go)
+	lastTid     int32      // the thread the loop last ran on, as recorded in running
 	confirming  bool       // confirmShutdown ran at least once
 	sinkRefused bool       // the last timer move hit a full queue
 	runTaskFn   func(sched.Task)
@@ -159,8 +160,10 @@ func Current() *Loop {
 	if tid == 0 {
 		return nil
 	}
-	if l, ok := running.Load(tid); ok {
-		return l.(*Loop)
+	if v, ok := running.Load(tid); ok {
+		if l := v.(*Loop); l.tid.Load() == tid {
+			return l // a shared-thread loop may have left this thread
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package loop
 import (
 	"log/slog"
 	"math/bits"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -34,6 +35,8 @@ type config struct {
 	clock          sched.Clock
 	maxOps         uint32
 	drainTimeout   time.Duration
+	wait           WaitMode
+	sharedThread   bool
 }
 
 // Defaults.
@@ -67,8 +70,74 @@ func defaultConfig() config {
 		bufSize:        DefaultBufSize,
 		clock:          sched.SystemClock(),
 		drainTimeout:   DefaultDrainTimeout,
+		wait:           waitFromEnv(),
+		sharedThread:   os.Getenv("RINGLOOP_THREAD") == "shared",
 	}
 }
+
+// WaitMode is how an idle loop waits for I/O and for work handed to it.
+type WaitMode int
+
+const (
+	// WaitNetpoll (the default) parks the loop goroutine on the Go runtime's netpoller
+	// (the ring's registered eventfd, or the epoll instance), so that its
+	// P is free for other goroutines while it waits. The thread stays the
+	// loop's: ending the wait hands the P back to it, a thread wakeup.
+	WaitNetpoll WaitMode = iota
+	// WaitKernel blocks the loop's OS thread in io_uring_enter or
+	// epoll_wait: the kernel wakes that thread directly, but the loop
+	// keeps its P while it waits, until the runtime's sysmon retakes it
+	// (20 µs to 10 ms later). Shared-thread loops never wait this way.
+	WaitKernel
+)
+
+// String returns "netpoll" or "kernel".
+func (m WaitMode) String() string {
+	switch m {
+	case WaitNetpoll:
+		return "netpoll"
+	case WaitKernel:
+		return "kernel"
+	}
+	return "unknown"
+}
+
+// waitFromEnv is the default wait mode: WaitKernel if RINGLOOP_WAIT=kernel
+// is in the environment, else WaitNetpoll (other values are ignored).
+func waitFromEnv() WaitMode {
+	if os.Getenv("RINGLOOP_WAIT") == "kernel" {
+		return WaitKernel
+	}
+	return WaitNetpoll
+}
+
+// resolveWait is the wait mode a group's loops use.
+func (c *config) resolveWait() WaitMode {
+	if c.sharedThread {
+		return WaitNetpoll
+	}
+	return c.wait
+}
+
+// WithWait sets how idle locked-thread loops wait: WaitNetpoll (the
+// default, unless RINGLOOP_WAIT=kernel is in the environment) or
+// WaitKernel. docs/loop.md, "Waiting", compares them.
+func WithWait(m WaitMode) Option { return func(c *config) { c.wait = m } }
+
+// WithSharedThread(true) (or RINGLOOP_THREAD=shared in the environment,
+// read when no option says otherwise) runs each loop as an ordinary goroutine: it locks
+// an OS thread only while it runs a turn, and between turns it waits parked
+// on the Go netpoller with no thread of its own (WaitNetpoll is implied).
+// Handing work to such a loop, or waking a goroutine from it, is then a
+// goroutine switch that the runtime can make on the same thread, instead of
+// a wakeup of another thread.
+//
+// The io_uring ring then has no single issuer: it is set up without
+// IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN (its completions are
+// finished on whichever thread submitted the op, as task work), and it does
+// not register its fd. docs/loop.md, "Locked or shared thread", says when
+// to pick which; the locked thread is the default.
+func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread = on } }
 
 // WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0):
 // one loop per P, because each loop is a goroutine locked to an OS thread
@@ -180,6 +249,9 @@ func (c *config) validate() error {
 	case BackendAuto, BackendUring, BackendEpoll:
 	default:
 		return invalidOption("backend %d (expected BackendAuto, BackendUring or BackendEpoll)", int(c.backend))
+	}
+	if c.wait != WaitNetpoll && c.wait != WaitKernel {
+		return invalidOption("wait mode %d (expected WaitNetpoll or WaitKernel)", int(c.wait))
 	}
 	if err := checkIORatio(c.ioRatio); err != nil {
 		return err

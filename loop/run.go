@@ -34,9 +34,14 @@ func (l *Loop) main(errc chan<- error) {
 	// single issuer (IORING_SETUP_SINGLE_ISSUER) is this thread, and when the
 	// goroutine returns still locked the runtime ends the thread with it.
 	runtime.LockOSThread()
-	l.tid.Store(gettid())
-	running.Store(l.tid.Load(), l)
-	if int(l.tid.Load()) != os.Getpid() {
+	l.lastTid = gettid()
+	l.tid.Store(l.lastTid)
+	running.Store(l.lastTid, l)
+	if l.cfg.sharedThread {
+		// Unlocked between turns (thread.go); the thread is not the
+		// loop's to name, nor to end when the goroutine returns.
+		defer runtime.UnlockOSThread()
+	} else if int(l.tid.Load()) != os.Getpid() {
 		// Not the main thread: its name is the process's (ps, pidof,
 		// /proc/<pid>/comm), which a loop must not take.
 		setThreadName(l.name)
@@ -146,17 +151,16 @@ func (l *Loop) turn() {
 	}
 	l.ioStarted = false
 	res, err := l.drv.poll(timeout, maxCompletionsPerPoll, l)
-	if sleeping {
-		l.nextWakeup.Store(awake)
+	if sleeping && l.nextWakeup.Swap(awake) == awake {
+		// A producer took the published deadline, so it wrote the
+		// eventfd: this wait was (or is about to be) ended by a wakeup.
+		l.stats.wakeups.Add(1)
 	}
 	now := l.clock.Now()
 	var ioTime int64
 	if l.ioStarted {
 		ioTime = max(now-l.ioStart, 0)
 		l.stats.ioNanos.Add(uint64(ioTime))
-	}
-	if res.woken {
-		l.stats.wakeups.Add(1)
 	}
 	l.observeWait(timeout, res, err, now)
 	l.runTasks(now, ioTime)
