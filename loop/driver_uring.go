@@ -244,12 +244,6 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		d.feat.Wait = WaitKernel
 	}
 	if cfg.shared {
-		// A multishot op's completions run as task work on the thread
-		// that armed it, which a shared-thread loop may have left: each
-		// would wake that thread. Receives, the hot path, are single
-		// shots re-armed from the thread the loop runs on (accepts stay
-		// multishot: one thread wakeup per connection at most).
-		d.feat.MultishotRecv = false
 	}
 	d.publishFeatures()
 	return d, nil
@@ -569,7 +563,13 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	case tagRecv:
 		sqe.PrepRecv(fd, o.buf, o.arg)
 	case tagRecvBuf:
-		if d.feat.MultishotRecv {
+		// A shared-thread loop arms single shots: a multishot op's
+		// completions run as task work on the thread that armed it,
+		// which the loop may have left, and each would wake that
+		// thread. A single shot is re-armed from the thread the loop
+		// runs on. (Accepts stay multishot: one such wakeup per
+		// connection at most.)
+		if d.feat.MultishotRecv && !d.cfg.shared {
 			sqe.PrepRecvMultishot(fd, o.arg)
 		} else {
 			// Single shot from the buffer group: the completion has no
