@@ -26,7 +26,11 @@ func printBanner(w io.Writer, cfg config, srv *conn.Server, g *loop.Group) {
 	}
 	fmt.Fprintf(w, "uringecho: listening on %s\n", srv.Addr())
 	fmt.Fprintf(w, "  backend:  %s\n", backend)
-	fmt.Fprintf(w, "  loops:    %d (ioratio %d, reuseport %v)\n", g.Len(), cfg.ioRatio, cfg.reusePort)
+	thread := "locked"
+	if f.SharedThread {
+		thread = "shared"
+	}
+	fmt.Fprintf(w, "  loops:    %d (ioratio %d, reuseport %v, %s thread, %s wait)\n", g.Len(), cfg.ioRatio, cfg.reusePort, thread, f.Wait)
 	fmt.Fprintf(w, "  kernel:   %s\n", featureList(f))
 	fmt.Fprintf(w, "  stop with Ctrl-C (SIGINT) or SIGTERM\n")
 }
