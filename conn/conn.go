@@ -66,11 +66,10 @@ type Conn struct {
 	closeReq    atomic.Bool             // Close was called
 	wgen        atomic.Uint64           // writability transitions so far: even = writable (see notifyWritability)
 	buffered    atomic.Int64            // outbound bytes not yet sent (mirror of out.n)
-	mu          sync.Mutex              // guards out, flushQueued, wclosed and direct
+	mu          sync.Mutex              // guards out, flushQueued and wclosed
 	out         outQueue                // outbound bytes, appended by Write, consumed by sends
 	flushQueued bool                    // a flush tail task is queued on the loop
 	wclosed     bool                    // no more writes: closed or CloseWrite
-	direct      bool                    // a Write off the loop may send itself (send.go, "Direct sends")
 
 	// Loop goroutine only.
 	state         connState
@@ -201,11 +200,6 @@ func (c *Conn) open() (err error) {
 	}
 	if c.state != stateOpen {
 		return nil // closed by OnOpen
-	}
-	if !c.send.active {
-		c.mu.Lock()
-		c.direct = c.directAllowed() && c.out.n == 0
-		c.mu.Unlock()
 	}
 	c.armRecv()
 	c.armReadTimer()
@@ -431,11 +425,6 @@ func (c *Conn) setTimeout(what string, d time.Duration, timeout *time.Duration, 
 		}
 		*timeout = d
 		*last = now()
-		if timeout == &c.idleTimeout && d > 0 {
-			c.mu.Lock()
-			c.direct = false // sends must go through the loop, which times them
-			c.mu.Unlock()
-		}
 		stopTimer(timer)
 		if c.state == stateOpen {
 			arm()

@@ -5,10 +5,6 @@ package conn
 // SetForceSingleRecv makes new receives use the single-shot fallback.
 func SetForceSingleRecv(on bool) { forceSingleRecv.Store(on) }
 
-// SetDirectHook sets the hook that sees every direct send's result (nil
-// removes it). Set it before connections exist.
-func SetDirectHook(f func(n int, err error)) { directHook = f }
-
 // SetForceSingleAccept makes new accepts single shots.
 func SetForceSingleAccept(on bool) { forceSingleAccept.Store(on) }
 

@@ -200,11 +200,6 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 	for _, b := range bufs {
 		n += int64(len(b))
 	}
-	if len(bufs) == 1 && n > 0 && n < spliceMin {
-		if sent, ok := c.tryDirect(bufs[0]); ok {
-			return sent, nil
-		}
-	}
 	var filled []*chunk
 	if n >= spliceMin {
 		// A large write is copied into chunks of its own before taking
@@ -240,72 +235,6 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 		c.syncWritePause()
 	}
 	return n, nil
-}
-
-// Direct sends.
-//
-// A Write from a goroutine other than the loop's, finding nothing queued and
-// no send in flight, makes the send(2) itself instead of handing the bytes
-// to the loop: a hand-off costs a wakeup of the loop (and, for a locked
-// loop, a thread switch), the system call alone a few microseconds. It holds
-// c.mu across the call, so no other Write and no loop send can start in
-// between, and order is kept: what the kernel does not take (a short send,
-// EAGAIN, EINTR) is queued behind it and sent by the loop as usual, and any
-// other error leaves every byte queued for the loop's send, which meets the
-// same error and closes the connection the usual way.
-//
-// c.direct says it is allowed. The loop sets it (under c.mu) when the
-// connection is open, has no send in flight and nothing queued, and has no
-// idle timeout (the loop times sends it makes; a direct send would not
-// count); it is cleared when a send starts and when an idle timeout is set.
-// Close and CloseWrite set wclosed under c.mu before the fd is shut down or
-// closed, so a direct send never writes to a closed (or reused) fd number.
-// SEND_ZC writes (WithSendZCThreshold) and writes of spliceMin bytes or more
-// always go through the loop.
-
-// tryDirect sends p from the calling goroutine if the connection allows it
-// (see "Direct sends"). It reports the bytes accepted and whether it handled
-// the Write (queuing any remainder); false leaves p untouched for the
-// ordinary path.
-func (c *Conn) tryDirect(p []byte) (int64, bool) {
-	if !c.mu.TryLock() {
-		return 0, false // contended: the ordinary path orders it
-	}
-	if !c.direct || c.wclosed || c.out.n != 0 || c.flushQueued ||
-		(c.cfg.sendZC > 0 && len(p) >= c.cfg.sendZC) || c.l.InLoop() {
-		c.mu.Unlock()
-		return 0, false
-	}
-	n, err := unix.SendmsgN(c.fd, p, nil, nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
-	if directHook != nil {
-		directHook(n, err)
-	}
-	switch {
-	case err == nil && n == len(p):
-		c.mu.Unlock()
-		return int64(n), true
-	case err != nil && err != unix.EAGAIN && err != unix.EINTR:
-		n = 0 // the loop's send reports it, with the bytes still queued
-	case n < 0:
-		n = 0
-	}
-	c.out.append(p[n:])
-	kick := c.queued()
-	c.mu.Unlock()
-	if kick {
-		c.kick()
-	}
-	return int64(len(p)), true
-}
-
-// directHook, when set (by tests, before any connection exists), sees the
-// result of every direct send.
-var directHook func(n int, err error)
-
-// directAllowed reports the loop-side conditions for direct sends. Must be
-// called on c's loop.
-func (c *Conn) directAllowed() bool {
-	return c.state == stateOpen && !c.lingering && c.idleTimeout == 0
 }
 
 // queued publishes the queue's new size after an append and reports
@@ -365,7 +294,6 @@ func (c *Conn) startSend() {
 	c.mu.Lock()
 	var total int
 	c.send.iov, total = c.out.gather(c.send.iov[:0], maxSendIov)
-	c.direct = total == 0 && c.directAllowed()
 	c.mu.Unlock()
 	if total == 0 {
 		c.drained()
