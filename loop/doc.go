@@ -5,10 +5,11 @@
 // picks one round robin. Each Loop is one goroutine locked to one OS thread
 // for its whole life (runtime.LockOSThread, never unlocked) that owns one
 // io_uring ring, or one epoll instance, plus a task queue, a timer wheel and
-// an op table. An idle loop parks on the Go netpoller, its P free for other
-// goroutines ([WithWait]); with [WithSharedThread] a loop holds a thread
-// only while it runs a turn, so handing it work is a goroutine switch
-// (docs/loop.md, "Waiting", says when to pick which). Everything a loop runs (tasks, timers, completion callbacks,
+// an op table. An idle loop waits in the kernel; it can instead park on the
+// Go netpoller, its P free for other goroutines ([WithWait]), and with
+// [WithSharedThread] a loop holds a thread only while it runs a turn, so
+// handing it work is a goroutine switch (docs/loop.md, "Waiting", says when
+// to pick which). Everything a loop runs (tasks, timers, completion callbacks,
 // shutdown hooks) runs on that goroutine, one thing at a time, so state
 // owned by a loop needs no lock.
 //

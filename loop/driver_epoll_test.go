@@ -57,6 +57,7 @@ func epConfig(bufCount, bufSize uint32) driverConfig {
 		bufSize:     bufSize,
 		bufGroup:    1,
 		logger:      slog.New(slog.DiscardHandler),
+		wait:        testWaitMode(),
 	}
 }
 

@@ -115,6 +115,7 @@ func testDriverConfig(tb testing.TB) driverConfig {
 		bufSize:     4096,
 		bufGroup:    7,
 		logger:      slog.New(slog.NewTextHandler(logWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		wait:        testWaitMode(),
 	}
 }
 

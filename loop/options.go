@@ -75,40 +75,44 @@ func defaultConfig() config {
 	}
 }
 
-// WaitMode is how an idle loop waits for I/O and for work handed to it.
+// WaitMode is how an idle locked-thread loop waits for I/O and for work
+// handed to it (docs/loop.md, "Waiting").
 type WaitMode int
 
 const (
-	// WaitNetpoll (the default) parks the loop goroutine on the Go runtime's netpoller
-	// (the ring's registered eventfd, or the epoll instance), so that its
-	// P is free for other goroutines while it waits. The thread stays the
-	// loop's: ending the wait hands the P back to it, a thread wakeup.
-	WaitNetpoll WaitMode = iota
-	// WaitKernel blocks the loop's OS thread in io_uring_enter or
-	// epoll_wait: the kernel wakes that thread directly, but the loop
-	// keeps its P while it waits, until the runtime's sysmon retakes it
-	// (20 µs to 10 ms later). Shared-thread loops never wait this way.
-	WaitKernel
+	// WaitKernel (the default) blocks the loop's OS thread in
+	// io_uring_enter or epoll_wait: the kernel wakes that thread directly,
+	// one thread wakeup per wait, the cheapest for a server whose work all
+	// runs on its loops. But the loop keeps its P while it waits, until
+	// the runtime's sysmon retakes it (20 µs to 10 ms later, after a tick
+	// or two): other goroutines of the process that need a P then wait.
+	WaitKernel WaitMode = iota
+	// WaitNetpoll parks the loop goroutine on the Go runtime's netpoller
+	// (the ring's registered eventfd, or the epoll instance), so its P is
+	// free for other goroutines the moment it waits. Ending the wait hands
+	// the P back to the loop's thread: two thread switches per wait
+	// instead of one.
+	WaitNetpoll
 )
 
-// String returns "netpoll" or "kernel".
+// String returns "kernel" or "netpoll".
 func (m WaitMode) String() string {
 	switch m {
-	case WaitNetpoll:
-		return "netpoll"
 	case WaitKernel:
 		return "kernel"
+	case WaitNetpoll:
+		return "netpoll"
 	}
 	return "unknown"
 }
 
-// waitFromEnv is the default wait mode: WaitKernel if RINGLOOP_WAIT=kernel
-// is in the environment, else WaitNetpoll (other values are ignored).
+// waitFromEnv is the default wait mode: WaitNetpoll if RINGLOOP_WAIT=netpoll
+// is in the environment, else WaitKernel (other values are ignored).
 func waitFromEnv() WaitMode {
-	if os.Getenv("RINGLOOP_WAIT") == "kernel" {
-		return WaitKernel
+	if os.Getenv("RINGLOOP_WAIT") == "netpoll" {
+		return WaitNetpoll
 	}
-	return WaitNetpoll
+	return WaitKernel
 }
 
 // resolveWait is the wait mode a group's loops use.
@@ -119,9 +123,9 @@ func (c *config) resolveWait() WaitMode {
 	return c.wait
 }
 
-// WithWait sets how idle locked-thread loops wait: WaitNetpoll (the
-// default, unless RINGLOOP_WAIT=kernel is in the environment) or
-// WaitKernel. docs/loop.md, "Waiting", compares them.
+// WithWait sets how idle locked-thread loops wait: WaitKernel (the
+// default, unless RINGLOOP_WAIT=netpoll is in the environment) or
+// WaitNetpoll. docs/loop.md, "Waiting", compares them.
 func WithWait(m WaitMode) Option { return func(c *config) { c.wait = m } }
 
 // WithSharedThread(true) (or RINGLOOP_THREAD=shared in the environment,
@@ -250,8 +254,8 @@ func (c *config) validate() error {
 	default:
 		return invalidOption("backend %d (expected BackendAuto, BackendUring or BackendEpoll)", int(c.backend))
 	}
-	if c.wait != WaitNetpoll && c.wait != WaitKernel {
-		return invalidOption("wait mode %d (expected WaitNetpoll or WaitKernel)", int(c.wait))
+	if c.wait != WaitKernel && c.wait != WaitNetpoll {
+		return invalidOption("wait mode %d (expected WaitKernel or WaitNetpoll)", int(c.wait))
 	}
 	if err := checkIORatio(c.ioRatio); err != nil {
 		return err
