@@ -2,6 +2,7 @@ package loop
 
 import (
 	"errors"
+	"os"
 	"runtime"
 )
 
@@ -66,4 +67,17 @@ var _ = errors.New
 func CountYields(f func()) (restore func()) {
 	gosched = func() { runtime.Gosched(); f() }
 	return func() { gosched = runtime.Gosched }
+}
+
+// testWaitMode gives driver tests the wait mode the environment asks the
+// whole suite to run in (RINGLOOP_WAIT), as groups get it from their
+// defaults. Under RINGLOOP_THREAD=shared the driver tests run with the
+// netpoll wait: the shared-thread ring differs by design (no single issuer,
+// single-shot receives, the eventfd always signalled), and the group-level
+// suites cover it.
+func testWaitMode() WaitMode {
+	if os.Getenv("RINGLOOP_THREAD") == "shared" {
+		return WaitNetpoll
+	}
+	return waitFromEnv()
 }
