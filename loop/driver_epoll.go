@@ -253,13 +253,13 @@ func (d *epollDriver) harvest() bool {
 // readable or w passes, and looks again; an edge that brings no event (the
 // instance's readiness is only a hint) parks it again.
 func (d *epollDriver) waitEvents(w time.Duration) (int, error) {
+	// On the netpoller too: the runtime sleeps in whole milliseconds, and
+	// the timerfd, in the epoll set, ends a wait with a sub-millisecond
+	// part on time.
+	d.setTimer(w)
 	if d.waiter == nil || w == 0 {
-		d.setTimer(w)
 		return unix.EpollWait(d.epfd, d.events, epollWaitMillis(w))
 	}
-	// The runtime's netpoller sleeps in whole milliseconds; the timerfd,
-	// in the epoll set, ends a wait with a sub-millisecond part on time.
-	d.setTimer(w)
 	ready, err := d.waiter.wait(w)
 	if err != nil || !ready {
 		return 0, err

@@ -243,8 +243,6 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	if cfg.wait == WaitNetpoll && d.waitErr != nil {
 		d.feat.Wait = WaitKernel
 	}
-	if cfg.shared {
-	}
 	d.publishFeatures()
 	return d, nil
 }
@@ -416,6 +414,8 @@ func (d *uringDriver) waitNetpoll(timeout time.Duration, res *pollResult) error 
 		return err
 	}
 	_, err = d.r.Submit()
+	// A signal with completions behind it was the kernel's, not a wakeup.
+	res.woken = res.woken && d.r.CQReady() == 0
 	return err
 }
 

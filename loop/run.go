@@ -151,16 +151,17 @@ func (l *Loop) turn() {
 	}
 	l.ioStarted = false
 	res, err := l.drv.poll(timeout, maxCompletionsPerPoll, l)
-	if sleeping && l.nextWakeup.Swap(awake) == awake {
-		// A producer took the published deadline, so it wrote the
-		// eventfd: this wait was (or is about to be) ended by a wakeup.
-		l.stats.wakeups.Add(1)
+	if sleeping {
+		l.nextWakeup.Store(awake)
 	}
 	now := l.clock.Now()
 	var ioTime int64
 	if l.ioStarted {
 		ioTime = max(now-l.ioStart, 0)
 		l.stats.ioNanos.Add(uint64(ioTime))
+	}
+	if res.woken {
+		l.stats.wakeups.Add(1)
 	}
 	l.observeWait(timeout, res, err, now)
 	l.runTasks(now, ioTime)
