@@ -240,7 +240,7 @@ func (d *epollDriver) startNetpoll() {
 // harvest is the waiter's readiness check: a non-blocking epoll_wait whose
 // events stay in d.events, counted in d.harvested.
 func (d *epollDriver) harvest() bool {
-	n, err := ring.EpollWait(d.epfd, d.events, 0)
+	n, err := unix.EpollWait(d.epfd, d.events, 0)
 	if err != nil {
 		n = 0 // EINTR; the netpoller reports the edge again if it matters
 	}
@@ -258,7 +258,7 @@ func (d *epollDriver) waitEvents(w time.Duration) (int, error) {
 	// part on time.
 	d.setTimer(w)
 	if d.waiter == nil || w == 0 {
-		return ring.EpollWait(d.epfd, d.events, epollWaitMillis(w))
+		return unix.EpollWait(d.epfd, d.events, epollWaitMillis(w))
 	}
 	ready, err := d.waiter.wait(w)
 	if err != nil || !ready {
