@@ -1,6 +1,7 @@
 package loop_test
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,12 +46,14 @@ func BenchmarkExecute(b *testing.B) {
 						defer wg.Done()
 						for i := 0; i < n; i++ {
 							for l.Execute(task) != nil {
+								runtime.Gosched() // full
 							}
 						}
 					}()
 				}
 				wg.Wait()
 				for ran.Load() != int64(b.N) {
+					runtime.Gosched() // let the loop have the P
 				}
 				b.StopTimer()
 				s := l.Stats()
@@ -73,6 +76,7 @@ func BenchmarkWakeup(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			for !l.Waiting() {
+				runtime.Gosched()
 			}
 			l.Execute(task)
 			<-ch
