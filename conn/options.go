@@ -68,6 +68,7 @@ type config struct {
 	halfClose       bool
 	pauseUnwritable bool
 	inboundLimit    int
+	netInbound      int // NetConn's inbound bound (WithNetInbound)
 }
 
 func defaultConfig() config {
@@ -221,6 +222,8 @@ func (c *config) validate() error {
 		return invalidOption("idle timeout %v (expected >= 0)", c.idleTimeout)
 	case c.inboundLimit < 0:
 		return invalidOption("inbound limit %d (expected >= 0)", c.inboundLimit)
+	case c.netInbound < 0:
+		return invalidOption("net inbound bound %d (expected >= 0; 0 means the default)", c.netInbound)
 	case c.connTimeout < 0:
 		return invalidOption("connect timeout %v (expected >= 0)", c.connTimeout)
 	case c.linger < 0:

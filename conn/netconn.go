@@ -1,0 +1,729 @@
+package conn
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringloop/ringloop/loop"
+)
+
+// DefaultNetInbound is the default bound of a NetConn's inbound buffer: the
+// received bytes no Read has taken yet. Past it the connection stops
+// receiving until Read brings the buffer back to half of it.
+const DefaultNetInbound = 64 << 10
+
+// netWriteMax is the largest piece a NetConn's Write hands to the
+// connection at once: a larger Write waits for the connection to become
+// writable between pieces, so its queue never holds much more than the
+// high-water mark.
+const netWriteMax = 64 << 10
+
+// A NetConn is a net.Conn on a ringloop connection: the connection runs on
+// its loop, and Read and Write hand bytes to and from it. Accept on a
+// [NetListener] and [DialNet] return one.
+//
+//   - Read blocks until bytes, the peer's FIN (io.EOF), an error or the read
+//     deadline arrive. Received bytes wait in a per-connection buffer bounded
+//     by [WithNetInbound]; a full buffer pauses receiving, so a goroutine
+//     that stops reading makes the peer stall, not the memory grow.
+//   - Write returns once every byte is handed to the connection's outbound
+//     queue. While the connection is unwritable (above the high-water mark
+//     of [WithWaterMarks]) it blocks, so a writer faster than the peer waits
+//     instead of queueing without bound.
+//   - Deadlines run on the loop's timer wheel and end a blocked call with an
+//     error wrapping os.ErrDeadlineExceeded (a net.Error whose Timeout is
+//     true).
+//   - Close unblocks pending Reads and Writes with net.ErrClosed.
+//     CloseWrite sends a FIN after the queued bytes (TCP and Unix).
+//
+// Read, Write, Close and the deadline setters are safe for concurrent use.
+// They block, so they must not be called on a loop goroutine, where they
+// return an error wrapping loop.ErrInLoop instead of waiting (a Read with
+// bytes already buffered, or a Write to a writable connection, still
+// succeeds there).
+type NetConn struct {
+	c     *Conn
+	limit int // inbound bound
+
+	mu     sync.Mutex
+	in     inQueue       // received, not yet read; under mu
+	paused bool          // receiving paused because in is full; under mu
+	rerr   error         // io.EOF or what ended the connection, once in is read; under mu
+	werr   error         // what ended the connection, for writes; under mu
+	closed bool          // Close was called; under mu
+	done   chan struct{} // closed by Close
+	rsig   chan struct{} // cap 1: bytes, EOF or an error arrived
+	wsig   chan struct{} // cap 1: writable again, or the connection ended
+	rdl    deadline
+	wdl    deadline
+
+	open chan struct{} // closed once OnOpen ran
+	ln   *NetListener  // the listener that accepts it; nil for a dialed one
+}
+
+// inQueue is a FIFO of received bytes in pooled chunks; an empty one holds
+// none.
+type inQueue struct {
+	q    []*chunk
+	head int
+	n    int
+}
+
+func (iq *inQueue) push(p []byte) {
+	iq.n += len(p)
+	for len(p) > 0 {
+		var t *chunk
+		if len(iq.q) > iq.head {
+			t = iq.q[len(iq.q)-1]
+		}
+		if t == nil || t.w == len(t.buf) {
+			t = chunkPool.Get().(*chunk)
+			t.r, t.w = 0, 0
+			iq.q = append(iq.q, t)
+		}
+		k := copy(t.buf[t.w:], p)
+		t.w += k
+		p = p[k:]
+	}
+}
+
+// read copies up to len(p) bytes out and frees every chunk it empties.
+func (iq *inQueue) read(p []byte) int {
+	n := 0
+	for n < len(p) && iq.head < len(iq.q) {
+		t := iq.q[iq.head]
+		k := copy(p[n:], t.buf[t.r:t.w])
+		t.r += k
+		n += k
+		if t.r == t.w {
+			iq.q[iq.head] = nil
+			iq.head++
+			putChunk(t)
+		}
+	}
+	iq.n -= n
+	if iq.head == len(iq.q) {
+		iq.q, iq.head = iq.q[:0], 0
+		if cap(iq.q) > 8 {
+			iq.q = nil
+		}
+	}
+	return n
+}
+
+// release frees every chunk.
+func (iq *inQueue) release() {
+	for _, t := range iq.q[iq.head:] {
+		putChunk(t)
+	}
+	iq.q, iq.head, iq.n = nil, 0, 0
+}
+
+func newNetConn(limit int) *NetConn {
+	if limit <= 0 {
+		limit = DefaultNetInbound
+	}
+	return &NetConn{
+		limit: limit,
+		done:  make(chan struct{}),
+		rsig:  make(chan struct{}, 1),
+		wsig:  make(chan struct{}, 1),
+		open:  make(chan struct{}),
+		rdl:   newDeadline(),
+		wdl:   newDeadline(),
+	}
+}
+
+// Conn returns the underlying connection (its loop, options and counters).
+// Reading through it (PauseRead, handlers) would compete with the NetConn.
+func (nc *NetConn) Conn() *Conn { return nc.c }
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// OnOpen implements Handler.
+func (nc *NetConn) OnOpen(c *Conn) {
+	nc.c = c
+	nc.rdl.l, nc.wdl.l = c.l, c.l
+	if nc.ln != nil {
+		nc.ln.push(nc)
+	}
+	close(nc.open)
+}
+
+// OnData implements Handler: the bytes are copied into the inbound buffer.
+func (nc *NetConn) OnData(c *Conn, data []byte) {
+	nc.mu.Lock()
+	if nc.closed {
+		nc.mu.Unlock()
+		return
+	}
+	nc.in.push(data)
+	pause := nc.in.n >= nc.limit && !nc.paused
+	if pause {
+		nc.paused = true
+	}
+	nc.mu.Unlock()
+	if pause {
+		_ = c.PauseRead()
+	}
+	signal(nc.rsig)
+}
+
+// OnHalfClose implements HalfCloseHandler: the peer sends nothing more.
+func (nc *NetConn) OnHalfClose(*Conn) {
+	nc.mu.Lock()
+	if nc.rerr == nil {
+		nc.rerr = io.EOF
+	}
+	nc.mu.Unlock()
+	signal(nc.rsig)
+}
+
+// OnWritabilityChanged implements WritabilityHandler.
+func (nc *NetConn) OnWritabilityChanged(_ *Conn, writable bool) {
+	if writable {
+		signal(nc.wsig)
+	}
+}
+
+// OnClose implements Handler.
+func (nc *NetConn) OnClose(c *Conn, err error) {
+	rerr, werr := err, err
+	switch {
+	case err == nil: // closed here
+		rerr = c.opError("read", "", net.ErrClosed)
+		werr = c.opError("write", "", net.ErrClosed)
+	case errors.Is(err, io.EOF): // the peer's FIN, after a CloseWrite here
+		werr = c.opError("write", "", net.ErrClosed)
+	}
+	nc.mu.Lock()
+	if nc.rerr == nil {
+		nc.rerr = rerr
+	}
+	if nc.werr == nil {
+		nc.werr = werr
+	}
+	nc.mu.Unlock()
+	signal(nc.rsig)
+	signal(nc.wsig)
+}
+
+// Read reads received bytes into p. It returns io.EOF once the peer's FIN
+// was read, and an error wrapping net.ErrClosed after Close.
+func (nc *NetConn) Read(p []byte) (int, error) {
+	nc.mu.Lock()
+	for {
+		if nc.closed {
+			nc.mu.Unlock()
+			return 0, nc.c.opError("read", "", net.ErrClosed)
+		}
+		if nc.in.n > 0 {
+			if len(p) == 0 {
+				nc.mu.Unlock()
+				return 0, nil
+			}
+			n := nc.in.read(p)
+			resume := nc.paused && nc.in.n <= nc.limit/2
+			if resume {
+				nc.paused = false
+			}
+			more := nc.in.n > 0 || nc.rerr != nil
+			nc.mu.Unlock()
+			if resume {
+				_ = nc.c.ResumeRead()
+			}
+			if more {
+				signal(nc.rsig) // pass the wakeup on to another reader
+			}
+			return n, nil
+		}
+		if nc.rerr != nil {
+			err := nc.rerr
+			nc.mu.Unlock()
+			signal(nc.rsig)
+			return 0, err
+		}
+		if len(p) == 0 {
+			nc.mu.Unlock()
+			return 0, nil
+		}
+		expired := nc.rdl.wait()
+		nc.mu.Unlock()
+		if err := nc.mayBlock("read"); err != nil {
+			return 0, err
+		}
+		select {
+		case <-nc.rsig:
+		case <-nc.done:
+		case <-expired:
+			nc.mu.Lock()
+			if nc.in.n == 0 && nc.rerr == nil && !nc.closed {
+				nc.mu.Unlock()
+				return 0, nc.c.opError("read", "", os.ErrDeadlineExceeded)
+			}
+			nc.mu.Unlock()
+		}
+		nc.mu.Lock()
+	}
+}
+
+// mayBlock refuses to block a loop goroutine.
+func (nc *NetConn) mayBlock(op string) error {
+	if loop.Current() != nil {
+		return nc.c.opError(op, "", loop.ErrInLoop)
+	}
+	return nil
+}
+
+// Write hands p to the connection, waiting while it is unwritable. It
+// returns len(p) unless the connection ended, was closed, or the write
+// deadline passed, and then how many bytes were handed over.
+func (nc *NetConn) Write(p []byte) (int, error) {
+	total := 0
+	for {
+		nc.mu.Lock()
+		switch {
+		case nc.closed:
+			nc.mu.Unlock()
+			return total, nc.c.opError("write", "", net.ErrClosed)
+		case nc.werr != nil:
+			err := nc.werr
+			nc.mu.Unlock()
+			return total, writeError(nc.c, err)
+		}
+		expired := nc.wdl.wait()
+		nc.mu.Unlock()
+		select {
+		case <-expired:
+			return total, nc.c.opError("write", "", os.ErrDeadlineExceeded)
+		default:
+		}
+		if len(p) == 0 && total > 0 {
+			return total, nil
+		}
+		if nc.c.Writable() || loop.Current() == nc.c.l {
+			k := min(len(p), netWriteMax)
+			n, err := nc.c.Write(p[:k])
+			total += n
+			if err != nil {
+				return total, err
+			}
+			p = p[k:]
+			if nc.c.Writable() {
+				signal(nc.wsig) // pass the wakeup on to another writer
+			}
+			if len(p) == 0 {
+				return total, nil
+			}
+			continue
+		}
+		if err := nc.mayBlock("write"); err != nil {
+			return total, err
+		}
+		select {
+		case <-nc.wsig:
+		case <-nc.done:
+		case <-expired:
+		}
+	}
+}
+
+// writeError is the error a Write reports after the connection ended with
+// err (as OnClose gave it).
+func writeError(c *Conn, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op != "write" {
+		return c.opError("write", "", oe.Err)
+	}
+	return err
+}
+
+// Close closes the connection: bytes already written are still sent (see
+// WithLinger), pending and later Reads and Writes fail with net.ErrClosed.
+// A second Close returns an error wrapping net.ErrClosed.
+func (nc *NetConn) Close() error {
+	nc.mu.Lock()
+	if nc.closed {
+		nc.mu.Unlock()
+		return nc.c.opError("close", "", net.ErrClosed)
+	}
+	nc.closed = true
+	nc.in.release()
+	nc.mu.Unlock()
+	close(nc.done)
+	nc.rdl.stop()
+	nc.wdl.stop()
+	err := nc.c.Close()
+	if errors.Is(err, net.ErrClosed) {
+		return nil // the connection had already ended on its own
+	}
+	return err
+}
+
+// CloseWrite shuts down the sending side once the bytes written before it
+// are sent; Reads go on.
+func (nc *NetConn) CloseWrite() error { return nc.c.CloseWrite() }
+
+// LocalAddr returns the local address.
+func (nc *NetConn) LocalAddr() net.Addr { return nc.c.LocalAddr() }
+
+// RemoteAddr returns the peer's address.
+func (nc *NetConn) RemoteAddr() net.Addr { return nc.c.RemoteAddr() }
+
+// SetDeadline sets the read and write deadlines.
+func (nc *NetConn) SetDeadline(t time.Time) error {
+	if err := nc.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return nc.SetWriteDeadline(t)
+}
+
+// SetReadDeadline sets the deadline for pending and future Reads; the zero
+// time means none.
+func (nc *NetConn) SetReadDeadline(t time.Time) error {
+	if nc.isClosed() {
+		return nc.c.opError("set", "", net.ErrClosed)
+	}
+	nc.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline for pending and future Writes; the
+// zero time means none.
+func (nc *NetConn) SetWriteDeadline(t time.Time) error {
+	if nc.isClosed() {
+		return nc.c.opError("set", "", net.ErrClosed)
+	}
+	nc.wdl.set(t)
+	return nil
+}
+
+func (nc *NetConn) isClosed() bool {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return nc.closed
+}
+
+// WriteTo implements io.WriterTo: it writes received bytes to w straight
+// from the inbound buffer until EOF or an error, sparing io.Copy its own
+// buffer and one copy.
+func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		nc.mu.Lock()
+		for nc.in.n == 0 && nc.rerr == nil && !nc.closed {
+			expired := nc.rdl.wait()
+			nc.mu.Unlock()
+			if err := nc.mayBlock("read"); err != nil {
+				return total, err
+			}
+			select {
+			case <-nc.rsig:
+			case <-nc.done:
+			case <-expired:
+				nc.mu.Lock()
+				if nc.in.n == 0 && nc.rerr == nil && !nc.closed {
+					nc.mu.Unlock()
+					return total, nc.c.opError("read", "", os.ErrDeadlineExceeded)
+				}
+				nc.mu.Unlock()
+			}
+			nc.mu.Lock()
+		}
+		if nc.closed {
+			nc.mu.Unlock()
+			return total, nc.c.opError("read", "", net.ErrClosed)
+		}
+		if nc.in.n == 0 {
+			err := nc.rerr
+			nc.mu.Unlock()
+			if err == io.EOF {
+				err = nil
+			}
+			return total, err
+		}
+		// Take the head chunk out of the queue, write it without the
+		// lock, and free it.
+		t := nc.in.q[nc.in.head]
+		nc.in.q[nc.in.head] = nil
+		nc.in.head++
+		nc.in.n -= t.w - t.r
+		if nc.in.head == len(nc.in.q) {
+			nc.in.q, nc.in.head = nc.in.q[:0], 0
+		}
+		resume := nc.paused && nc.in.n <= nc.limit/2
+		if resume {
+			nc.paused = false
+		}
+		nc.mu.Unlock()
+		if resume {
+			_ = nc.c.ResumeRead()
+		}
+		n, err := w.Write(t.buf[t.r:t.w])
+		total += int64(n)
+		short := n < t.w-t.r
+		putChunk(t)
+		if err != nil {
+			return total, err
+		}
+		if short {
+			return total, io.ErrShortWrite
+		}
+	}
+}
+
+// A deadline is one direction's deadline, kept on the loop's timer wheel.
+// A deadline moved later needs no new timer: the armed one fires at the old
+// instant, finds the deadline moved and re-arms itself, so a server that
+// pushes its read deadline forward on every request schedules about one
+// timer per deadline period rather than one per call.
+type deadline struct {
+	l *loop.Loop
+
+	mu      sync.Mutex
+	at      time.Time     // the deadline; zero: none
+	armedAt time.Time     // when the earliest pending timer fires; zero: none
+	expired chan struct{} // closed once at has passed
+	stopped bool
+}
+
+func newDeadline() deadline { return deadline{expired: make(chan struct{})} }
+
+// wait returns the channel closed when the deadline passes.
+func (d *deadline) wait() chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.expired
+}
+
+func isClosedChan(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.at = t
+	passed := !t.IsZero() && !time.Now().Before(t)
+	if passed {
+		if !isClosedChan(d.expired) {
+			close(d.expired)
+		}
+		return
+	}
+	if isClosedChan(d.expired) {
+		d.expired = make(chan struct{})
+	}
+	if !t.IsZero() {
+		d.arm()
+	}
+}
+
+// arm makes sure a timer fires no later than d.at. Caller holds d.mu.
+func (d *deadline) arm() {
+	if d.stopped || (!d.armedAt.IsZero() && !d.at.Before(d.armedAt)) {
+		return
+	}
+	at := d.at
+	d.armedAt = at
+	fire := func() { d.fire(at) }
+	if d.l != nil {
+		if _, err := d.l.Schedule(time.Until(at), fire); err == nil {
+			return
+		}
+	}
+	// No loop (yet), or it shut down: the runtime's timer instead.
+	time.AfterFunc(time.Until(at), fire)
+}
+
+// fire runs when a timer armed for at comes due.
+func (d *deadline) fire(at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.armedAt.Equal(at) {
+		d.armedAt = time.Time{}
+	}
+	if d.at.IsZero() {
+		return
+	}
+	if !time.Now().Before(d.at) {
+		if !isClosedChan(d.expired) {
+			close(d.expired)
+		}
+		return
+	}
+	d.arm() // moved later
+}
+
+// stop keeps the deadline from arming new timers (after Close).
+func (d *deadline) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	d.mu.Unlock()
+}
+
+// WithNetInbound bounds the inbound buffer of each NetConn (default
+// DefaultNetInbound): past n unread bytes the connection stops receiving
+// until Read brings the buffer down to n/2. It applies to ListenNet and
+// DialNet only.
+func WithNetInbound(n int) Option { return func(c *config) { c.netInbound = n } }
+
+// DialNet connects to address on a loop of g, as Dial does, and returns
+// the connection as a net.Conn. It must not be called on a loop goroutine.
+func DialNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetConn, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	nc := newNetConn(cfg.netInbound)
+	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true))
+	c, err := Dial(ctx, g, network, address, nc, opts...)
+	if err != nil {
+		return nil, err
+	}
+	// Dial returns after OnOpen ran on the loop.
+	<-nc.open
+	_ = c
+	return nc, nil
+}
+
+// A NetListener is a net.Listener on a ringloop Server: connections are
+// accepted on the group's loops as by Listen, and Accept returns them as
+// *NetConn. Connections accepted and not yet taken by Accept wait in a
+// queue bounded by WithBacklog's value (default 4096); past it a new
+// connection is closed at once, as a full kernel backlog drops it.
+type NetListener struct {
+	srv   *Server
+	limit int
+	max   int
+
+	mu      sync.Mutex
+	q       []*NetConn
+	closed  bool
+	sig     chan struct{}
+	done    chan struct{}
+	dropped atomic.Uint64
+}
+
+// ListenNet listens on address as Listen does and returns a net.Listener
+// whose Accept returns the connections as *NetConn.
+func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetListener, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ln := &NetListener{
+		limit: cfg.netInbound,
+		max:   cfg.backlog,
+		sig:   make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+	if ln.max <= 0 {
+		ln.max = 4096
+	}
+	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true))
+	srv, err := ListenFunc(ctx, g, network, address, func(*Conn) Handler {
+		nc := newNetConn(ln.limit)
+		nc.ln = ln
+		return nc
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	ln.srv = srv
+	return ln, nil
+}
+
+// push queues an accepted connection for Accept. On the connection's loop.
+func (ln *NetListener) push(nc *NetConn) {
+	ln.mu.Lock()
+	if ln.closed || len(ln.q) >= ln.max {
+		ln.mu.Unlock()
+		ln.dropped.Add(1)
+		_ = nc.Close()
+		return
+	}
+	ln.q = append(ln.q, nc)
+	ln.mu.Unlock()
+	signal(ln.sig)
+}
+
+// Accept waits for and returns the next connection. After Close it returns
+// an error wrapping net.ErrClosed.
+func (ln *NetListener) Accept() (net.Conn, error) {
+	for {
+		ln.mu.Lock()
+		if ln.closed {
+			ln.mu.Unlock()
+			return nil, &net.OpError{Op: "accept", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: net.ErrClosed}
+		}
+		if len(ln.q) > 0 {
+			nc := ln.q[0]
+			ln.q[0] = nil
+			ln.q = ln.q[1:]
+			if len(ln.q) == 0 {
+				ln.q = nil
+			}
+			ln.mu.Unlock()
+			return nc, nil
+		}
+		ln.mu.Unlock()
+		if loop.Current() != nil {
+			return nil, &net.OpError{Op: "accept", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: loop.ErrInLoop}
+		}
+		select {
+		case <-ln.sig:
+		case <-ln.done:
+		}
+	}
+}
+
+// Close stops accepting; connections already accepted stay open, and those
+// accepted but not yet returned by Accept are closed. Pending Accepts
+// return net.ErrClosed.
+func (ln *NetListener) Close() error {
+	ln.mu.Lock()
+	if ln.closed {
+		ln.mu.Unlock()
+		return &net.OpError{Op: "close", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: net.ErrClosed}
+	}
+	ln.closed = true
+	q := ln.q
+	ln.q = nil
+	ln.mu.Unlock()
+	close(ln.done)
+	for _, nc := range q {
+		_ = nc.Close()
+	}
+	err := ln.srv.Close()
+	if errors.Is(err, ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Addr returns the listening address.
+func (ln *NetListener) Addr() net.Addr { return ln.srv.Addr() }
+
+// Server returns the underlying server (Conns, Shutdown).
+func (ln *NetListener) Server() *Server { return ln.srv }
+
+// Dropped returns how many connections were closed because the accept queue
+// was full or the listener closed before Accept took them.
+func (ln *NetListener) Dropped() uint64 { return ln.dropped.Load() }
