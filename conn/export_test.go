@@ -25,3 +25,22 @@ func InboundCap(c *Conn) int {
 	}
 	return <-res
 }
+
+// NetBuffered returns how many received bytes nc holds for Read.
+func NetBuffered(nc *NetConn) int {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return nc.in.n
+}
+
+// NetTimersArmed returns how many timers nc's read and write deadlines
+// have scheduled.
+func NetTimersArmed(nc *NetConn) int {
+	n := 0
+	for _, d := range []*deadline{&nc.rdl, &nc.wdl} {
+		d.mu.Lock()
+		n += d.arms
+		d.mu.Unlock()
+	}
+	return n
+}

@@ -496,6 +496,7 @@ type deadline struct {
 	armedAt time.Time     // when the earliest pending timer fires; zero: none
 	expired chan struct{} // closed once at has passed
 	stopped bool
+	arms    int // timers scheduled, for tests
 }
 
 func newDeadline() deadline { return deadline{expired: make(chan struct{})} }
@@ -542,6 +543,7 @@ func (d *deadline) arm() {
 	}
 	at := d.at
 	d.armedAt = at
+	d.arms++
 	fire := func() { d.fire(at) }
 	if d.l != nil {
 		if _, err := d.l.Schedule(time.Until(at), fire); err == nil {
