@@ -63,6 +63,8 @@ type NetConn struct {
 	rdl    deadline
 	wdl    deadline
 
+	waiters atomic.Int32 // goroutines blocked in Read, Write or WriteTo
+
 	open chan struct{} // closed once OnOpen ran
 	ln   *NetListener  // the listener that accepts it; nil for a dialed one
 }
@@ -144,6 +146,16 @@ func newNetConn(limit int) *NetConn {
 // Reading through it (PauseRead, handlers) would compete with the NetConn.
 func (nc *NetConn) Conn() *Conn { return nc.c }
 
+// wake signals ch for a goroutine of nc's and, when one is blocked, has the
+// loop give its P back before its next wait, so that the goroutine runs at
+// once (see loop.Loop.HandOffNextWait). On the loop.
+func (nc *NetConn) wake(ch chan struct{}) {
+	signal(ch)
+	if nc.waiters.Load() > 0 {
+		nc.c.l.HandOffNextWait()
+	}
+}
+
 func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -177,7 +189,7 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 	if pause {
 		_ = c.PauseRead()
 	}
-	signal(nc.rsig)
+	nc.wake(nc.rsig)
 }
 
 // OnHalfClose implements HalfCloseHandler: the peer sends nothing more.
@@ -187,13 +199,13 @@ func (nc *NetConn) OnHalfClose(*Conn) {
 		nc.rerr = io.EOF
 	}
 	nc.mu.Unlock()
-	signal(nc.rsig)
+	nc.wake(nc.rsig)
 }
 
 // OnWritabilityChanged implements WritabilityHandler.
 func (nc *NetConn) OnWritabilityChanged(_ *Conn, writable bool) {
 	if writable {
-		signal(nc.wsig)
+		nc.wake(nc.wsig)
 	}
 }
 
@@ -216,7 +228,7 @@ func (nc *NetConn) OnClose(c *Conn, err error) {
 	}
 	nc.mu.Unlock()
 	signal(nc.rsig)
-	signal(nc.wsig)
+	nc.wake(nc.wsig)
 }
 
 // Read reads received bytes into p. It returns io.EOF once the peer's FIN
@@ -263,18 +275,18 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		if err := nc.mayBlock("read"); err != nil {
 			return 0, err
 		}
+		nc.waiters.Add(1)
 		select {
 		case <-nc.rsig:
 		case <-nc.done:
 		case <-expired:
-			nc.mu.Lock()
-			if nc.in.n == 0 && nc.rerr == nil && !nc.closed {
-				nc.mu.Unlock()
-				return 0, nc.c.opError("read", "", os.ErrDeadlineExceeded)
-			}
-			nc.mu.Unlock()
 		}
+		nc.waiters.Add(-1)
 		nc.mu.Lock()
+		if nc.in.n == 0 && nc.rerr == nil && !nc.closed && isClosedChan(expired) {
+			nc.mu.Unlock()
+			return 0, nc.c.opError("read", "", os.ErrDeadlineExceeded)
+		}
 	}
 }
 
@@ -331,11 +343,13 @@ func (nc *NetConn) Write(p []byte) (int, error) {
 		if err := nc.mayBlock("write"); err != nil {
 			return total, err
 		}
+		nc.waiters.Add(1)
 		select {
 		case <-nc.wsig:
 		case <-nc.done:
 		case <-expired:
 		}
+		nc.waiters.Add(-1)
 	}
 }
 
@@ -428,18 +442,18 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 			if err := nc.mayBlock("read"); err != nil {
 				return total, err
 			}
+			nc.waiters.Add(1)
 			select {
 			case <-nc.rsig:
 			case <-nc.done:
 			case <-expired:
-				nc.mu.Lock()
-				if nc.in.n == 0 && nc.rerr == nil && !nc.closed {
-					nc.mu.Unlock()
-					return total, nc.c.opError("read", "", os.ErrDeadlineExceeded)
-				}
-				nc.mu.Unlock()
 			}
+			nc.waiters.Add(-1)
 			nc.mu.Lock()
+			if nc.in.n == 0 && nc.rerr == nil && !nc.closed && isClosedChan(expired) {
+				nc.mu.Unlock()
+				return total, nc.c.opError("read", "", os.ErrDeadlineExceeded)
+			}
 		}
 		if nc.closed {
 			nc.mu.Unlock()

@@ -1,6 +1,7 @@
 package loop_test
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -144,6 +145,37 @@ func TestOpNoAllocs(t *testing.T) {
 		})
 		if allocs != 0 {
 			t.Fatalf("Nop submission allocates %v times", allocs)
+		}
+	})
+}
+
+// BenchmarkHandOff: a task on the loop readies a goroutine (a channel
+// send), which then queues the next task: the round trip between a loop
+// and a goroutine it wakes, with and without HandOffNextWait. With the
+// kernel wait and every P held by the loop (-cpu 1) the goroutine otherwise
+// waits for the runtime to retake the P.
+func BenchmarkHandOff(b *testing.B) {
+	benchBackends(b, func(b *testing.B, be loop.Backend) {
+		for _, handOff := range []bool{false, true} {
+			b.Run(fmt.Sprintf("handoff=%v", handOff), func(b *testing.B) {
+				g := newGroup(b, be, loop.WithLoops(1))
+				l := g.Loop(0)
+				runOn(b, l, func() {})
+				ch := make(chan struct{}, 1)
+				task := func() {
+					ch <- struct{}{}
+					if handOff {
+						l.HandOffNextWait()
+					}
+				}
+				b.ResetTimer()
+				for range b.N {
+					if err := l.Execute(task); err != nil {
+						b.Fatal(err)
+					}
+					<-ch
+				}
+			})
 		}
 	})
 }

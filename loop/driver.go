@@ -55,6 +55,10 @@ type driver interface {
 	// life of the process (ops that may still write into them were given
 	// up) and returns the bytes kept; 0 if the kernel never holds them.
 	quarantineBufs() uint64
+	// setHandOff sets whether the next blocking wait of the kernel wait
+	// gives the loop thread's P back first (Loop.HandOffNextWait). Loop
+	// goroutine only.
+	setHandOff(on bool)
 	// close releases the backend. The loop calls it after every op reached
 	// its final completion, or after the drain deadline passed (the
 	// remaining ops are then orphaned, never freed).

@@ -48,10 +48,11 @@ type epollDriver struct {
 	cfg   driverConfig
 	feats Features
 
-	epfd   int
-	evfd   int // the wake eventfd, as the loop goroutine sees it
-	tfd    int // timerfd for waits finer than epoll_wait's milliseconds
-	closed bool
+	epfd    int
+	handOff bool // the next blocking epoll_wait gives the P back first
+	evfd    int  // the wake eventfd, as the loop goroutine sees it
+	tfd     int  // timerfd for waits finer than epoll_wait's milliseconds
+	closed  bool
 
 	waiter     *netWaiter      // epfd on the Go netpoller (WaitNetpoll), else nil
 	timerArmed bool            // tfd is armed and has not fired
@@ -258,7 +259,7 @@ func (d *epollDriver) waitEvents(w time.Duration) (int, error) {
 	// part on time.
 	d.setTimer(w)
 	if d.waiter == nil || w == 0 {
-		return unix.EpollWait(d.epfd, d.events, epollWaitMillis(w))
+		return ring.EpollWait(d.epfd, d.events, epollWaitMillis(w), d.handOff)
 	}
 	ready, err := d.waiter.wait(w)
 	if err != nil || !ready {
@@ -275,6 +276,9 @@ func (d *epollDriver) counters(*Stats) {}
 // quarantineBufs implements driver: epoll receives with recv(2) on the loop
 // thread, so the kernel never holds a provided buffer after the call.
 func (d *epollDriver) quarantineBufs() uint64 { return 0 }
+
+// setHandOff implements driver.
+func (d *epollDriver) setHandOff(on bool) { d.handOff = on }
 
 // injectStall makes the next n polls return at once with nothing.
 // Safe for concurrent use.

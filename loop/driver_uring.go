@@ -963,6 +963,13 @@ func (d *uringDriver) counters(s *Stats) {
 
 // quarantineBufs implements driver: the current provided-buffer ring stays
 // mapped after close.
+// setHandOff implements driver.
+func (d *uringDriver) setHandOff(on bool) {
+	if d.r != nil {
+		d.r.SetHandOff(on)
+	}
+}
+
 func (d *uringDriver) quarantineBufs() uint64 {
 	if d.br == nil {
 		return 0

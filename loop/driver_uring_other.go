@@ -30,6 +30,7 @@ func (d *uringDriver) close() error                                  { return ni
 func (d *uringDriver) features() Features                            { return Features{Backend: BackendUring} }
 func (d *uringDriver) injectStall(n int)                             {}
 func (d *uringDriver) quarantineBufs() uint64                        { return 0 }
+func (d *uringDriver) setHandOff(bool)                               {}
 func (d *uringDriver) counters(*Stats)                               {}
 func (d *uringDriver) rebuild(*opTable, completionSink) (int, error) { return 0, ring.ErrNotSupported }
 func (d *uringDriver) poll(time.Duration, int, completionSink) (pollResult, error) {

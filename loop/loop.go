@@ -55,6 +55,7 @@ type Loop struct {
 	ops         *opTable
 	cpl         Completion // reused for every delivery (valid during the call only)
 	ioStarted   bool       // a completion was dispatched during the current poll
+	handOff     bool       // the next wait gives the P back first (HandOffNextWait)
 	ioStart     int64      // clock instant of the first completion of the current poll
 	stallCount  int        // consecutive empty early returns
 	lastExec    int64      // clock instant tasks or hooks last ran
@@ -147,6 +148,22 @@ func (l *Loop) Features() Features {
 func (l *Loop) InLoop() bool {
 	tid := l.tid.Load()
 	return tid != 0 && gettid() == tid
+}
+
+// HandOffNextWait makes the loop's next wait give its thread's P back to
+// the Go scheduler before it sleeps. Code running on the loop calls it after
+// making a goroutine runnable (a channel send to a waiting reader, a closed
+// channel, a completed future with a waiter): that goroutine is queued on
+// the loop's P, and with the kernel wait (WaitKernel), when every P is held
+// by a waiting loop, it would run only once the runtime's monitor retakes a
+// P, 20 µs to 10 ms later. Handing the P off costs a thread wakeup, so the
+// loop does it only when asked, for one wait. The netpoll wait and shared
+// threads always leave the P free and ignore it. Called off the loop it
+// does nothing.
+func (l *Loop) HandOffNextWait() {
+	if l.InLoop() {
+		l.handOff = true
+	}
 }
 
 // running maps the OS thread id of every running loop to its Loop.

@@ -43,6 +43,7 @@ type Ring struct {
 	cq         cqRing
 	enterFd    int    // fd, or the registered ring index with EnterRegisteredRing
 	enterFlags uint32 // EnterRegisteredRing while the ring fd is registered
+	handOff    bool   // waiting enters give the P back first (SetHandOff)
 	flags      uint32 // setup flags granted
 	features   uint32 // IORING_FEAT_* reported by the kernel
 	closed     bool

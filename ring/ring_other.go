@@ -14,7 +14,7 @@ import (
 
 func sysSetup(entries uint32, p *Params) (int, error) { return -1, unix.ENOSYS }
 
-func sysEnter(fd int, toSubmit, minComplete, flags uint32, arg unsafe.Pointer, argSz uintptr) (int, error) {
+func sysEnter(fd int, toSubmit, minComplete, flags uint32, arg unsafe.Pointer, argSz uintptr, handOff bool) (int, error) {
 	return 0, unix.ENOSYS
 }
 

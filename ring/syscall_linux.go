@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -14,8 +15,10 @@ import (
 // another thread: they allocate, pin pages and may wait for the ring to
 // quiesce (file and buffer updates).
 //
-// io_uring_enter uses unix.Syscall6 only when it may sleep
-// (IORING_ENTER_GETEVENTS with min_complete > 0). An enter that only
+// io_uring_enter enters as a blocking call only when it may sleep
+// (IORING_ENTER_GETEVENTS with min_complete > 0): through unix.Syscall6, or
+// when asked through blockingSyscall6, which hands the P off first (see
+// Ring.SetHandOff). An enter that only
 // submits, or runs deferred task work without waiting, does not wait for
 // I/O: an operation that would block is punted to io-wq or armed on poll
 // (the kernel may still sleep briefly on a lock or an allocation). It does
@@ -47,15 +50,19 @@ func sysSetup(entries uint32, p *Params) (int, error) {
 // EINTR is returned to the caller, never retried here: only the caller knows
 // whether the submission part already happened and how long it still wants
 // to wait (see enter.go).
-func sysEnter(fd int, toSubmit, minComplete, flags uint32, arg unsafe.Pointer, argSz uintptr) (int, error) {
+func sysEnter(fd int, toSubmit, minComplete, flags uint32, arg unsafe.Pointer, argSz uintptr, handOff bool) (int, error) {
 	var n uintptr
 	var e unix.Errno
 	if minComplete == 0 || flags&EnterGetEvents == 0 {
 		n, _, e = unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(fd), uintptr(toSubmit),
 			uintptr(minComplete), uintptr(flags), uintptr(arg), argSz)
-	} else {
+	} else if !handOff {
 		n, _, e = unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(fd), uintptr(toSubmit),
 			uintptr(minComplete), uintptr(flags), uintptr(arg), argSz)
+	} else {
+		n, _, e = blockingSyscall6(unix.SYS_IO_URING_ENTER, uintptr(fd), uintptr(toSubmit),
+			uintptr(minComplete), uintptr(flags), uintptr(arg), argSz)
+		runtime.KeepAlive(arg)
 	}
 	if e != 0 {
 		return 0, errnoErr(e)
@@ -76,3 +83,68 @@ func sysRegister(fd int, opcode uint32, arg unsafe.Pointer, nr uint32) (int, err
 
 // closeFd closes fd, retrying nothing: close(2) must not be retried on Linux.
 func closeFd(fd int) error { return unix.Close(fd) }
+
+// EpollWait is epoll_wait(2) (as epoll_pwait with no signal mask, which every
+// architecture has) for an event loop's thread: with handOff, a call that
+// may sleep (msec != 0) gives the thread's P back first (see Ring.SetHandOff).
+// It returns the number of events written to events; EINTR is returned, not
+// retried.
+func EpollWait(epfd int, events []unix.EpollEvent, msec int, handOff bool) (int, error) {
+	if len(events) == 0 {
+		return 0, unix.EINVAL
+	}
+	p := unsafe.Pointer(&events[0])
+	var n uintptr
+	var e unix.Errno
+	switch {
+	case msec == 0:
+		n, _, e = unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(p),
+			uintptr(len(events)), 0, 0, 0)
+	case !handOff:
+		n, _, e = unix.Syscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(p),
+			uintptr(len(events)), uintptr(msec), 0, 0)
+	default:
+		n, _, e = blockingSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(p),
+			uintptr(len(events)), uintptr(msec), 0, 0)
+	}
+	runtime.KeepAlive(events)
+	if e != 0 {
+		return 0, errnoErr(e)
+	}
+	return int(n), nil
+}
+
+// Handing the P off. A waiting system call of a loop thread (an
+// io_uring_enter that waits for completions, an epoll_wait with a timeout)
+// normally enters the kernel the way unix.Syscall6 does: the thread keeps
+// its P, and only when the call has lasted longer than a sysmon tick does
+// the runtime take the P back and give it to another thread. That is the
+// cheapest wait for a loop whose work all runs on it. But a goroutine the
+// loop made runnable just before (a channel send to a reader of a net.Conn
+// adapter) sits on that P's run queue, and when every P is held by a
+// waiting loop it runs only once sysmon retakes one: 20 µs to 10 ms later.
+// With handOff the call gives the P back before it sleeps instead, as the
+// runtime does for calls it knows to block; that costs a thread wakeup for
+// the goroutine, so the loop asks for it only after a turn that readied
+// one (see Ring.SetHandOff).
+
+//go:linkname entersyscallblock runtime.entersyscallblock
+func entersyscallblock()
+
+//go:linkname exitsyscall runtime.exitsyscall
+func exitsyscall()
+
+// blockingSyscall6 is unix.Syscall6 for a call known to sleep: the thread
+// hands its P off before entering the kernel (the runtime's own
+// entersyscallblock, which the runtime keeps linkable), and takes one again
+// on return as every system call does. Nothing between the two may grow the
+// stack, hence nosplit and no race instrumentation.
+//
+//go:nosplit
+//go:norace
+func blockingSyscall6(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2 uintptr, err unix.Errno) {
+	entersyscallblock()
+	r1, r2, err = unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
+	exitsyscall()
+	return
+}
