@@ -45,6 +45,7 @@ func (r *replies) OnData(c *conn.Conn, data []byte) {
 	for r.got >= r.size {
 		r.got -= r.size
 		r.done <- struct{}{}
+		c.Loop().HandOffNextWait() // the benchmark goroutine is now runnable
 	}
 }
 

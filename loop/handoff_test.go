@@ -9,8 +9,8 @@ import (
 )
 
 // A loop asked to hand its P off before each wait keeps running tasks and
-// waking on time, with one P and with more; called off the loop the request
-// does nothing.
+// waking on time, with one P and with more, whether the request comes from
+// the loop or from another goroutine.
 func TestHandOffNextWait(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be loop.Backend) {
 		for _, procs := range []int{1, 2} {
@@ -18,7 +18,7 @@ func TestHandOffNextWait(t *testing.T) {
 			t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 			g := newGroup(t, be, loop.WithLoops(1))
 			l := g.Loop(0)
-			l.HandOffNextWait() // off the loop: ignored
+			l.HandOffNextWait() // off the loop: applies to the next wait, harmlessly
 			ch := make(chan struct{}, 1)
 			task := func() {
 				ch <- struct{}{}

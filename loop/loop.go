@@ -53,16 +53,16 @@ type Loop struct {
 
 	// Loop goroutine only.
 	ops         *opTable
-	cpl         Completion // reused for every delivery (valid during the call only)
-	ioStarted   bool       // a completion was dispatched during the current poll
-	handOff     bool       // the next wait gives the P back first (HandOffNextWait)
-	ioStart     int64      // clock instant of the first completion of the current poll
-	stallCount  int        // consecutive empty early returns
-	lastExec    int64      // clock instant tasks or hooks last ran
-	lastYield   int64      // clock instant the loop goroutine last yielded its P (yield.go)
-	lastTid     int32      // the thread the loop last ran on, as recorded in running
-	confirming  bool       // confirmShutdown ran at least once
-	sinkRefused bool       // the last timer move hit a full queue
+	cpl         Completion  // reused for every delivery (valid during the call only)
+	ioStarted   bool        // a completion was dispatched during the current poll
+	handOff     atomic.Bool // the next wait gives the P back first (HandOffNextWait)
+	ioStart     int64       // clock instant of the first completion of the current poll
+	stallCount  int         // consecutive empty early returns
+	lastExec    int64       // clock instant tasks or hooks last ran
+	lastYield   int64       // clock instant the loop goroutine last yielded its P (yield.go)
+	lastTid     int32       // the thread the loop last ran on, as recorded in running
+	confirming  bool        // confirmShutdown ran at least once
+	sinkRefused bool        // the last timer move hit a full queue
 	runTaskFn   func(sched.Task)
 	timerSinkFn func(*sched.Timer) bool
 }
@@ -158,13 +158,10 @@ func (l *Loop) InLoop() bool {
 // by a waiting loop, it would run only once the runtime's monitor retakes a
 // P, 20 µs to 10 ms later. Handing the P off costs a thread wakeup, so the
 // loop does it only when asked, for one wait. The netpoll wait and shared
-// threads always leave the P free and ignore it. Called off the loop it
-// does nothing.
-func (l *Loop) HandOffNextWait() {
-	if l.InLoop() {
-		l.handOff = true
-	}
-}
+// threads always leave the P free and ignore it. It costs one atomic store
+// and checks no thread: called off the loop it asks the same of the loop's
+// next wait, which is harmless. Safe for concurrent use.
+func (l *Loop) HandOffNextWait() { l.handOff.Store(true) }
 
 // running maps the OS thread id of every running loop to its Loop.
 var running sync.Map // int32 → *Loop

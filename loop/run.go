@@ -150,8 +150,7 @@ func (l *Loop) turn() {
 		l.stats.sleeps.Add(1)
 	}
 	l.ioStarted = false
-	l.drv.setHandOff(l.handOff)
-	l.handOff = false
+	l.drv.setHandOff(l.handOff.Load() && l.handOff.Swap(false))
 	res, err := l.drv.poll(timeout, maxCompletionsPerPoll, l)
 	if sleeping {
 		l.nextWakeup.Store(awake)
