@@ -96,6 +96,19 @@
 // and calls OnClose(nil). CloseWrite sends what is queued, then shuts the
 // sending side down (SHUT_WR).
 //
+// # net.Conn and net.Listener
+//
+// ListenNet returns a NetListener (a net.Listener) and DialNet a NetConn (a
+// net.Conn with CloseWrite and io.WriterTo), so net/http, crypto/tls and
+// any net.Conn code run on the loops unchanged. A NetConn is its
+// connection's handler: received bytes wait in a buffer bounded by
+// WithNetInbound (reading pauses when it is full); Write blocks while the
+// connection is unwritable; deadlines run on the loop's timer wheel and
+// report os.ErrDeadlineExceeded; Close unblocks pending calls with
+// net.ErrClosed. When it wakes a blocked goroutine it asks the loop to hand
+// its P off before the next wait (loop.Loop.HandOffNextWait). See
+// docs/netconn.md.
+//
 // # Defaults
 //
 // TCP_NODELAY on; keepalive, SO_RCVBUF and SO_SNDBUF left to the kernel;
