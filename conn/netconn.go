@@ -69,6 +69,13 @@ type NetConn struct {
 	ln   *NetListener  // the listener that accepts it; nil for a dialed one
 }
 
+// inChunkSize is the size of an inbound chunk: small, since most reads of a
+// request-response protocol are a few hundred bytes and every connection
+// with unread bytes holds at least one chunk.
+const inChunkSize = 4 << 10
+
+var inChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, inChunkSize)} }}
+
 // inQueue is a FIFO of received bytes in pooled chunks; an empty one holds
 // none.
 type inQueue struct {
@@ -85,7 +92,7 @@ func (iq *inQueue) push(p []byte) {
 			t = iq.q[len(iq.q)-1]
 		}
 		if t == nil || t.w == len(t.buf) {
-			t = chunkPool.Get().(*chunk)
+			t = inChunkPool.Get().(*chunk)
 			t.r, t.w = 0, 0
 			iq.q = append(iq.q, t)
 		}
@@ -106,7 +113,7 @@ func (iq *inQueue) read(p []byte) int {
 		if t.r == t.w {
 			iq.q[iq.head] = nil
 			iq.head++
-			putChunk(t)
+			inChunkPool.Put(t)
 		}
 	}
 	iq.n -= n
@@ -122,7 +129,7 @@ func (iq *inQueue) read(p []byte) int {
 // release frees every chunk.
 func (iq *inQueue) release() {
 	for _, t := range iq.q[iq.head:] {
-		putChunk(t)
+		inChunkPool.Put(t)
 	}
 	iq.q, iq.head, iq.n = nil, 0, 0
 }
@@ -487,7 +494,7 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		n, err := w.Write(t.buf[t.r:t.w])
 		total += int64(n)
 		short := n < t.w-t.r
-		putChunk(t)
+		inChunkPool.Put(t)
 		if err != nil {
 			return total, err
 		}

@@ -1,0 +1,77 @@
+// Command httpserve is the HTTP workload's server: a hello-world net/http
+// handler served on package net's listener (-impl net) or on ringloop's
+// net.Listener adapter (-impl ringloop, with -backend uring or epoll).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/loop"
+
+	"github.com/ringloop/ringloop/bench/internal/serve"
+)
+
+// body is the response every request gets; the load generator checks it.
+var body = []byte("Hello, World!")
+
+func main() {
+	f := serve.Register()
+	impl := flag.String("impl", "net", "net or ringloop")
+	backend := flag.String("backend", "uring", "uring or epoll (-impl ringloop)")
+	loops := flag.Int("loops", 1, "event loops (-impl ringloop)")
+	flag.Parse()
+
+	var ln net.Listener
+	var g *loop.Group
+	switch *impl {
+	case "net":
+		l, err := net.Listen("tcp", f.Addr)
+		if err != nil {
+			serve.Fatal("listen", err)
+		}
+		ln = l
+	case "ringloop":
+		b := loop.BackendUring
+		if *backend == "epoll" {
+			b = loop.BackendEpoll
+		} else if *backend != "uring" {
+			serve.Fatal("backend", fmt.Errorf("unknown backend %q", *backend))
+		}
+		var err error
+		g, err = loop.NewGroup(loop.WithLoops(*loops), loop.WithBackend(b), loop.WithName("httpserve"))
+		if err != nil {
+			serve.Fatal("loop group", err)
+		}
+		l, err := conn.ListenNet(context.Background(), g, "tcp", f.Addr)
+		if err != nil {
+			serve.Fatal("listen", err)
+		}
+		ln = l
+	default:
+		serve.Fatal("impl", fmt.Errorf("unknown impl %q", *impl))
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = w.Write(body)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() { _ = srv.Serve(ln) }()
+	stopProfile := f.StartProfile()
+	serve.Ready(ln.Addr().String())
+	serve.Wait(f.MaxRuntime)
+	stopProfile()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	if g != nil {
+		_ = g.Shutdown(ctx)
+	}
+}
