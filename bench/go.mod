@@ -7,10 +7,13 @@ replace github.com/ringloop/ringloop => ../
 require (
 	github.com/panjf2000/gnet/v2 v2.5.0
 	github.com/ringloop/ringloop v0.0.0-00010101000000-000000000000
+	github.com/valyala/fasthttp v1.69.0
 	golang.org/x/sys v0.40.0
 )
 
 require (
+	github.com/andybalholm/brotli v1.2.0 // indirect
+	github.com/klauspost/compress v1.18.2 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	go.uber.org/atomic v1.7.0 // indirect
 	go.uber.org/multierr v1.6.0 // indirect

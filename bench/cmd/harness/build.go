@@ -16,10 +16,22 @@ type server struct {
 	Argv []string // binary and arguments (the harness adds the address)
 	Env  []string // extra environment
 	Go   bool     // a Go program: GOMAXPROCS is set
+	HTTP bool     // the HTTP workload: driven by httpload instead of loadgen
 }
 
 // serverOrder is the report's column order.
-var serverOrder = []string{"c-liburing", "ringloop-uring", "ringloop-epoll", "gnet", "net"}
+var serverOrder = []string{"c-liburing", "ringloop-uring", "ringloop-epoll", "gnet", "net",
+	"http-ringloop-uring", "http-ringloop-epoll", "http-net", "fasthttp-ringloop-uring", "fasthttp-net"}
+
+// httpServers are the HTTP workload's servers (bench/cmd/httpserve): a
+// hello-world handler of a Go HTTP stack on a listener.
+var httpServers = map[string][]string{
+	"http-ringloop-uring":     {"-stack", "nethttp", "-impl", "ringloop", "-backend", "uring"},
+	"http-ringloop-epoll":     {"-stack", "nethttp", "-impl", "ringloop", "-backend", "epoll"},
+	"http-net":                {"-stack", "nethttp", "-impl", "net"},
+	"fasthttp-ringloop-uring": {"-stack", "fasthttp", "-impl", "ringloop", "-backend", "uring"},
+	"fasthttp-net":            {"-stack", "fasthttp", "-impl", "net"},
+}
 
 // build compiles every server and the load generator into binDir and returns
 // the servers that could be built, saying why any other is skipped.
@@ -71,6 +83,22 @@ func build(benchDir, binDir string, wanted map[string]bool, setup bool) (map[str
 				if wanted["ringloop-"+b] {
 					servers["ringloop-"+b] = server{Name: "ringloop-" + b, Argv: []string{bin("ringecho"), "-backend", b}, Go: true}
 				}
+			}
+		}
+	}
+	anyHTTP := false
+	for name := range httpServers {
+		anyHTTP = anyHTTP || wanted[name]
+	}
+	if anyHTTP {
+		for _, pkg := range []string{"./cmd/httpserve", "./cmd/httpload"} {
+			if err := goBuild("", pkg); err != nil {
+				return nil, "", err
+			}
+		}
+		for name, args := range httpServers {
+			if wanted[name] {
+				servers[name] = server{Name: name, Argv: append([]string{bin("httpserve")}, args...), Go: true, HTTP: true}
 			}
 		}
 	}

@@ -354,6 +354,12 @@ var serverColor = map[string]string{
 	"ringloop-epoll": "#ff7f0e",
 	"gnet":           "#1f77b4",
 	"net":            "#2ca02c",
+
+	"http-ringloop-uring":     "#d62728",
+	"http-ringloop-epoll":     "#ff7f0e",
+	"http-net":                "#2ca02c",
+	"fasthttp-ringloop-uring": "#9467bd",
+	"fasthttp-net":            "#8c564b",
 }
 
 type plotRef struct {

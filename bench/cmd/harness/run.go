@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -130,6 +131,9 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 	time.Sleep(50 * time.Millisecond) // let the runtime settle before the baseline
 	r.RSSBaseKB = procStatusKB(pid, "VmRSS")
 
+	if spec.Server.HTTP {
+		loadgenBin = filepath.Join(filepath.Dir(loadgenBin), "httpload")
+	}
 	lg := exec.CommandContext(ctx, "taskset", "-c", spec.ClientCP, loadgenBin, "-json",
 		"-addr", addr, "-conns", strconv.Itoa(spec.Conns), "-size", strconv.Itoa(spec.Size),
 		"-depth", strconv.Itoa(spec.Depth), "-warmup", spec.Warmup.String(), "-duration", spec.Duration.String(),

@@ -2,12 +2,15 @@
 // HTTP/1.1 connections, each sending GET / and reading the response before
 // the next, for -duration. Every response is checked (status 200, the
 // expected body); one wrong byte fails the run. It prints one line:
-// requests, requests per second, p50 and p99 latency in microseconds.
+// requests, requests per second, p50 and p99 latency in microseconds; with
+// -json it speaks the harness's protocol instead (PHASE measure, PHASE
+// done, RESULT {json}), like cmd/loadgen.
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +20,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -26,6 +30,10 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "measured time")
 	warmup := flag.Duration("warmup", time.Second, "unmeasured time first")
 	want := flag.String("body", "Hello, World!", "expected response body")
+	jsonOut := flag.Bool("json", false, "harness protocol: PHASE lines and a RESULT line of JSON")
+	flag.Int("size", 0, "ignored (the echo load generator's flag)")
+	flag.Int("depth", 1, "ignored: one request in flight per connection")
+	flag.Uint64("requests", 0, "ignored")
 	flag.Parse()
 
 	req := []byte("GET / HTTP/1.1\r\nHost: " + *addr + "\r\nUser-Agent: httpload\r\n\r\n")
@@ -63,16 +71,28 @@ func main() {
 		}()
 	}
 	time.Sleep(*warmup)
+	if *jsonOut {
+		fmt.Println("PHASE measure")
+	}
+	cpu0 := cpuSeconds()
 	measuring.Store(true)
 	t0 := time.Now()
 	time.Sleep(*duration)
 	measuring.Store(false)
 	el := time.Since(t0)
+	cpu := cpuSeconds() - cpu0
+	if *jsonOut {
+		fmt.Println("PHASE done")
+	}
 	stop.Store(true)
 	wg.Wait()
+	var firstErr string
 	if err, _ := failed.Load().(error); err != nil {
-		fmt.Fprintln(os.Stderr, "httpload: a response failed the check:", err)
-		os.Exit(1)
+		firstErr = err.Error()
+		if !*jsonOut {
+			fmt.Fprintln(os.Stderr, "httpload: a response failed the check:", err)
+			os.Exit(1)
+		}
 	}
 	var all []time.Duration
 	n := 0
@@ -87,7 +107,33 @@ func main() {
 		}
 		return float64(all[int(p*float64(len(all)-1))].Microseconds())
 	}
+	if *jsonOut {
+		var errs uint64
+		if firstErr != "" {
+			errs = 1
+		}
+		b, _ := json.Marshal(map[string]any{
+			"elapsed_s": el.Seconds(), "requests": n, "rps": float64(n) / el.Seconds(), "mbps": 0.0,
+			"p50_ns": uint64(pct(0.50) * 1e3), "p99_ns": uint64(pct(0.99) * 1e3), "p999_ns": uint64(pct(0.999) * 1e3),
+			"max_ns": uint64(pct(1) * 1e3), "errors": errs, "first_error": firstErr, "client_cpu_s": cpu,
+		})
+		fmt.Printf("RESULT %s\n", b)
+		if firstErr != "" {
+			os.Exit(1)
+		}
+		return
+	}
 	fmt.Printf("requests %d req/s %.0f p50_us %.0f p99_us %.0f\n", n, float64(n)/el.Seconds(), pct(0.50), pct(0.99))
+}
+
+// cpuSeconds is the process's user and system CPU time.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
 }
 
 // readResponse reads one response and checks its status and body.

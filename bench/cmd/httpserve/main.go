@@ -1,6 +1,7 @@
-// Command httpserve is the HTTP workload's server: a hello-world net/http
-// handler served on package net's listener (-impl net) or on ringloop's
-// net.Listener adapter (-impl ringloop, with -backend uring or epoll).
+// Command httpserve is the HTTP workload's server: a hello-world handler of
+// net/http (-stack nethttp) or fasthttp (-stack fasthttp), served on package
+// net's listener (-impl net) or on ringloop's net.Listener adapter (-impl
+// ringloop, with -backend uring or epoll).
 package main
 
 import (
@@ -10,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/ringloop/ringloop/conn"
 	"github.com/ringloop/ringloop/loop"
@@ -25,6 +28,7 @@ func main() {
 	impl := flag.String("impl", "net", "net or ringloop")
 	backend := flag.String("backend", "uring", "uring or epoll (-impl ringloop)")
 	loops := flag.Int("loops", 1, "event loops (-impl ringloop)")
+	stack := flag.String("stack", "nethttp", "nethttp or fasthttp")
 	flag.Parse()
 
 	var ln net.Listener
@@ -56,6 +60,28 @@ func main() {
 	default:
 		serve.Fatal("impl", fmt.Errorf("unknown impl %q", *impl))
 	}
+	var stop func(context.Context)
+	switch *stack {
+	case "nethttp":
+		stop = serveNetHTTP(ln)
+	case "fasthttp":
+		stop = serveFastHTTP(ln)
+	default:
+		serve.Fatal("stack", fmt.Errorf("unknown stack %q", *stack))
+	}
+	stopProfile := f.StartProfile()
+	serve.Ready(ln.Addr().String())
+	serve.Wait(f.MaxRuntime)
+	stopProfile()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stop(ctx)
+	if g != nil {
+		_ = g.Shutdown(ctx)
+	}
+}
+
+func serveNetHTTP(ln net.Listener) func(context.Context) {
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
@@ -64,14 +90,17 @@ func main() {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() { _ = srv.Serve(ln) }()
-	stopProfile := f.StartProfile()
-	serve.Ready(ln.Addr().String())
-	serve.Wait(f.MaxRuntime)
-	stopProfile()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(ctx)
-	if g != nil {
-		_ = g.Shutdown(ctx)
+	return func(ctx context.Context) { _ = srv.Shutdown(ctx) }
+}
+
+func serveFastHTTP(ln net.Listener) func(context.Context) {
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType("text/plain")
+			ctx.SetBody(body)
+		},
+		ReadTimeout: 10 * time.Second,
 	}
+	go func() { _ = srv.Serve(ln) }()
+	return func(ctx context.Context) { _ = srv.ShutdownWithContext(ctx) }
 }
