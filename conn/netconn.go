@@ -242,45 +242,49 @@ func (nc *NetConn) OnClose(c *Conn, err error) {
 // was read, and an error wrapping net.ErrClosed after Close.
 func (nc *NetConn) Read(p []byte) (int, error) {
 	nc.mu.Lock()
-	for {
-		if nc.closed {
-			nc.mu.Unlock()
-			return 0, nc.c.opError("read", "", net.ErrClosed)
-		}
-		if nc.in.n > 0 {
-			if len(p) == 0 {
-				nc.mu.Unlock()
-				return 0, nil
-			}
-			n := nc.in.read(p)
-			resume := nc.paused && nc.in.n <= nc.limit/2
-			if resume {
-				nc.paused = false
-			}
-			more := nc.in.n > 0 || nc.rerr != nil
-			nc.mu.Unlock()
-			if resume {
-				_ = nc.c.ResumeRead()
-			}
-			if more {
-				signal(nc.rsig) // pass the wakeup on to another reader
-			}
-			return n, nil
-		}
-		if nc.rerr != nil {
-			err := nc.rerr
-			nc.mu.Unlock()
-			signal(nc.rsig)
+	if len(p) > 0 {
+		if err := nc.awaitInput(); err != nil {
 			return 0, err
 		}
-		if len(p) == 0 {
-			nc.mu.Unlock()
-			return 0, nil
+	}
+	switch {
+	case nc.closed:
+		nc.mu.Unlock()
+		return 0, nc.c.opError("read", "", net.ErrClosed)
+	case nc.in.n > 0 && len(p) > 0:
+		n := nc.in.read(p)
+		resume := nc.paused && nc.in.n <= nc.limit/2
+		if resume {
+			nc.paused = false
 		}
+		more := nc.in.n > 0 || nc.rerr != nil
+		nc.mu.Unlock()
+		if resume {
+			_ = nc.c.ResumeRead()
+		}
+		if more {
+			signal(nc.rsig) // pass the wakeup on to another reader
+		}
+		return n, nil
+	case nc.rerr != nil && nc.in.n == 0:
+		err := nc.rerr
+		nc.mu.Unlock()
+		signal(nc.rsig)
+		return 0, err
+	}
+	nc.mu.Unlock()
+	return 0, nil // len(p) == 0
+}
+
+// awaitInput waits until received bytes, the end of input or Close arrive.
+// It is called with nc.mu held and returns with it held, unless it returns
+// an error: the read deadline passed, or the caller is a loop goroutine.
+func (nc *NetConn) awaitInput() error {
+	for nc.in.n == 0 && nc.rerr == nil && !nc.closed {
 		expired := nc.rdl.wait()
 		nc.mu.Unlock()
 		if err := nc.mayBlock("read"); err != nil {
-			return 0, err
+			return err
 		}
 		nc.waiters.Add(1)
 		select {
@@ -292,9 +296,10 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		nc.mu.Lock()
 		if nc.in.n == 0 && nc.rerr == nil && !nc.closed && isClosedChan(expired) {
 			nc.mu.Unlock()
-			return 0, nc.c.opError("read", "", os.ErrDeadlineExceeded)
+			return nc.c.opError("read", "", os.ErrDeadlineExceeded)
 		}
 	}
+	return nil
 }
 
 // mayBlock refuses to block a loop goroutine.
@@ -443,24 +448,8 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	for {
 		nc.mu.Lock()
-		for nc.in.n == 0 && nc.rerr == nil && !nc.closed {
-			expired := nc.rdl.wait()
-			nc.mu.Unlock()
-			if err := nc.mayBlock("read"); err != nil {
-				return total, err
-			}
-			nc.waiters.Add(1)
-			select {
-			case <-nc.rsig:
-			case <-nc.done:
-			case <-expired:
-			}
-			nc.waiters.Add(-1)
-			nc.mu.Lock()
-			if nc.in.n == 0 && nc.rerr == nil && !nc.closed && isClosedChan(expired) {
-				nc.mu.Unlock()
-				return total, nc.c.opError("read", "", os.ErrDeadlineExceeded)
-			}
+		if err := nc.awaitInput(); err != nil {
+			return total, err
 		}
 		if nc.closed {
 			nc.mu.Unlock()
