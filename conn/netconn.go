@@ -65,8 +65,7 @@ type NetConn struct {
 
 	waiters atomic.Int32 // goroutines blocked in Read, Write or WriteTo
 
-	open chan struct{} // closed once OnOpen ran
-	ln   *NetListener  // the listener that accepts it; nil for a dialed one
+	ln *NetListener // the listener that accepts it; nil for a dialed one
 }
 
 // inChunkSize is the size of an inbound chunk: small, since most reads of a
@@ -143,9 +142,6 @@ func newNetConn(limit int) *NetConn {
 		done:  make(chan struct{}),
 		rsig:  make(chan struct{}, 1),
 		wsig:  make(chan struct{}, 1),
-		open:  make(chan struct{}),
-		rdl:   newDeadline(),
-		wdl:   newDeadline(),
 	}
 }
 
@@ -177,7 +173,6 @@ func (nc *NetConn) OnOpen(c *Conn) {
 	if nc.ln != nil {
 		nc.ln.push(nc)
 	}
-	close(nc.open)
 }
 
 // OnData implements Handler: the bytes are copied into the inbound buffer.
@@ -504,17 +499,20 @@ type deadline struct {
 	mu      sync.Mutex
 	at      time.Time     // the deadline; zero: none
 	armedAt time.Time     // when the earliest pending timer fires; zero: none
-	expired chan struct{} // closed once at has passed
+	expired chan struct{} // closed once at has passed; nil until a deadline is first set
 	stopped bool
 	arms    int // timers scheduled, for tests
 }
 
-func newDeadline() deadline { return deadline{expired: make(chan struct{})} }
-
-// wait returns the channel closed when the deadline passes.
+// wait returns the channel closed when the deadline passes. The channel is
+// made by the first wait or deadline, so a direction that never blocks and
+// never has a deadline holds none.
 func (d *deadline) wait() chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.expired == nil {
+		d.expired = make(chan struct{})
+	}
 	return d.expired
 }
 
@@ -532,6 +530,12 @@ func (d *deadline) set(t time.Time) {
 	defer d.mu.Unlock()
 	d.at = t
 	passed := !t.IsZero() && !time.Now().Before(t)
+	if d.expired == nil {
+		if t.IsZero() {
+			return // no deadline, and none pending
+		}
+		d.expired = make(chan struct{})
+	}
 	if passed {
 		if !isClosedChan(d.expired) {
 			close(d.expired)
@@ -609,9 +613,7 @@ func DialNet(ctx context.Context, g *loop.Group, network, address string, opts .
 	if err != nil {
 		return nil, err
 	}
-	// Dial returns after OnOpen ran on the loop.
-	<-nc.open
-	_ = c
+	_ = c // Dial returns after OnOpen ran on the loop, which set nc.c
 	return nc, nil
 }
 
