@@ -311,44 +311,88 @@ func (nc *NetConn) mayBlock(op string) error {
 func (nc *NetConn) Write(p []byte) (int, error) {
 	total := 0
 	for {
+		if err := nc.awaitWritable(); err != nil {
+			return total, err
+		}
+		k := min(len(p), netWriteMax)
+		n, err := nc.c.Write(p[:k])
+		total += n
+		if err != nil {
+			return total, err
+		}
+		p = p[k:]
+		nc.passWritable()
+		if len(p) == 0 {
+			return total, nil
+		}
+	}
+}
+
+// ReadFrom implements io.ReaderFrom: it reads r into the connection's own
+// outbound chunks until EOF, sparing io.Copy its buffer and one copy, and
+// waits while the connection is unwritable as Write does.
+func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	for {
+		if err := nc.awaitWritable(); err != nil {
+			return total, err
+		}
+		t := chunkPool.Get().(*chunk)
+		t.r, t.w = 0, 0
+		n, rerr := r.Read(t.buf)
+		if n > 0 {
+			t.w = n
+			if err := nc.c.queueChunks([]*chunk{t}, n); err != nil {
+				return total, err
+			}
+			total += int64(n)
+			nc.passWritable()
+		} else {
+			putChunk(t)
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
+}
+
+// passWritable passes a writability wakeup on to another writer while the
+// connection stays writable.
+func (nc *NetConn) passWritable() {
+	if nc.c.Writable() {
+		signal(nc.wsig)
+	}
+}
+
+// awaitWritable waits until the connection may take more bytes: it is
+// writable, or the caller runs on the connection's own loop (which must
+// never wait for itself). It fails once the NetConn or the connection is
+// closed, the write deadline passed, or on another loop's goroutine.
+func (nc *NetConn) awaitWritable() error {
+	for {
 		nc.mu.Lock()
 		switch {
 		case nc.closed:
 			nc.mu.Unlock()
-			return total, nc.c.opError("write", "", net.ErrClosed)
+			return nc.c.opError("write", "", net.ErrClosed)
 		case nc.werr != nil:
 			err := nc.werr
 			nc.mu.Unlock()
-			return total, writeError(nc.c, err)
+			return writeError(nc.c, err)
 		}
 		expired := nc.wdl.wait()
 		nc.mu.Unlock()
-		select {
-		case <-expired:
-			return total, nc.c.opError("write", "", os.ErrDeadlineExceeded)
-		default:
-		}
-		if len(p) == 0 && total > 0 {
-			return total, nil
+		if isClosedChan(expired) {
+			return nc.c.opError("write", "", os.ErrDeadlineExceeded)
 		}
 		if nc.c.Writable() || loop.Current() == nc.c.l {
-			k := min(len(p), netWriteMax)
-			n, err := nc.c.Write(p[:k])
-			total += n
-			if err != nil {
-				return total, err
-			}
-			p = p[k:]
-			if nc.c.Writable() {
-				signal(nc.wsig) // pass the wakeup on to another writer
-			}
-			if len(p) == 0 {
-				return total, nil
-			}
-			continue
+			return nil
 		}
 		if err := nc.mayBlock("write"); err != nil {
-			return total, err
+			return err
 		}
 		nc.waiters.Add(1)
 		select {

@@ -200,32 +200,51 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 	for _, b := range bufs {
 		n += int64(len(b))
 	}
-	var filled []*chunk
 	if n >= spliceMin {
 		// A large write is copied into chunks of its own before taking
 		// the lock, which the loop's send completions need: copying it
 		// under the lock stalled the loop for as long as the copy took.
-		filled = fillChunks(bufs)
+		if err := c.queueChunks(fillChunks(bufs), int(n)); err != nil {
+			return 0, err
+		}
+		return n, nil
 	}
 	c.mu.Lock()
 	if c.wclosed {
 		c.mu.Unlock()
-		for _, t := range filled {
-			putChunk(t)
-		}
 		return 0, c.opError("write", "", net.ErrClosed)
 	}
 	if n == 0 {
 		c.mu.Unlock()
 		return 0, nil
 	}
-	if filled != nil {
-		c.out.splice(filled, int(n))
-	} else {
-		for _, b := range bufs {
-			c.out.append(b)
-		}
+	for _, b := range bufs {
+		c.out.append(b)
 	}
+	c.afterAppend()
+	return n, nil
+}
+
+// queueChunks queues filled chunks holding n bytes, as Writev queues a copy
+// of its buffers; the queue owns them from then on (they are freed if the
+// connection is closed for writing).
+func (c *Conn) queueChunks(filled []*chunk, n int) error {
+	c.mu.Lock()
+	if c.wclosed {
+		c.mu.Unlock()
+		for _, t := range filled {
+			putChunk(t)
+		}
+		return c.opError("write", "", net.ErrClosed)
+	}
+	c.out.splice(filled, n)
+	c.afterAppend()
+	return nil
+}
+
+// afterAppend publishes what an append queued, unlocks c.mu and has the
+// queue flushed. Caller holds c.mu.
+func (c *Conn) afterAppend() {
 	kick := c.queued()
 	c.mu.Unlock()
 	if kick {
@@ -234,7 +253,6 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 	if c.cfg.pauseUnwritable && c.l.InLoop() {
 		c.syncWritePause()
 	}
-	return n, nil
 }
 
 // queued publishes the queue's new size after an append and reports
