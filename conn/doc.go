@@ -99,7 +99,7 @@
 // # net.Conn and net.Listener
 //
 // ListenNet returns a NetListener (a net.Listener) and DialNet a NetConn (a
-// net.Conn with CloseWrite and io.WriterTo), so net/http, crypto/tls and
+// net.Conn with CloseWrite, io.WriterTo and io.ReaderFrom), so net/http, crypto/tls and
 // any net.Conn code run on the loops unchanged. A NetConn is its
 // connection's handler: received bytes wait in a buffer bounded by
 // WithNetInbound (reading pauses when it is full); Write blocks while the
