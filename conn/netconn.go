@@ -653,11 +653,10 @@ func DialNet(ctx context.Context, g *loop.Group, network, address string, opts .
 	}
 	nc := newNetConn(cfg.netInbound)
 	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true))
-	c, err := Dial(ctx, g, network, address, nc, opts...)
-	if err != nil {
+	// Dial returns after OnOpen ran on the loop, which set nc.c.
+	if _, err := Dial(ctx, g, network, address, nc, opts...); err != nil {
 		return nil, err
 	}
-	_ = c // Dial returns after OnOpen ran on the loop, which set nc.c
 	return nc, nil
 }
 

@@ -961,8 +961,6 @@ func (d *uringDriver) counters(s *Stats) {
 	s.BufferMisuse = d.bufMisuse.Load()
 }
 
-// quarantineBufs implements driver: the current provided-buffer ring stays
-// mapped after close.
 // setHandOff implements driver.
 func (d *uringDriver) setHandOff(on bool) {
 	if d.r != nil {
@@ -970,6 +968,8 @@ func (d *uringDriver) setHandOff(on bool) {
 	}
 }
 
+// quarantineBufs implements driver: the current provided-buffer ring stays
+// mapped after close.
 func (d *uringDriver) quarantineBufs() uint64 {
 	if d.br == nil {
 		return 0
