@@ -36,11 +36,7 @@ func NetBuffered(nc *NetConn) int {
 // NetTimersArmed returns how many timers nc's read and write deadlines
 // have scheduled.
 func NetTimersArmed(nc *NetConn) int {
-	n := 0
-	for _, d := range []*deadline{&nc.rdl, &nc.wdl} {
-		d.mu.Lock()
-		n += d.arms
-		d.mu.Unlock()
-	}
-	return n
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return int(nc.rdl.arms + nc.wdl.arms)
 }

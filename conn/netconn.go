@@ -52,18 +52,17 @@ type NetConn struct {
 	limit int // inbound bound
 
 	mu     sync.Mutex
-	in     inQueue       // received, not yet read; under mu
-	paused bool          // receiving paused because in is full; under mu
-	rerr   error         // io.EOF or what ended the connection, once in is read; under mu
-	werr   error         // what ended the connection, for writes; under mu
-	closed bool          // Close was called; under mu
-	done   chan struct{} // closed by Close
-	rsig   chan struct{} // cap 1: bytes, EOF or an error arrived
-	wsig   chan struct{} // cap 1: writable again, or the connection ended
+	in     inQueue       // received, not yet read
+	paused bool          // receiving paused because in is full
+	closed bool          // Close was called
+	rerr   error         // io.EOF or what ended the connection, once in is read
+	werr   error         // what ended the connection, for writes
+	rsig   chan struct{} // cap 1: input, EOF, an error, Close or the read deadline; made by the first Read that waits
+	wsig   chan struct{} // cap 1: writable, an error, Close or the write deadline; made by the first Write that waits
 	rdl    deadline
 	wdl    deadline
 
-	waiters atomic.Int32 // goroutines blocked in Read, Write or WriteTo
+	waiters atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
 
 	ln *NetListener // the listener that accepts it; nil for a dialed one
 }
@@ -137,39 +136,83 @@ func newNetConn(limit int) *NetConn {
 	if limit <= 0 {
 		limit = DefaultNetInbound
 	}
-	return &NetConn{
-		limit: limit,
-		done:  make(chan struct{}),
-		rsig:  make(chan struct{}, 1),
-		wsig:  make(chan struct{}, 1),
-	}
+	return &NetConn{limit: limit}
 }
 
 // Conn returns the underlying connection (its loop, options and counters).
 // Reading through it (PauseRead, handlers) would compete with the NetConn.
 func (nc *NetConn) Conn() *Conn { return nc.c }
 
-// wake signals ch for a goroutine of nc's and, when one is blocked, has the
-// loop give its P back before its next wait, so that the goroutine runs at
-// once (see loop.Loop.HandOffNextWait). On the loop.
+// wake signals ch, if a goroutine of nc's made it, and when one is blocked
+// has the loop give its P back before its next wait, so that the goroutine
+// runs at once (see loop.Loop.HandOffNextWait). On the loop.
 func (nc *NetConn) wake(ch chan struct{}) {
+	if ch == nil {
+		return
+	}
 	signal(ch)
 	if nc.waiters.Load() > 0 {
 		nc.c.l.HandOffNextWait()
 	}
 }
 
+// signal leaves a wakeup in ch (cap 1) unless one is there already; a nil
+// ch has no waiter to wake.
 func signal(ch chan struct{}) {
+	if ch == nil {
+		return
+	}
 	select {
 	case ch <- struct{}{}:
 	default:
 	}
 }
 
+// The two directions of a NetConn, for its signals and deadlines.
+const (
+	dirRead = iota
+	dirWrite
+)
+
+// sig returns dir's signal channel, nil until a goroutine first waited.
+// Caller holds nc.mu.
+func (nc *NetConn) sig(dir int) chan struct{} {
+	if dir == dirRead {
+		return nc.rsig
+	}
+	return nc.wsig
+}
+
+// block waits for a signal on dir's channel. It is called with nc.mu held
+// after the caller found nothing to do, and returns with it held, unless
+// the caller is a loop goroutine: then it returns an error wrapping
+// loop.ErrInLoop without the lock. The state the caller checked changes
+// only under nc.mu, and whoever changes it signals the channel (made here,
+// under the lock) afterwards, so no wakeup is lost.
+func (nc *NetConn) block(dir int, op string) error {
+	ch := nc.sig(dir)
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		if dir == dirRead {
+			nc.rsig = ch
+		} else {
+			nc.wsig = ch
+		}
+	}
+	nc.mu.Unlock()
+	if err := nc.mayBlock(op); err != nil {
+		return err
+	}
+	nc.waiters.Add(1)
+	<-ch
+	nc.waiters.Add(-1)
+	nc.mu.Lock()
+	return nil
+}
+
 // OnOpen implements Handler.
 func (nc *NetConn) OnOpen(c *Conn) {
 	nc.c = c
-	nc.rdl.l, nc.wdl.l = c.l, c.l
 	if nc.ln != nil {
 		nc.ln.push(nc)
 	}
@@ -187,11 +230,12 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 	if pause {
 		nc.paused = true
 	}
+	ch := nc.rsig
 	nc.mu.Unlock()
 	if pause {
 		_ = c.PauseRead()
 	}
-	nc.wake(nc.rsig)
+	nc.wake(ch)
 }
 
 // OnHalfClose implements HalfCloseHandler: the peer sends nothing more.
@@ -200,14 +244,18 @@ func (nc *NetConn) OnHalfClose(*Conn) {
 	if nc.rerr == nil {
 		nc.rerr = io.EOF
 	}
+	ch := nc.rsig
 	nc.mu.Unlock()
-	nc.wake(nc.rsig)
+	nc.wake(ch)
 }
 
 // OnWritabilityChanged implements WritabilityHandler.
 func (nc *NetConn) OnWritabilityChanged(_ *Conn, writable bool) {
 	if writable {
-		nc.wake(nc.wsig)
+		nc.mu.Lock()
+		ch := nc.wsig
+		nc.mu.Unlock()
+		nc.wake(ch)
 	}
 }
 
@@ -228,9 +276,10 @@ func (nc *NetConn) OnClose(c *Conn, err error) {
 	if nc.werr == nil {
 		nc.werr = werr
 	}
+	rch, wch := nc.rsig, nc.wsig
 	nc.mu.Unlock()
-	signal(nc.rsig)
-	nc.wake(nc.wsig)
+	signal(rch)
+	nc.wake(wch)
 }
 
 // Read reads received bytes into p. It returns io.EOF once the peer's FIN
@@ -244,7 +293,9 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 	}
 	switch {
 	case nc.closed:
+		ch := nc.rsig
 		nc.mu.Unlock()
+		signal(ch) // pass the wakeup on to another reader
 		return 0, nc.c.opError("read", "", net.ErrClosed)
 	case nc.in.n > 0 && len(p) > 0:
 		n := nc.in.read(p)
@@ -252,19 +303,20 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		if resume {
 			nc.paused = false
 		}
-		more := nc.in.n > 0 || nc.rerr != nil
+		var ch chan struct{}
+		if nc.in.n > 0 || nc.rerr != nil {
+			ch = nc.rsig // pass the wakeup on to another reader
+		}
 		nc.mu.Unlock()
 		if resume {
 			_ = nc.c.ResumeRead()
 		}
-		if more {
-			signal(nc.rsig) // pass the wakeup on to another reader
-		}
+		signal(ch)
 		return n, nil
 	case nc.rerr != nil && nc.in.n == 0:
-		err := nc.rerr
+		err, ch := nc.rerr, nc.rsig
 		nc.mu.Unlock()
-		signal(nc.rsig)
+		signal(ch)
 		return 0, err
 	}
 	nc.mu.Unlock()
@@ -276,22 +328,14 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 // an error: the read deadline passed, or the caller is a loop goroutine.
 func (nc *NetConn) awaitInput() error {
 	for nc.in.n == 0 && nc.rerr == nil && !nc.closed {
-		expired := nc.rdl.wait()
-		nc.mu.Unlock()
-		if err := nc.mayBlock("read"); err != nil {
-			return err
-		}
-		nc.waiters.Add(1)
-		select {
-		case <-nc.rsig:
-		case <-nc.done:
-		case <-expired:
-		}
-		nc.waiters.Add(-1)
-		nc.mu.Lock()
-		if nc.in.n == 0 && nc.rerr == nil && !nc.closed && isClosedChan(expired) {
+		if nc.rdl.passed {
+			ch := nc.rsig
 			nc.mu.Unlock()
+			signal(ch) // pass the wakeup on to another reader
 			return nc.c.opError("read", "", os.ErrDeadlineExceeded)
+		}
+		if err := nc.block(dirRead, "read"); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -363,7 +407,10 @@ func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
 // connection stays writable.
 func (nc *NetConn) passWritable() {
 	if nc.c.Writable() {
-		signal(nc.wsig)
+		nc.mu.Lock()
+		ch := nc.wsig
+		nc.mu.Unlock()
+		signal(ch)
 	}
 }
 
@@ -372,35 +419,33 @@ func (nc *NetConn) passWritable() {
 // never wait for itself). It fails once the NetConn or the connection is
 // closed, the write deadline passed, or on another loop's goroutine.
 func (nc *NetConn) awaitWritable() error {
+	nc.mu.Lock()
 	for {
-		nc.mu.Lock()
+		var err error
 		switch {
 		case nc.closed:
-			nc.mu.Unlock()
-			return nc.c.opError("write", "", net.ErrClosed)
+			err = nc.c.opError("write", "", net.ErrClosed)
 		case nc.werr != nil:
-			err := nc.werr
+			err = writeError(nc.c, nc.werr)
+		case nc.wdl.passed:
+			err = nc.c.opError("write", "", os.ErrDeadlineExceeded)
+		case nc.c.Writable():
 			nc.mu.Unlock()
-			return writeError(nc.c, err)
-		}
-		expired := nc.wdl.wait()
-		nc.mu.Unlock()
-		if isClosedChan(expired) {
-			return nc.c.opError("write", "", os.ErrDeadlineExceeded)
-		}
-		if nc.c.Writable() || loop.Current() == nc.c.l {
 			return nil
 		}
-		if err := nc.mayBlock("write"); err != nil {
+		if err != nil {
+			ch := nc.wsig
+			nc.mu.Unlock()
+			signal(ch) // pass the wakeup on to another writer
 			return err
 		}
-		nc.waiters.Add(1)
-		select {
-		case <-nc.wsig:
-		case <-nc.done:
-		case <-expired:
+		if loop.Current() == nc.c.l {
+			nc.mu.Unlock()
+			return nil
 		}
-		nc.waiters.Add(-1)
+		if err := nc.block(dirWrite, "write"); err != nil {
+			return err
+		}
 	}
 }
 
@@ -425,10 +470,10 @@ func (nc *NetConn) Close() error {
 	}
 	nc.closed = true
 	nc.in.release()
+	rch, wch := nc.rsig, nc.wsig
 	nc.mu.Unlock()
-	close(nc.done)
-	nc.rdl.stop()
-	nc.wdl.stop()
+	signal(rch)
+	signal(wch)
 	err := nc.c.Close()
 	if errors.Is(err, net.ErrClosed) {
 		return nil // the connection had already ended on its own
@@ -448,37 +493,19 @@ func (nc *NetConn) RemoteAddr() net.Addr { return nc.c.RemoteAddr() }
 
 // SetDeadline sets the read and write deadlines.
 func (nc *NetConn) SetDeadline(t time.Time) error {
-	if err := nc.SetReadDeadline(t); err != nil {
+	if err := nc.setDeadline(dirRead, t); err != nil {
 		return err
 	}
-	return nc.SetWriteDeadline(t)
+	return nc.setDeadline(dirWrite, t)
 }
 
 // SetReadDeadline sets the deadline for pending and future Reads; the zero
 // time means none.
-func (nc *NetConn) SetReadDeadline(t time.Time) error {
-	if nc.isClosed() {
-		return nc.c.opError("set", "", net.ErrClosed)
-	}
-	nc.rdl.set(t)
-	return nil
-}
+func (nc *NetConn) SetReadDeadline(t time.Time) error { return nc.setDeadline(dirRead, t) }
 
 // SetWriteDeadline sets the deadline for pending and future Writes; the
 // zero time means none.
-func (nc *NetConn) SetWriteDeadline(t time.Time) error {
-	if nc.isClosed() {
-		return nc.c.opError("set", "", net.ErrClosed)
-	}
-	nc.wdl.set(t)
-	return nil
-}
-
-func (nc *NetConn) isClosed() bool {
-	nc.mu.Lock()
-	defer nc.mu.Unlock()
-	return nc.closed
-}
+func (nc *NetConn) SetWriteDeadline(t time.Time) error { return nc.setDeadline(dirWrite, t) }
 
 // WriteTo implements io.WriterTo: it writes received bytes to w straight
 // from the inbound buffer until EOF or an error, sparing io.Copy its own
@@ -532,110 +559,84 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 	}
 }
 
-// A deadline is one direction's deadline, kept on the loop's timer wheel.
-// A deadline moved later needs no new timer: the armed one fires at the old
-// instant, finds the deadline moved and re-arms itself, so a server that
-// pushes its read deadline forward on every request schedules about one
-// timer per deadline period rather than one per call.
+// A deadline is one direction's deadline, kept on the loop's timer wheel
+// and guarded by its NetConn's mu. A deadline moved later needs no new
+// timer: the armed one fires at the old instant, finds the deadline moved
+// and re-arms itself, so a server that pushes its read deadline forward on
+// every request schedules about one timer per deadline period rather than
+// one per call.
 type deadline struct {
-	l *loop.Loop
-
-	mu      sync.Mutex
-	at      time.Time     // the deadline; zero: none
-	armedAt time.Time     // when the earliest pending timer fires; zero: none
-	expired chan struct{} // closed once at has passed; nil until a deadline is first set
-	stopped bool
-	arms    int // timers scheduled, for tests
+	at      time.Time // the deadline; zero: none
+	armedAt int64     // Unix ns at which the earliest pending timer fires; 0: none
+	passed  bool      // at has passed: blocked and later calls fail
+	arms    int32     // timers scheduled, for tests
 }
 
-// wait returns the channel closed when the deadline passes. The channel is
-// made by the first wait or deadline, so a direction that never blocks and
-// never has a deadline holds none.
-func (d *deadline) wait() chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.expired == nil {
-		d.expired = make(chan struct{})
+// started is a time every deadline before which has passed, without
+// reading the clock (net/http sets such deadlines to interrupt a Read).
+var started = time.Now()
+
+func (nc *NetConn) deadline(dir int) *deadline {
+	if dir == dirRead {
+		return &nc.rdl
 	}
-	return d.expired
+	return &nc.wdl
 }
 
-func isClosedChan(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
+func (nc *NetConn) setDeadline(dir int, t time.Time) error {
+	nc.mu.Lock()
+	if nc.closed {
+		nc.mu.Unlock()
+		return nc.c.opError("set", "", net.ErrClosed)
 	}
-}
-
-func (d *deadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d := nc.deadline(dir)
 	d.at = t
-	passed := !t.IsZero() && !time.Now().Before(t)
-	if d.expired == nil {
-		if t.IsZero() {
-			return // no deadline, and none pending
-		}
-		d.expired = make(chan struct{})
+	d.passed = !t.IsZero() && (t.Before(started) || !time.Now().Before(t))
+	var ch chan struct{}
+	switch {
+	case d.passed:
+		ch = nc.sig(dir)
+	case !t.IsZero():
+		nc.arm(dir, d)
 	}
-	if passed {
-		if !isClosedChan(d.expired) {
-			close(d.expired)
-		}
-		return
-	}
-	if isClosedChan(d.expired) {
-		d.expired = make(chan struct{})
-	}
-	if !t.IsZero() {
-		d.arm()
-	}
+	nc.mu.Unlock()
+	signal(ch)
+	return nil
 }
 
-// arm makes sure a timer fires no later than d.at. Caller holds d.mu.
-func (d *deadline) arm() {
-	if d.stopped || (!d.armedAt.IsZero() && !d.at.Before(d.armedAt)) {
+// arm makes sure a timer fires no later than d.at. Caller holds nc.mu.
+func (nc *NetConn) arm(dir int, d *deadline) {
+	at := d.at.UnixNano()
+	if d.armedAt != 0 && at >= d.armedAt {
 		return
 	}
-	at := d.at
 	d.armedAt = at
 	d.arms++
-	fire := func() { d.fire(at) }
-	if d.l != nil {
-		if _, err := d.l.Schedule(time.Until(at), fire); err == nil {
-			return
-		}
+	fire := func() { nc.fire(dir, at) }
+	if _, err := nc.c.l.Schedule(time.Until(d.at), fire); err != nil {
+		// The loop shut down: the runtime's timer instead.
+		time.AfterFunc(time.Until(d.at), fire)
 	}
-	// No loop (yet), or it shut down: the runtime's timer instead.
-	time.AfterFunc(time.Until(at), fire)
 }
 
-// fire runs when a timer armed for at comes due.
-func (d *deadline) fire(at time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.armedAt.Equal(at) {
-		d.armedAt = time.Time{}
+// fire runs when a timer armed for at (Unix ns) comes due.
+func (nc *NetConn) fire(dir int, at int64) {
+	nc.mu.Lock()
+	d := nc.deadline(dir)
+	if d.armedAt == at {
+		d.armedAt = 0
 	}
-	if d.at.IsZero() {
-		return
+	var ch chan struct{}
+	switch {
+	case d.at.IsZero() || d.passed || nc.closed:
+	case !time.Now().Before(d.at):
+		d.passed = true
+		ch = nc.sig(dir)
+	default:
+		nc.arm(dir, d) // moved later
 	}
-	if !time.Now().Before(d.at) {
-		if !isClosedChan(d.expired) {
-			close(d.expired)
-		}
-		return
-	}
-	d.arm() // moved later
-}
-
-// stop keeps the deadline from arming new timers (after Close).
-func (d *deadline) stop() {
-	d.mu.Lock()
-	d.stopped = true
-	d.mu.Unlock()
+	nc.mu.Unlock()
+	nc.wake(ch)
 }
 
 // WithNetInbound bounds the inbound buffer of each NetConn (default

@@ -258,7 +258,12 @@ func (d *epollDriver) waitEvents(w time.Duration) (int, error) {
 	// the timerfd, in the epoll set, ends a wait with a sub-millisecond
 	// part on time.
 	d.setTimer(w)
-	if d.waiter == nil || w == 0 {
+	if w == 0 {
+		return ring.EpollWait(d.epfd, d.events, 0, false)
+	}
+	enterWait()
+	defer leaveWait()
+	if d.waiter == nil {
 		return ring.EpollWait(d.epfd, d.events, epollWaitMillis(w), d.handOff)
 	}
 	ready, err := d.waiter.wait(w)

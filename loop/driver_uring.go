@@ -721,11 +721,17 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	case timeout == 0 || d.r.CQReady() > 0:
 		_, err = d.r.Submit()
 	case d.wakeKind == wakeNetpoll:
+		enterWait()
 		err = d.waitNetpoll(timeout, &res)
+		leaveWait()
 	case timeout < 0:
+		enterWait()
 		_, err = d.r.SubmitAndWait(1)
+		leaveWait()
 	default:
+		enterWait()
 		_, err = d.r.SubmitAndWaitTimeout(1, timeout)
+		leaveWait()
 	}
 	switch {
 	case err == nil:

@@ -166,10 +166,25 @@ func (l *Loop) HandOffNextWait() { l.handOff.Store(true) }
 // running maps the OS thread id of every running loop to its Loop.
 var running sync.Map // int32 → *Loop
 
+// busyLoops counts the loop goroutines of the process that may be running
+// code: started and not inside their blocking wait. While it is zero no
+// caller can be a loop goroutine, and Current answers without a system
+// call, which is what a blocking call on a busy adapter connection meets
+// most: its loop asleep in the kernel.
+var busyLoops atomic.Int32
+
+// enterWait and leaveWait bracket a loop's blocking wait, in which it runs
+// no callback.
+func enterWait() { busyLoops.Add(-1) }
+func leaveWait() { busyLoops.Add(1) }
+
 // Current returns the loop whose goroutine calls it (from a task, a timer
 // or a callback of any group), or nil off every loop. Blocking calls use it
 // to refuse to block a loop (ErrInLoop). Safe for concurrent use.
 func Current() *Loop {
+	if busyLoops.Load() == 0 {
+		return nil
+	}
 	tid := gettid()
 	if tid == 0 {
 		return nil

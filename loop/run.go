@@ -37,6 +37,8 @@ func (l *Loop) main(errc chan<- error) {
 	l.lastTid = gettid()
 	l.tid.Store(l.lastTid)
 	running.Store(l.lastTid, l)
+	busyLoops.Add(1)
+	defer busyLoops.Add(-1)
 	if l.cfg.sharedThread {
 		// Unlocked between turns (thread.go); the thread is not the
 		// loop's to name, nor to end when the goroutine returns.
