@@ -67,7 +67,7 @@ func (c *Conn) closeLinger() {
 		c.closeNow(nil)
 		return
 	}
-	t, err := c.l.Schedule(c.cfg.linger, c.lingerTimerFn)
+	t, err := c.l.Schedule(c.cfg.linger, c.onLingerTimer)
 	if err != nil {
 		c.closeNow(nil) // the loop is terminating
 		return
@@ -284,6 +284,6 @@ func (m *miscOp) Complete(cp *loop.Completion) {
 		// close(2) errors are not actionable: the fd is gone either way.
 		c.closed()
 	case miscDialClose:
-		c.finishDial(c.dialErr)
+		c.finishDial(c.dial.err)
 	}
 }

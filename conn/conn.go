@@ -46,9 +46,7 @@ type Conn struct {
 	// Immutable after creation.
 	l       *loop.Loop
 	h       Handler
-	wh      WritabilityHandler // h, if it implements it
-	rh      ReadHandler        // h, if it implements it
-	hh      HalfCloseHandler   // h, if it implements it
+	rh      ReadHandler // h, if it implements it
 	cfg     *config
 	srv     *Server // nil for a dialed conn
 	fd      int
@@ -100,15 +98,12 @@ type Conn struct {
 	readTimer     *sched.Timer
 	idleTimer     *sched.Timer
 	dial          *dialState // non-nil while Dial waits
-	dialErr       error      // why Dial failed, reported once the fd is closed
 	tracked       bool       // in its loop's registry (registry.go)
 	shutdownClose bool       // closed by its loop's shutdown: OnClose reports net.ErrClosed
+	hasWH         bool       // h implements WritabilityHandler
+	hasHH         bool       // h implements HalfCloseHandler
 
-	flushFn       func() // c.flush, bound once so queuing it allocates nothing
-	resumeFn      func()
-	readTimerFn   func()
-	idleTimerFn   func()
-	lingerTimerFn func()
+	flushFn func() // c.flush, bound once so queuing it (on every write) allocates nothing
 }
 
 // ctxBox holds the user's context value (atomic.Pointer needs one type).
@@ -119,23 +114,40 @@ func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *
 	if h != nil {
 		c.setHandler(h)
 	}
-	c.resumeFn = c.resume
 	c.recv.c, c.send.c, c.misc.c = c, c, c
 	c.flushFn = c.flush
-	c.readTimerFn = c.onReadTimer
-	c.idleTimerFn = c.onIdleTimer
-	c.lingerTimerFn = c.onLingerTimer
 	c.readTimeout, c.idleTimeout = cfg.readTimeout, cfg.idleTimeout
 	return c
+}
+
+// acceptedLocalAddr returns the local address of an accepted connection
+// when its server's address says it without a system call: a server bound
+// to one IP address, or a Unix socket path. The connections share the
+// server's value, as they share the address. Otherwise it returns nil.
+func (c *Conn) acceptedLocalAddr() net.Addr {
+	if c.srv == nil {
+		return nil
+	}
+	switch a := c.srv.addr.(type) {
+	case *net.TCPAddr:
+		if a.IP != nil && !a.IP.IsUnspecified() {
+			return a
+		}
+	case *net.UnixAddr:
+		if a.Name != "" && a.Name[0] != '@' {
+			return a
+		}
+	}
+	return nil
 }
 
 // setHandler sets the connection's handler and the optional interfaces it
 // implements. Before open only.
 func (c *Conn) setHandler(h Handler) {
 	c.h = h
-	c.wh, _ = h.(WritabilityHandler)
 	c.rh, _ = h.(ReadHandler)
-	c.hh, _ = h.(HalfCloseHandler)
+	_, c.hasWH = h.(WritabilityHandler)
+	_, c.hasHH = h.(HalfCloseHandler)
 }
 
 // newHandler runs the server's handler factory under recover.
@@ -167,7 +179,10 @@ func now() int64 { return int64(time.Since(epoch)) }
 // reports it; nothing stays armed) and is returned, for Dial.
 func (c *Conn) open() (err error) {
 	applySockopts(c.fd, c.network, c.cfg)
-	c.laddr, c.raddr = localAddr(c.fd, c.network), remoteAddr(c.fd, c.network)
+	c.laddr, c.raddr = c.acceptedLocalAddr(), remoteAddr(c.fd, c.network)
+	if c.laddr == nil {
+		c.laddr = localAddr(c.fd, c.network)
+	}
 	if !c.track() {
 		// The loop is shutting down: the connection closes at once,
 		// before any handler sees it (a dial fails with the error).
@@ -296,12 +311,12 @@ func (c *Conn) callWritability(writable bool) {
 			c.failed("OnWritabilityChanged", r)
 		}
 	}()
-	c.wh.OnWritabilityChanged(c, writable)
+	c.h.(WritabilityHandler).OnWritabilityChanged(c, writable)
 }
 
 // callHalfClose runs OnHalfClose, if the handler has it, under recover.
 func (c *Conn) callHalfClose() {
-	if c.hh == nil {
+	if !c.hasHH {
 		return
 	}
 	defer func() {
@@ -309,7 +324,7 @@ func (c *Conn) callHalfClose() {
 			c.failed("OnHalfClose", r)
 		}
 	}()
-	c.hh.OnHalfClose(c)
+	c.h.(HalfCloseHandler).OnHalfClose(c)
 }
 
 // callClose runs OnClose under recover: the connection is gone already,
@@ -442,13 +457,13 @@ func stopTimer(t **sched.Timer) {
 
 func (c *Conn) armReadTimer() {
 	if c.readTimeout > 0 && c.readTimer == nil {
-		c.readTimer, _ = c.l.Schedule(c.readTimeout, c.readTimerFn)
+		c.readTimer, _ = c.l.Schedule(c.readTimeout, c.onReadTimer)
 	}
 }
 
 func (c *Conn) armIdleTimer() {
 	if c.idleTimeout > 0 && c.idleTimer == nil {
-		c.idleTimer, _ = c.l.Schedule(c.idleTimeout, c.idleTimerFn)
+		c.idleTimer, _ = c.l.Schedule(c.idleTimeout, c.onIdleTimer)
 	}
 }
 
@@ -464,7 +479,7 @@ func (c *Conn) onReadTimer() {
 		c.lastRead = now() // no read is expected while paused
 	}
 	if left := c.readTimeout - time.Duration(now()-c.lastRead); left > 0 {
-		c.readTimer, _ = c.l.Schedule(left, c.readTimerFn)
+		c.readTimer, _ = c.l.Schedule(left, c.onReadTimer)
 		return
 	}
 	c.closeNow(c.opError("read", "", errDeadline))
@@ -476,7 +491,7 @@ func (c *Conn) onIdleTimer() {
 		return
 	}
 	if left := c.idleTimeout - time.Duration(now()-c.lastIO); left > 0 {
-		c.idleTimer, _ = c.l.Schedule(left, c.idleTimerFn)
+		c.idleTimer, _ = c.l.Schedule(left, c.onIdleTimer)
 		return
 	}
 	c.closeNow(c.opError("read", "", errDeadline))

@@ -22,6 +22,7 @@ type dialState struct {
 	canceled error  // set when ctx or the connect timeout ended it first
 	timer    *sched.Timer
 	stopCtx  func() bool // stops the ctx watch
+	err      error       // why the dial failed, reported once the fd is closed
 }
 
 // Dial connects to address and returns once the connection is open and
@@ -233,7 +234,7 @@ func (c *Conn) connectedAs(res int32, givenUp bool) {
 		// Close through the loop (the backend may track the fd), then
 		// report.
 		c.state = stateClosed
-		c.dialErr = err
+		ds.err = err
 		m := &c.misc
 		id, cerr := c.l.Close(c.fd, m)
 		if cerr != nil {

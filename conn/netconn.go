@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -48,21 +49,21 @@ const netWriteMax = 64 << 10
 // bytes already buffered, or a Write to a writable connection, still
 // succeeds there).
 type NetConn struct {
-	c     *Conn
-	limit int // inbound bound
-
-	mu     sync.Mutex
-	in     inQueue       // received, not yet read
-	paused bool          // receiving paused because in is full
-	closed bool          // Close was called
-	rerr   error         // io.EOF or what ended the connection, once in is read
-	werr   error         // what ended the connection, for writes
-	rsig   chan struct{} // cap 1: input, EOF, an error, Close or the read deadline; made by the first Read that waits
-	wsig   chan struct{} // cap 1: writable, an error, Close or the write deadline; made by the first Write that waits
-	rdl    deadline
-	wdl    deadline
-
+	c       *Conn
+	mu      sync.Mutex
+	limit   int32        // inbound bound
 	waiters atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
+	paused  bool         // receiving paused because in is full; under mu
+	closed  bool         // Close was called; under mu
+
+	// Under mu.
+	in   inQueue       // received, not yet read
+	rerr error         // io.EOF or what ended the connection, once in is read
+	werr error         // what ended the connection, for writes
+	rsig chan struct{} // cap 1: input, EOF, an error, Close or the read deadline; made by the first Read that waits
+	wsig chan struct{} // cap 1: writable, an error, Close or the write deadline; made by the first Write that waits
+	rdl  deadline
+	wdl  deadline
 
 	ln *NetListener // the listener that accepts it; nil for a dialed one
 }
@@ -136,7 +137,7 @@ func newNetConn(limit int) *NetConn {
 	if limit <= 0 {
 		limit = DefaultNetInbound
 	}
-	return &NetConn{limit: limit}
+	return &NetConn{limit: int32(min(limit, math.MaxInt32))}
 }
 
 // Conn returns the underlying connection (its loop, options and counters).
@@ -226,7 +227,7 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 		return
 	}
 	nc.in.push(data)
-	pause := nc.in.n >= nc.limit && !nc.paused
+	pause := nc.in.n >= int(nc.limit) && !nc.paused
 	if pause {
 		nc.paused = true
 	}
@@ -299,7 +300,7 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		return 0, nc.c.opError("read", "", net.ErrClosed)
 	case nc.in.n > 0 && len(p) > 0:
 		n := nc.in.read(p)
-		resume := nc.paused && nc.in.n <= nc.limit/2
+		resume := nc.paused && nc.in.n <= int(nc.limit)/2
 		if resume {
 			nc.paused = false
 		}
@@ -538,7 +539,7 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		if nc.in.head == len(nc.in.q) {
 			nc.in.q, nc.in.head = nc.in.q[:0], 0
 		}
-		resume := nc.paused && nc.in.n <= nc.limit/2
+		resume := nc.paused && nc.in.n <= int(nc.limit)/2
 		if resume {
 			nc.paused = false
 		}

@@ -326,7 +326,7 @@ func (c *Conn) applyPause(bit uint8, on bool) {
 	if c.pending > 0 || c.eofHeld {
 		if !c.resumeQueued {
 			c.resumeQueued = true
-			if c.l.Execute(c.resumeFn) != nil {
+			if c.l.Execute(c.resume) != nil {
 				c.resumeQueued = false
 			}
 		}

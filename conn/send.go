@@ -375,7 +375,7 @@ func (c *Conn) notifyWritability() {
 			return
 		}
 		c.wseen++
-		if c.wh != nil {
+		if c.hasWH {
 			c.callWritability(c.wseen&1 == 0)
 		}
 	}

@@ -443,10 +443,10 @@ func (d *epollDriver) trySend(fd int, o *op) epStep {
 // it allocates nothing once the op record's iovec array has grown.
 func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 	buildMsg(o)
-	if faultsEnabled && len(o.iov) > 1 {
-		o.msg.SetIovlen(faultSendLen(len(o.iov)))
+	if faultsEnabled && len(o.x().iov) > 1 {
+		o.x().msg.SetIovlen(faultSendLen(len(o.x().iov)))
 	}
-	n, err := ring.Sendmsg(fd, &o.msg, int(o.arg)|epollSendFlags) // EINTR retried inside
+	n, err := ring.Sendmsg(fd, &o.x().msg, int(o.arg)|epollSendFlags) // EINTR retried inside
 	switch err {
 	case unix.EAGAIN:
 		return epWait
@@ -460,12 +460,12 @@ func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 
 // connect starts a non-blocking connect(2). EINPROGRESS parks the op on the
 // write side; tryConnect finishes it. The target is kept in the kernel's
-// layout for io_uring (op.sa, op.saLen); connect(2) through x/sys/unix
+// layout for io_uring (opExt.sa, opExt.saLen); connect(2) through x/sys/unix
 // wants a unix.Sockaddr, so it is decoded (ring.ParseSockaddr: one small
 // allocation per connect, next to the socket and epoll system calls).
 func (d *epollDriver) connect(o *op) {
 	fd := int(o.fd)
-	sa, err := ring.ParseSockaddr(&o.sa, o.saLen)
+	sa, err := ring.ParseSockaddr(&o.x().sa, o.x().saLen)
 	if err != nil {
 		d.final(o, epollRes(err))
 		return

@@ -629,13 +629,13 @@ func TestEpollDriverSendmsg(t *testing.T) {
 					bufs = append(bufs, s)
 					want = append(want, s...)
 				}
-				_, ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.bufs = bufs })
+				_, ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = bufs })
 				epWant(t, "sendmsg", h.final("sendmsg", ud), int32(len(want)), false)
 				if got := epReadFull(t, b, len(want)); !bytes.Equal(got, want) {
 					t.Fatalf("got %q, want %q", got, want)
 				}
 				// With a flag, through sendmsg(2).
-				_, ud = h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.bufs = bufs[:2]; o.arg = unix.MSG_NOSIGNAL | unix.MSG_WAITALL })
+				_, ud = h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = bufs[:2]; o.arg = unix.MSG_NOSIGNAL | unix.MSG_WAITALL })
 				epWant(t, "sendmsg flags", h.final("sendmsg flags", ud), int32(len(bufs[0])), false)
 				epReadFull(t, b, len(bufs[0]))
 			})
@@ -647,7 +647,7 @@ func TestEpollDriverSendmsg(t *testing.T) {
 		if err := unix.Shutdown(b, unix.SHUT_RDWR); err != nil {
 			t.Fatal(err)
 		}
-		_, ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.bufs = [][]byte{[]byte("a"), []byte("b")} })
+		_, ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = [][]byte{[]byte("a"), []byte("b")} })
 		epWant(t, "sendmsg", h.final("sendmsg", ud), -int32(unix.EPIPE), false)
 	})
 }
@@ -675,7 +675,7 @@ func TestEpollDriverConnect(t *testing.T) {
 		t.Helper()
 		var raw unix.RawSockaddrAny
 		n := epPutSockaddr(&raw, sa)
-		_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.sa = raw; o.saLen = n })
+		_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa = raw; o.x().saLen = n })
 		return h.final("connect", ud)
 	}
 	t.Run("tcp4", func(t *testing.T) {
@@ -735,7 +735,7 @@ func TestEpollDriverConnect(t *testing.T) {
 	t.Run("family", func(t *testing.T) {
 		h := newEpHarness(t)
 		fd := epSocket(t, unix.AF_INET)
-		_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.sa.Addr.Family = unix.AF_APPLETALK; o.saLen = 16 })
+		_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa.Addr.Family = unix.AF_APPLETALK; o.x().saLen = 16 })
 		epWant(t, "connect", h.final("connect", ud), -int32(unix.EAFNOSUPPORT), false)
 	})
 }
@@ -745,7 +745,7 @@ func TestEpollDriverConnect(t *testing.T) {
 func TestEpollConnectShortSockaddr(t *testing.T) {
 	h := newEpHarness(t)
 	fd := epSocket(t, unix.AF_INET)
-	_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.sa.Addr.Family = unix.AF_INET; o.saLen = 8 })
+	_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa.Addr.Family = unix.AF_INET; o.x().saLen = 8 })
 	epWant(t, "connect", h.final("connect", ud), -int32(unix.EINVAL), false)
 }
 
@@ -1103,7 +1103,7 @@ func TestEpollDriverRebuild(t *testing.T) {
 	_, addr2 := testutil.ListenFd(t)
 	var raw unix.RawSockaddrAny
 	n := epPutSockaddr(&raw, addr2)
-	_, conn := h.start(tagConnect, func(o *op) { o.fd = int32(client); o.sa = raw; o.saLen = n })
+	_, conn := h.start(tagConnect, func(o *op) { o.fd = int32(client); o.x().sa = raw; o.x().saLen = n })
 	h.poll(0)
 	h.poll(0)
 	if len(h.of(recv))+len(h.of(prov))+len(h.of(acc))+len(h.of(tmo))+len(h.of(pl))+len(h.of(send)) != 0 {
@@ -1319,7 +1319,7 @@ func TestEpollDriverSteadyStateAllocs(t *testing.T) {
 		}},
 		{"sendmsg-recv", func() {
 			s := h.tab.alloc(tagSendmsg)
-			s.fd, s.bufs = int32(a), gather
+			s.fd, s.x().bufs = int32(a), gather
 			h.d.submit(s)
 			r := h.tab.alloc(tagRecv)
 			r.fd, r.buf = int32(b), rbuf

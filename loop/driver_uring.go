@@ -557,8 +557,8 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			// completion; the conn layer asks for it with getpeername.
 			sqe.PrepMultishotAccept(fd, nil, nil, acceptFlags)
 		} else {
-			o.saLen = unix.SizeofSockaddrAny
-			sqe.PrepAccept(fd, &o.sa, &o.saLen, acceptFlags)
+			o.x().saLen = unix.SizeofSockaddrAny
+			sqe.PrepAccept(fd, &o.x().sa, &o.x().saLen, acceptFlags)
 		}
 	case tagRecv:
 		sqe.PrepRecv(fd, o.buf, o.arg)
@@ -581,11 +581,11 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		sqe.PrepSend(fd, o.buf, o.arg|unix.MSG_NOSIGNAL)
 	case tagSendmsg:
 		buildMsg(o)
-		sqe.PrepSendmsg(fd, &o.msg, o.arg|unix.MSG_NOSIGNAL)
+		sqe.PrepSendmsg(fd, &o.x().msg, o.arg|unix.MSG_NOSIGNAL)
 	case tagSendZC:
 		sqe.PrepSendZC(fd, o.buf, o.arg|unix.MSG_NOSIGNAL, 0)
 	case tagConnect:
-		sqe.PrepConnect(fd, &o.sa, o.saLen)
+		sqe.PrepConnect(fd, &o.x().sa, o.x().saLen)
 	case tagClose:
 		sqe.PrepClose(fd)
 	case tagShutdown:
@@ -605,22 +605,24 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	sqe.UserData = o.userData()
 }
 
-// buildMsg fills o.iov and o.msg from o.bufs, skipping empty buffers. o.iov
-// keeps its capacity across uses of the slot (op.reset), so a steady state
-// does not allocate. The iovecs point into o.bufs, which o keeps alive.
+// buildMsg fills o's iovecs and message header from its buffers, skipping
+// empty ones. The iovecs keep their capacity across uses of the slot
+// (op.reset), so a steady state does not allocate. They point into the
+// buffers, which o keeps alive.
 func buildMsg(o *op) {
-	o.iov = o.iov[:0]
-	for _, b := range o.bufs {
+	x := o.x()
+	x.iov = x.iov[:0]
+	for _, b := range x.bufs {
 		if len(b) == 0 {
 			continue
 		}
-		o.iov = append(o.iov, unix.Iovec{Base: &b[0]})
-		o.iov[len(o.iov)-1].SetLen(len(b))
+		x.iov = append(x.iov, unix.Iovec{Base: &b[0]})
+		x.iov[len(x.iov)-1].SetLen(len(b))
 	}
-	o.msg = unix.Msghdr{}
-	if len(o.iov) > 0 {
-		o.msg.Iov = &o.iov[0]
-		o.msg.SetIovlen(len(o.iov))
+	x.msg = unix.Msghdr{}
+	if len(x.iov) > 0 {
+		x.msg.Iov = &x.iov[0]
+		x.msg.SetIovlen(len(x.iov))
 	}
 }
 

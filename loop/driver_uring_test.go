@@ -454,7 +454,7 @@ func TestUringDriverSendmsg(t *testing.T) {
 	h := newHarness(t)
 	client, server := testutil.TCPPair(t)
 	bufs := [][]byte{[]byte("gather "), nil, []byte("in "), {}, []byte("order")}
-	_, r := h.submit(tagSendmsg, func(o *op) { o.fd = int32(server); o.bufs = bufs })
+	_, r := h.submit(tagSendmsg, func(o *op) { o.fd = int32(server); o.x().bufs = bufs })
 	h.waitN("sendmsg", r, 1)
 	want := "gather in order"
 	wantRes(t, "sendmsg", r.got[0], int32(len(want)), false)
@@ -498,7 +498,7 @@ func TestUringDriverConnect(t *testing.T) {
 		return fd
 	}
 	fd := sock()
-	_, r := h.submit(tagConnect, func(o *op) { o.fd = int32(fd); o.sa, o.saLen = rawInet4(addr) })
+	_, r := h.submit(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa, o.x().saLen = rawInet4(addr) })
 	h.waitN("connect", r, 1)
 	wantRes(t, "connect", r.got[0], 0, false)
 	nfd, _, err := unix.Accept(lfd)
@@ -516,7 +516,7 @@ func TestUringDriverConnect(t *testing.T) {
 	sa, _ := unix.Getsockname(dead)
 	unix.Close(dead)
 	fd2 := sock()
-	_, r2 := h.submit(tagConnect, func(o *op) { o.fd = int32(fd2); o.sa, o.saLen = rawInet4(sa.(*unix.SockaddrInet4)) })
+	_, r2 := h.submit(tagConnect, func(o *op) { o.fd = int32(fd2); o.x().sa, o.x().saLen = rawInet4(sa.(*unix.SockaddrInet4)) })
 	h.waitN("refused connect", r2, 1)
 	wantRes(t, "connect to a closed port", r2.got[0], -int32(unix.ECONNREFUSED), false)
 }
@@ -1025,7 +1025,7 @@ func TestUringDriverRebuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { unix.Close(cfd) })
-		_, cr = h.submit(tagConnect, func(o *op) { o.fd = int32(cfd); o.sa, o.saLen = rawInet4(saddr.(*unix.SockaddrInet4)) })
+		_, cr = h.submit(tagConnect, func(o *op) { o.fd = int32(cfd); o.x().sa, o.x().saLen = rawInet4(saddr.(*unix.SockaddrInet4)) })
 	}
 
 	h.poll(0)

@@ -196,9 +196,9 @@ func (d *uringDriver) faultPrep(sqe *ring.SQE, o *op) {
 	case tagSend, tagSendZC:
 		sqe.Len = uint32(faultSendLen(int(sqe.Len)))
 	case tagSendmsg:
-		if n := len(o.iov); n > 1 {
+		if n := len(o.x().iov); n > 1 {
 			if k := faultSendLen(n); k < n {
-				o.msg.SetIovlen(k)
+				o.x().msg.SetIovlen(k)
 			}
 		}
 	}

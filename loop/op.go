@@ -97,13 +97,8 @@ type op struct {
 	fd int32
 	c  Completer
 
-	buf  []byte   // recv/send buffer
-	bufs [][]byte // sendmsg buffers
-	iov  []unix.Iovec
-	msg  unix.Msghdr
-
-	sa    unix.RawSockaddrAny // connect target / accept peer
-	saLen uint32
+	buf []byte // recv/send buffer
+	ext *opExt // sendmsg's buffers and header, or an address: made on first use, kept by the slot
 
 	ts ring.Timespec // timeout
 
@@ -113,13 +108,37 @@ type op struct {
 	next uint32
 }
 
+// opExt holds what only some ops hand the kernel: a sendmsg's header, an
+// accept's or a connect's address. Most records only ever receive and send
+// a buffer, and a connection's receive holds its record for the
+// connection's life, so keeping these out of op makes every idle
+// connection smaller.
+type opExt struct {
+	bufs  [][]byte // sendmsg buffers
+	iov   []unix.Iovec
+	msg   unix.Msghdr
+	sa    unix.RawSockaddrAny // connect target / accept peer
+	saLen uint32
+}
+
+// x returns o's extension, making it on first use. It stays with the slot
+// across uses (reset), so a steady state does not allocate.
+func (o *op) x() *opExt {
+	if o.ext == nil {
+		o.ext = new(opExt)
+	}
+	return o.ext
+}
+
 // userData returns the op's packed user_data.
 func (o *op) userData() uint64 { return packUserData(o.tag, o.gen, o.slot) }
 
 // reset drops every reference so the garbage collector can reclaim the
 // buffers, keeping slot and generation.
 func (o *op) reset() {
-	slot, gen := o.slot, o.gen
-	iov := o.iov[:0]
-	*o = op{slot: slot, gen: gen, iov: iov}
+	slot, gen, ext := o.slot, o.gen, o.ext
+	*o = op{slot: slot, gen: gen, ext: ext}
+	if ext != nil {
+		*ext = opExt{iov: ext.iov[:0]}
+	}
 }

@@ -131,7 +131,7 @@ func (l *Loop) Sendmsg(fd int, bufs [][]byte, flags int, c Completer) (OpID, err
 	if err != nil {
 		return 0, err
 	}
-	o.bufs = bufs
+	o.x().bufs = bufs
 	o.arg = uint32(flags)
 	return l.startOp(o)
 }
@@ -168,7 +168,7 @@ func (l *Loop) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := ring.PutSockaddr(&o.sa, sa)
+	n, err := ring.PutSockaddr(&o.x().sa, sa)
 	if err != nil {
 		l.ops.release(o)
 		if errors.Is(err, ring.ErrNotSupported) {
@@ -176,7 +176,7 @@ func (l *Loop) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
 		}
 		return 0, invalidArgument("connect: %w", err)
 	}
-	o.saLen = n
+	o.x().saLen = n
 	return l.startOp(o)
 }
 

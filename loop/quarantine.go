@@ -36,8 +36,10 @@ var quarantined struct {
 // retires o's slot (the record's slab chunk stays reachable through o).
 func quarantine(o *op, extra uint64) uint64 {
 	n := uint64(len(o.buf)) + extra
-	for _, b := range o.bufs {
-		n += uint64(len(b))
+	if o.ext != nil {
+		for _, b := range o.ext.bufs {
+			n += uint64(len(b))
+		}
 	}
 	quarantined.Lock()
 	quarantined.ops = append(quarantined.ops, o)
