@@ -74,8 +74,7 @@ func (c *Conn) closeLinger() {
 	}
 	c.lingering, c.lingerTimer = true, t
 	c.closeErr = nil
-	stopTimer(&c.readTimer)
-	stopTimer(&c.idleTimer)
+	c.stopTimeouts()
 	if c.recv.active {
 		_ = c.l.Cancel(c.recv.id) // its completions are dropped from now on
 	}
@@ -160,8 +159,7 @@ func (c *Conn) closeNow(err error) {
 		c.abort = true
 	}
 	c.mu.Unlock()
-	stopTimer(&c.readTimer)
-	stopTimer(&c.idleTimer)
+	c.stopTimeouts()
 	stopTimer(&c.lingerTimer)
 	// Cancel errors mean the op already reached its final completion,
 	// which is then on its way: nothing to do.

@@ -56,54 +56,59 @@ type Conn struct {
 
 	// Shared with other goroutines.
 	userCtx     atomic.Pointer[ctxBox]
-	userPaused  atomic.Bool             // PauseRead is in effect (ReadPaused)
-	claimed     atomic.Bool             // an accepted fd's owner is settled (register, or a refused hand-off)
 	closeF      *sched.Future[struct{}] // CloseFuture's, made on first call; guarded by mu
-	closedDone  bool                    // OnClose ran; guarded by mu
 	finalErr    error                   // the cause OnClose reported; guarded by mu
-	closeReq    atomic.Bool             // Close was called
 	wgen        atomic.Uint64           // writability transitions so far: even = writable (see notifyWritability)
 	buffered    atomic.Int64            // outbound bytes not yet sent (mirror of out.n)
-	mu          sync.Mutex              // guards out, flushQueued and wclosed
-	out         outQueue                // outbound bytes, appended by Write, consumed by sends
-	flushQueued bool                    // a flush tail task is queued on the loop
-	wclosed     bool                    // no more writes: closed or CloseWrite
+	mu          sync.Mutex              // guards out, flushQueued, wclosed, closeF, closedDone and finalErr
+	userPaused  atomic.Bool             // PauseRead is in effect (ReadPaused)
+	claimed     atomic.Bool             // an accepted fd's owner is settled (register, or a refused hand-off)
+	closeReq    atomic.Bool             // Close was called
+	closedDone  bool                    // OnClose ran; guarded by mu
+	flushQueued bool                    // a flush tail task is queued on the loop; guarded by mu
+	wclosed     bool                    // no more writes: closed or CloseWrite; guarded by mu
+	out         outQueue                // outbound bytes, appended by Write, consumed by sends; guarded by mu
 
 	// Loop goroutine only.
+	closeErr     error // the cause OnClose reports
+	closeOnDrain error // close with this cause once the outbound queue is empty
+	ops          int   // ops started and not yet at their final completion
+	recv         recvOp
+	send         sendOp
+	misc         miscOp                // connect, shutdown and close
+	rbuf         *[singleRecvSize]byte // single-shot receive buffer (fallback only)
+	inbuf        []byte                // bytes kept (from inoff on): unconsumed by OnRead, or received while paused
+	inoff        int                   // start of the kept bytes in inbuf
+	pending      int                   // bytes at the end of inbuf the handler has not seen
+	wseen        uint64                // writability transitions reported to the handler
+	lingerTimer  *sched.Timer
+	tm           *timeouts  // the read and idle timeouts; nil while neither was ever set
+	dial         *dialState // non-nil while Dial waits
+	flushFn      func()     // c.flush, bound once so queuing it (on every write) allocates nothing
+
 	state         connState
-	closeErr      error // the cause OnClose reports
-	ops           int   // ops started and not yet at their final completion
-	recv          recvOp
-	send          sendOp
-	misc          miscOp // connect, shutdown and close
-	rbuf          []byte // single-shot receive buffer (fallback only)
-	inbuf         []byte // bytes kept (from inoff on): unconsumed by OnRead, or received while paused
-	inoff         int    // start of the kept bytes in inbuf
-	pending       int    // bytes at the end of inbuf the handler has not seen
-	pause         uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
-	eofHeld       bool   // the FIN came while kept bytes wait for a resume
-	resumeQueued  bool   // the resume task is queued
-	abort         bool   // close with a reset (SO_LINGER 0): the stream broke
-	wseen         uint64 // writability transitions reported to the handler
-	lingering     bool   // Close waits for the outbound queue to drain (WithLinger)
-	lingerTimer   *sched.Timer
+	pause         uint8 // why reading is paused (pauseUser, pauseWritable); 0: reading
+	eofHeld       bool  // the FIN came while kept bytes wait for a resume
+	resumeQueued  bool  // the resume task is queued
+	abort         bool  // close with a reset (SO_LINGER 0): the stream broke
+	lingering     bool  // Close waits for the outbound queue to drain (WithLinger)
 	eof           bool  // the peer's FIN arrived
-	closeOnDrain  error // close with this cause once the outbound queue is empty
 	shutWanted    bool  // CloseWrite: shutdown(SHUT_WR) once the queue is empty
 	shutDone      bool  // shutdown submitted
-	readTimeout   time.Duration
-	idleTimeout   time.Duration
-	lastRead      int64 // monotonic ns of the last received data
-	lastIO        int64 // monotonic ns of the last receive or send
-	readTimer     *sched.Timer
-	idleTimer     *sched.Timer
-	dial          *dialState // non-nil while Dial waits
-	tracked       bool       // in its loop's registry (registry.go)
-	shutdownClose bool       // closed by its loop's shutdown: OnClose reports net.ErrClosed
-	hasWH         bool       // h implements WritabilityHandler
-	hasHH         bool       // h implements HalfCloseHandler
+	tracked       bool  // in its loop's registry (registry.go)
+	shutdownClose bool  // closed by its loop's shutdown: OnClose reports net.ErrClosed
+	hasWH         bool  // h implements WritabilityHandler
+	hasHH         bool  // h implements HalfCloseHandler
+}
 
-	flushFn func() // c.flush, bound once so queuing it (on every write) allocates nothing
+// timeouts are a connection's read and idle timeouts (Netty's
+// IdleStateHandler scheme: one timer each, re-armed for the time left
+// instead of being reset on every receive). Most connections never set
+// one, so they live apart from Conn. Loop goroutine only.
+type timeouts struct {
+	read, idle           time.Duration
+	lastRead, lastIO     int64 // monotonic ns of the last received data, and of the last receive or send
+	readTimer, idleTimer *sched.Timer
 }
 
 // ctxBox holds the user's context value (atomic.Pointer needs one type).
@@ -116,7 +121,9 @@ func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *
 	}
 	c.recv.c, c.send.c, c.misc.c = c, c, c
 	c.flushFn = c.flush
-	c.readTimeout, c.idleTimeout = cfg.readTimeout, cfg.idleTimeout
+	if cfg.readTimeout > 0 || cfg.idleTimeout > 0 {
+		c.tm = &timeouts{read: cfg.readTimeout, idle: cfg.idleTimeout}
+	}
 	return c
 }
 
@@ -206,8 +213,10 @@ func (c *Conn) open() (err error) {
 		c.setHandler(h)
 	}
 	c.state = stateOpen
-	t := now()
-	c.lastRead, c.lastIO = t, t
+	if c.tm != nil {
+		t := now()
+		c.tm.lastRead, c.tm.lastIO = t, t
+	}
 	if err = c.callOpen(); err != nil {
 		c.abort = true
 		c.closeNow(err)
@@ -217,8 +226,7 @@ func (c *Conn) open() (err error) {
 		return nil // closed by OnOpen
 	}
 	c.armRecv()
-	c.armReadTimer()
-	c.armIdleTimer()
+	c.armTimeouts()
 	return nil
 }
 
@@ -416,21 +424,17 @@ func (c *Conn) onLoop(op string, f func() error) error {
 // os.ErrDeadlineExceeded if no data arrives for d, counted from this call
 // and from each receive; 0 turns it off. The check runs on the loop's timer
 // wheel (resolution: the loop's tick). Safe for concurrent use.
-func (c *Conn) SetReadTimeout(d time.Duration) error {
-	return c.setTimeout("read timeout", d, &c.readTimeout, &c.lastRead, &c.readTimer, c.armReadTimer)
-}
+func (c *Conn) SetReadTimeout(d time.Duration) error { return c.setTimeout("read timeout", d, true) }
 
 // SetIdleTimeout closes the connection with an error wrapping
 // os.ErrDeadlineExceeded if it neither receives nor sends for d, counted
 // from this call; 0 turns it off. Safe for concurrent use.
-func (c *Conn) SetIdleTimeout(d time.Duration) error {
-	return c.setTimeout("idle timeout", d, &c.idleTimeout, &c.lastIO, &c.idleTimer, c.armIdleTimer)
-}
+func (c *Conn) SetIdleTimeout(d time.Duration) error { return c.setTimeout("idle timeout", d, false) }
 
-// setTimeout sets one of the connection's timeouts on its loop: the
-// duration, the activity mark it counts from, and the timer re-armed from
-// now when the connection is open.
-func (c *Conn) setTimeout(what string, d time.Duration, timeout *time.Duration, last *int64, timer **sched.Timer, arm func()) error {
+// setTimeout sets the read or the idle timeout on the connection's loop:
+// the duration, the activity mark it counts from, and the timer re-armed
+// from now when the connection is open.
+func (c *Conn) setTimeout(what string, d time.Duration, read bool) error {
 	if d < 0 {
 		return invalidOption("%s %v (expected >= 0)", what, d)
 	}
@@ -438,11 +442,22 @@ func (c *Conn) setTimeout(what string, d time.Duration, timeout *time.Duration, 
 		if c.state >= stateClosing || c.lingering {
 			return c.opError("set", "", net.ErrClosed)
 		}
-		*timeout = d
-		*last = now()
-		stopTimer(timer)
+		if c.tm == nil {
+			if d == 0 {
+				return nil // off, as it was
+			}
+			c.tm = &timeouts{}
+		}
+		tm := c.tm
+		if read {
+			tm.read, tm.lastRead = d, now()
+			stopTimer(&tm.readTimer)
+		} else {
+			tm.idle, tm.lastIO = d, now()
+			stopTimer(&tm.idleTimer)
+		}
 		if c.state == stateOpen {
-			arm()
+			c.armTimeouts()
 		}
 		return nil
 	})
@@ -455,43 +470,54 @@ func stopTimer(t **sched.Timer) {
 	}
 }
 
-func (c *Conn) armReadTimer() {
-	if c.readTimeout > 0 && c.readTimer == nil {
-		c.readTimer, _ = c.l.Schedule(c.readTimeout, c.onReadTimer)
+// stopTimeouts stops the read and idle timers.
+func (c *Conn) stopTimeouts() {
+	if c.tm != nil {
+		stopTimer(&c.tm.readTimer)
+		stopTimer(&c.tm.idleTimer)
 	}
 }
 
-func (c *Conn) armIdleTimer() {
-	if c.idleTimeout > 0 && c.idleTimer == nil {
-		c.idleTimer, _ = c.l.Schedule(c.idleTimeout, c.onIdleTimer)
+// armTimeouts starts the timers of the timeouts that are set and not armed.
+func (c *Conn) armTimeouts() {
+	tm := c.tm
+	if tm == nil {
+		return
+	}
+	if tm.read > 0 && tm.readTimer == nil {
+		tm.readTimer, _ = c.l.Schedule(tm.read, c.onReadTimer)
+	}
+	if tm.idle > 0 && tm.idleTimer == nil {
+		tm.idleTimer, _ = c.l.Schedule(tm.idle, c.onIdleTimer)
 	}
 }
 
-// onReadTimer checks the read deadline (Netty's IdleStateHandler scheme:
-// one timer per connection, re-armed for the time left instead of being
-// reset on every receive, so receiving costs a clock read only).
+// onReadTimer checks the read timeout: a receive since the timer was armed
+// re-arms it for the time left, so receiving costs a clock read only.
 func (c *Conn) onReadTimer() {
-	c.readTimer = nil
-	if c.state != stateOpen || c.readTimeout <= 0 || c.eof || c.lingering {
+	tm := c.tm
+	tm.readTimer = nil
+	if c.state != stateOpen || tm.read <= 0 || c.eof || c.lingering {
 		return
 	}
 	if c.pause != 0 {
-		c.lastRead = now() // no read is expected while paused
+		tm.lastRead = now() // no read is expected while paused
 	}
-	if left := c.readTimeout - time.Duration(now()-c.lastRead); left > 0 {
-		c.readTimer, _ = c.l.Schedule(left, c.onReadTimer)
+	if left := tm.read - time.Duration(now()-tm.lastRead); left > 0 {
+		tm.readTimer, _ = c.l.Schedule(left, c.onReadTimer)
 		return
 	}
 	c.closeNow(c.opError("read", "", errDeadline))
 }
 
 func (c *Conn) onIdleTimer() {
-	c.idleTimer = nil
-	if c.state != stateOpen || c.idleTimeout <= 0 || c.lingering {
+	tm := c.tm
+	tm.idleTimer = nil
+	if c.state != stateOpen || tm.idle <= 0 || c.lingering {
 		return
 	}
-	if left := c.idleTimeout - time.Duration(now()-c.lastIO); left > 0 {
-		c.idleTimer, _ = c.l.Schedule(left, c.onIdleTimer)
+	if left := tm.idle - time.Duration(now()-tm.lastIO); left > 0 {
+		tm.idleTimer, _ = c.l.Schedule(left, c.onIdleTimer)
 		return
 	}
 	c.closeNow(c.opError("read", "", errDeadline))

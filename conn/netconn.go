@@ -565,17 +565,24 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 // timer: the armed one fires at the old instant, finds the deadline moved
 // and re-arms itself, so a server that pushes its read deadline forward on
 // every request schedules about one timer per deadline period rather than
-// one per call.
+// one per call. Instants are nanoseconds on the monotonic clock since
+// started (time.Time.Sub uses the monotonic reading when both have one).
 type deadline struct {
-	at      time.Time // the deadline; zero: none
-	armedAt int64     // Unix ns at which the earliest pending timer fires; 0: none
-	passed  bool      // at has passed: blocked and later calls fail
-	arms    int32     // timers scheduled, for tests
+	at      int64 // the deadline, if set
+	armedAt int64 // when the earliest pending timer fires, if armed
+	set     bool  // a deadline is set
+	armed   bool  // a timer is pending
+	passed  bool  // the deadline passed: blocked and later calls fail
+	arms    int32 // timers scheduled, for tests
 }
 
-// started is a time every deadline before which has passed, without
-// reading the clock (net/http sets such deadlines to interrupt a Read).
+// started is the origin of deadline instants, and a time every deadline
+// before which has passed without reading the clock (net/http sets such
+// deadlines to interrupt a Read).
 var started = time.Now()
+
+// sinceStarted returns t as a deadline instant.
+func sinceStarted(t time.Time) int64 { return int64(t.Sub(started)) }
 
 func (nc *NetConn) deadline(dir int) *deadline {
 	if dir == dirRead {
@@ -591,14 +598,17 @@ func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 		return nc.c.opError("set", "", net.ErrClosed)
 	}
 	d := nc.deadline(dir)
-	d.at = t
-	d.passed = !t.IsZero() && (t.Before(started) || !time.Now().Before(t))
+	d.set = !t.IsZero()
+	d.passed = false
 	var ch chan struct{}
-	switch {
-	case d.passed:
-		ch = nc.sig(dir)
-	case !t.IsZero():
-		nc.arm(dir, d)
+	if d.set {
+		d.at = sinceStarted(t)
+		d.passed = t.Before(started) || d.at <= sinceStarted(time.Now())
+		if d.passed {
+			ch = nc.sig(dir)
+		} else {
+			nc.arm(dir, d)
+		}
 	}
 	nc.mu.Unlock()
 	signal(ch)
@@ -607,30 +617,31 @@ func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 
 // arm makes sure a timer fires no later than d.at. Caller holds nc.mu.
 func (nc *NetConn) arm(dir int, d *deadline) {
-	at := d.at.UnixNano()
-	if d.armedAt != 0 && at >= d.armedAt {
+	if d.armed && d.at >= d.armedAt {
 		return
 	}
-	d.armedAt = at
+	at := d.at
+	d.armed, d.armedAt = true, at
 	d.arms++
 	fire := func() { nc.fire(dir, at) }
-	if _, err := nc.c.l.Schedule(time.Until(d.at), fire); err != nil {
+	wait := time.Duration(at - sinceStarted(time.Now()))
+	if _, err := nc.c.l.Schedule(wait, fire); err != nil {
 		// The loop shut down: the runtime's timer instead.
-		time.AfterFunc(time.Until(d.at), fire)
+		time.AfterFunc(wait, fire)
 	}
 }
 
-// fire runs when a timer armed for at (Unix ns) comes due.
+// fire runs when a timer armed for at comes due.
 func (nc *NetConn) fire(dir int, at int64) {
 	nc.mu.Lock()
 	d := nc.deadline(dir)
-	if d.armedAt == at {
-		d.armedAt = 0
+	if d.armed && d.armedAt == at {
+		d.armed = false
 	}
 	var ch chan struct{}
 	switch {
-	case d.at.IsZero() || d.passed || nc.closed:
-	case !time.Now().Before(d.at):
+	case !d.set || d.passed || nc.closed:
+	case d.at <= sinceStarted(time.Now()):
 		d.passed = true
 		ch = nc.sig(dir)
 	default:

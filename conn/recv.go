@@ -83,9 +83,9 @@ func (c *Conn) armRecv() {
 	}
 	if r.single {
 		if c.rbuf == nil {
-			c.rbuf = make([]byte, singleRecvSize)
+			c.rbuf = new([singleRecvSize]byte)
 		}
-		id, err = c.l.Recv(c.fd, c.rbuf, 0, r)
+		id, err = c.l.Recv(c.fd, c.rbuf[:], 0, r)
 	}
 	if err != nil {
 		c.closeNow(c.opError("read", "", err))
@@ -122,11 +122,11 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 
 	switch res := cp.Res; {
 	case res > 0:
-		if c.readTimeout > 0 || c.idleTimeout > 0 {
+		if tm := c.tm; tm != nil && (tm.read > 0 || tm.idle > 0) {
 			// Only a timeout reads these (setTimeout starts them
 			// afresh), so without one the clock is not read.
 			t := now()
-			c.lastRead, c.lastIO = t, t
+			tm.lastRead, tm.lastIO = t, t
 		}
 		data := cp.Data
 		if r.single {
@@ -320,8 +320,8 @@ func (c *Conn) applyPause(bit uint8, on bool) {
 		}
 		return
 	}
-	if c.readTimeout > 0 {
-		c.lastRead = now() // the pause did not count against the timeout
+	if c.tm != nil && c.tm.read > 0 {
+		c.tm.lastRead = now() // the pause did not count against the timeout
 	}
 	if c.pending > 0 || c.eofHeld {
 		if !c.resumeQueued {
@@ -384,7 +384,9 @@ func (c *Conn) syncWritePause() {
 // loop.
 func (c *Conn) onEOF() {
 	c.eof = true
-	stopTimer(&c.readTimer)
+	if c.tm != nil {
+		stopTimer(&c.tm.readTimer)
+	}
 	if c.recv.active {
 		_ = c.l.Cancel(c.recv.id)
 	}

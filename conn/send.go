@@ -469,8 +469,8 @@ func (s *sendOp) Complete(cp *loop.Completion) {
 		c.closeNow(c.resultError("write", "send", res))
 		return
 	}
-	if c.idleTimeout > 0 {
-		c.lastIO = now()
+	if c.tm != nil && c.tm.idle > 0 {
+		c.tm.lastIO = now()
 	}
 	c.mu.Lock()
 	c.out.consume(int(res))

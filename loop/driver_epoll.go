@@ -350,7 +350,7 @@ func (d *epollDriver) submit(o *op) error {
 		d.final(o, 0)
 	case tagTimeout:
 		e.where = epTimer
-		d.timers.push(d.now()+epollTimeoutNanos(o.ts), o.slot, d.side)
+		d.timers.push(d.now()+epollTimeoutNanos(o.x().ts), o.slot, d.side)
 	case tagClose:
 		d.closeFd(o)
 	case tagShutdown:

@@ -864,10 +864,10 @@ func TestEpollDriverTimeout(t *testing.T) {
 	for _, d := range []time.Duration{30, 10, 20, 0, 10} {
 		d *= time.Millisecond
 		start := time.Now()
-		_, ud := h.start(tagTimeout, func(o *op) { o.ts = ring.Timespec{Nsec: int64(d)} })
+		_, ud := h.start(tagTimeout, func(o *op) { o.x().ts = ring.Timespec{Nsec: int64(d)} })
 		tms = append(tms, tm{ud, d, start})
 	}
-	long, lud := h.start(tagTimeout, func(o *op) { o.ts = ring.Timespec{Sec: 3600} })
+	long, lud := h.start(tagTimeout, func(o *op) { o.x().ts = ring.Timespec{Sec: 3600} })
 
 	begin := time.Now()
 	r := h.poll(5 * time.Second) // the 0 timeout is due at once
@@ -1085,7 +1085,7 @@ func TestEpollDriverRebuild(t *testing.T) {
 	_, prov := h.start(tagRecvBuf, func(o *op) { o.fd = int32(c) })
 	_, acc := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
 	tstart := time.Now()
-	_, tmo := h.start(tagTimeout, func(o *op) { o.ts = ring.Timespec{Nsec: int64(80 * time.Millisecond)} })
+	_, tmo := h.start(tagTimeout, func(o *op) { o.x().ts = ring.Timespec{Nsec: int64(80 * time.Millisecond)} })
 	_, pl := h.start(tagPoll, func(o *op) { o.fd = int32(pa); o.arg = unix.POLLIN; o.multishot = true })
 	unix.SetNonblock(e, true)
 	junk := make([]byte, 64<<10)

@@ -597,8 +597,8 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			sqe.PrepPollAdd(fd, o.arg)
 		}
 	case tagTimeout:
-		d.setDeadline(o.slot, int64(time.Since(d.timeBase))+timespecNanos(o.ts))
-		sqe.PrepTimeout(&o.ts, 0, 0)
+		d.setDeadline(o.slot, int64(time.Since(d.timeBase))+timespecNanos(o.x().ts))
+		sqe.PrepTimeout(&o.x().ts, 0, 0)
 	case tagNop:
 		sqe.PrepNop()
 	}

@@ -574,7 +574,7 @@ func TestUringDriverPoll(t *testing.T) {
 func TestUringDriverTimeout(t *testing.T) {
 	h := newHarness(t)
 	start := time.Now()
-	_, r := h.submit(tagTimeout, func(o *op) { o.ts = ring.Timespec{Nsec: int64(30 * time.Millisecond)} })
+	_, r := h.submit(tagTimeout, func(o *op) { o.x().ts = ring.Timespec{Nsec: int64(30 * time.Millisecond)} })
 	h.waitN("timeout", r, 1)
 	wantRes(t, "timeout", r.got[0], -int32(unix.ETIME), false)
 	if el := r.got[0].at.Sub(start); el < 30*time.Millisecond {
@@ -991,7 +991,7 @@ func TestUringDriverRebuild(t *testing.T) {
 
 	start := time.Now()
 	const timeout = 500 * time.Millisecond
-	_, tr := h.submit(tagTimeout, func(o *op) { o.ts = ring.Timespec{Nsec: int64(timeout)} })
+	_, tr := h.submit(tagTimeout, func(o *op) { o.x().ts = ring.Timespec{Nsec: int64(timeout)} })
 
 	a1, b1 := testutil.SocketPair(t)
 	buf := make([]byte, 32)

@@ -98,9 +98,7 @@ type op struct {
 	c  Completer
 
 	buf []byte // recv/send buffer
-	ext *opExt // sendmsg's buffers and header, or an address: made on first use, kept by the slot
-
-	ts ring.Timespec // timeout
+	ext *opExt // sendmsg's buffers and header, an address or a timeout: made on first use, kept by the slot
 
 	arg uint32 // op-specific: recv/send flags, poll mask, shutdown how
 
@@ -109,7 +107,7 @@ type op struct {
 }
 
 // opExt holds what only some ops hand the kernel: a sendmsg's header, an
-// accept's or a connect's address. Most records only ever receive and send
+// accept's or a connect's address, a timeout's timespec. Most records only ever receive and send
 // a buffer, and a connection's receive holds its record for the
 // connection's life, so keeping these out of op makes every idle
 // connection smaller.
@@ -119,6 +117,7 @@ type opExt struct {
 	msg   unix.Msghdr
 	sa    unix.RawSockaddrAny // connect target / accept peer
 	saLen uint32
+	ts    ring.Timespec // timeout
 }
 
 // x returns o's extension, making it on first use. It stays with the slot

@@ -233,7 +233,7 @@ func (l *Loop) Timeout(d time.Duration, c Completer) (OpID, error) {
 		return 0, err
 	}
 	d = max(d, 0)
-	o.ts = ring.Timespec{Sec: int64(d / time.Second), Nsec: int64(d % time.Second)}
+	o.x().ts = ring.Timespec{Sec: int64(d / time.Second), Nsec: int64(d % time.Second)}
 	return l.startOp(o)
 }
 

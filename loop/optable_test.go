@@ -31,12 +31,12 @@ func TestOpTableAllocReleaseGeneration(t *testing.T) {
 func TestOpTableRecordsNeverMove(t *testing.T) {
 	tb := newOpTable(0)
 	first := tb.alloc(tagNop)
-	addr := &first.ts
+	addr := &first.fd
 	var ops []*op
 	for i := 0; i < 10*opChunk; i++ {
 		ops = append(ops, tb.alloc(tagNop))
 	}
-	if &tb.at(first.slot).ts != addr {
+	if &tb.at(first.slot).fd != addr {
 		t.Fatal("record moved when the table grew")
 	}
 	if tb.inFlight != len(ops)+1 {
