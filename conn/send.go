@@ -52,6 +52,15 @@ type chunk struct {
 
 var chunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, chunkSize)} }}
 
+// smallChunkSize is the size of the chunk a small write to an empty queue
+// gets: a request-response server queues a few hundred bytes per response,
+// and with many connections busy at once a full chunk each would hold
+// (and touch) 16 KiB per connection. Bytes appended behind it go to full
+// chunks.
+const smallChunkSize = 2 << 10
+
+var smallChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, smallChunkSize)} }}
+
 // outQueue is a FIFO of chunks: q[head:] are live.
 type outQueue struct {
 	q    []*chunk
@@ -104,7 +113,11 @@ func (o *outQueue) append(p []byte) {
 			t = o.q[len(o.q)-1]
 		}
 		if t == nil || t.w == len(t.buf) {
-			t = chunkPool.Get().(*chunk)
+			if t == nil && len(p) <= smallChunkSize {
+				t = smallChunkPool.Get().(*chunk)
+			} else {
+				t = chunkPool.Get().(*chunk)
+			}
 			t.r, t.w = 0, 0
 			if o.head > 0 && len(o.q) == cap(o.q) {
 				// Slide the live chunks down instead of growing.
@@ -176,7 +189,11 @@ func (o *outQueue) pin(n int) {
 
 // putChunk gives t back to the pool unless the kernel may still read it.
 func putChunk(t *chunk) {
-	if !t.pinned {
+	switch {
+	case t.pinned:
+	case len(t.buf) == smallChunkSize:
+		smallChunkPool.Put(t)
+	default:
 		chunkPool.Put(t)
 	}
 }
