@@ -99,6 +99,8 @@ type Conn struct {
 	shutdownClose bool  // closed by its loop's shutdown: OnClose reports net.ErrClosed
 	hasWH         bool  // h implements WritabilityHandler
 	hasHH         bool  // h implements HalfCloseHandler
+	regIdx        int32 // 1-based index in its loop's registry; 0: not in it
+	srvIdx        int32 // 1-based index in its server's set; guarded by srv.mu
 }
 
 // timeouts are a connection's read and idle timeouts (Netty's

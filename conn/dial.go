@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/ring"
 	"github.com/ringloop/ringloop/sched"
 	"golang.org/x/sys/unix"
 )
@@ -402,7 +403,7 @@ func sockaddrToAddr(sa unix.Sockaddr) net.Addr {
 
 // localAddr and remoteAddr ask the kernel for a connection's addresses.
 func localAddr(fd int, network string) net.Addr {
-	sa, err := unix.Getsockname(fd)
+	sa, err := ring.Getsockname(fd)
 	if err != nil {
 		return emptyAddr(network)
 	}
@@ -413,7 +414,7 @@ func localAddr(fd int, network string) net.Addr {
 }
 
 func remoteAddr(fd int, network string) net.Addr {
-	sa, err := unix.Getpeername(fd)
+	sa, err := ring.Getpeername(fd)
 	if err != nil {
 		return emptyAddr(network)
 	}

@@ -34,7 +34,7 @@ type Server struct {
 	live      atomic.Int64
 	outOfRes  atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
 	mu        sync.Mutex
-	conns     map[*Conn]struct{}
+	conns     connSet // indexed by Conn.srvIdx; guarded by mu
 }
 
 // Backoff bounds for accept errors that mean "out of resources" (EMFILE,
@@ -98,7 +98,7 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 	if cfg.acceptor != nil && cfg.acceptor.State() >= loop.StateShuttingDown {
 		return nil, invalidOption("acceptor loop %v is shutting down", cfg.acceptor)
 	}
-	s := &Server{workers: workers, h: h, newH: newH, cfg: cfg, network: netOf(network), conns: make(map[*Conn]struct{})}
+	s := &Server{workers: workers, h: h, newH: newH, cfg: cfg, network: netOf(network)}
 	fail := func(err error) (*Server, error) {
 		for _, ln := range s.lns {
 			unix.Close(ln.fd)
@@ -247,10 +247,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
-	live := make([]*Conn, 0, len(s.conns))
-	for c := range s.conns {
-		live = append(live, c)
-	}
+	live := s.conns.snapshot()
 	s.mu.Unlock()
 	for _, c := range live {
 		_ = c.Close()
@@ -277,7 +274,7 @@ func (s *Server) add(c *Conn) bool {
 	if s.shutting.Load() {
 		return false
 	}
-	s.conns[c] = struct{}{}
+	s.conns.add(c, srvIdx)
 	s.live.Add(1)
 	return true
 }
@@ -285,8 +282,7 @@ func (s *Server) add(c *Conn) bool {
 // remove forgets a connection after its OnClose.
 func (s *Server) remove(c *Conn) {
 	s.mu.Lock()
-	if _, ok := s.conns[c]; ok {
-		delete(s.conns, c)
+	if s.conns.remove(c, srvIdx) {
 		s.live.Add(-1)
 	}
 	s.mu.Unlock()

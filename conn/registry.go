@@ -16,9 +16,51 @@ import (
 
 // loopConns is one loop's open connections. Loop goroutine only.
 type loopConns struct {
-	conns   map[*Conn]struct{}
-	closing bool // the loop's shutdown began: no connection joins
+	conns   connSet // indexed by Conn.regIdx
+	closing bool    // the loop's shutdown began: no connection joins
 }
+
+// A connSet is a set of connections kept in a slice, each connection
+// holding its own 1-based index (0: not in the set), so adding and removing
+// are O(1) and an entry costs one pointer: a map would hold several times
+// that per connection and leave garbage behind each time it grows.
+type connSet struct {
+	list []*Conn
+}
+
+func regIdx(c *Conn) *int32 { return &c.regIdx }
+func srvIdx(c *Conn) *int32 { return &c.srvIdx }
+
+func (s *connSet) add(c *Conn, idx func(*Conn) *int32) {
+	s.list = append(s.list, c)
+	*idx(c) = int32(len(s.list))
+}
+
+// remove takes c out of the set and reports whether it was in it.
+func (s *connSet) remove(c *Conn, idx func(*Conn) *int32) bool {
+	i := int(*idx(c)) - 1
+	if i < 0 || i >= len(s.list) || s.list[i] != c {
+		return false
+	}
+	last := len(s.list) - 1
+	if i != last {
+		moved := s.list[last]
+		s.list[i] = moved
+		*idx(moved) = int32(i + 1)
+	}
+	s.list[last] = nil
+	s.list = s.list[:last]
+	*idx(c) = 0
+	if cap(s.list) > 64 && len(s.list) < cap(s.list)/4 {
+		s.list = append([]*Conn(nil), s.list...) // give the memory back after a mass close
+	}
+	return true
+}
+
+func (s *connSet) len() int { return len(s.list) }
+
+// snapshot returns a copy of the members, to iterate while they leave.
+func (s *connSet) snapshot() []*Conn { return append([]*Conn(nil), s.list...) }
 
 // registries maps a loop to its *loopConns.
 var registries sync.Map
@@ -29,7 +71,7 @@ func registryFor(l *loop.Loop) *loopConns {
 	if r, ok := registries.Load(l); ok {
 		return r.(*loopConns)
 	}
-	r := &loopConns{conns: make(map[*Conn]struct{})}
+	r := &loopConns{}
 	registries.Store(l, r)
 	if _, err := l.AddShutdownHook(func() { r.closeAll(l) }); err != nil {
 		// Shutting down already: nothing joins.
@@ -49,14 +91,14 @@ func (c *Conn) track() bool {
 	if r.closing {
 		return false
 	}
-	r.conns[c] = struct{}{}
+	r.conns.add(c, regIdx)
 	return true
 }
 
 // untrack removes c from its loop's registry. Must be called on c's loop.
 func (c *Conn) untrack() {
 	if r, ok := registries.Load(c.l); ok {
-		delete(r.(*loopConns).conns, c)
+		r.(*loopConns).conns.remove(c, regIdx)
 	}
 }
 
@@ -64,7 +106,7 @@ func (c *Conn) untrack() {
 func (r *loopConns) closeAll(l *loop.Loop) {
 	r.closing = true
 	registries.Delete(l)
-	for c := range r.conns {
+	for _, c := range r.conns.snapshot() {
 		c.closeForShutdown()
 	}
 }

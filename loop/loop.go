@@ -180,7 +180,9 @@ func leaveWait() { busyLoops.Add(1) }
 
 // Current returns the loop whose goroutine calls it (from a task, a timer
 // or a callback of any group), or nil off every loop. Blocking calls use it
-// to refuse to block a loop (ErrInLoop). Safe for concurrent use.
+// to refuse to block a loop (ErrInLoop). It costs one atomic load while
+// every loop sleeps in its wait, and a gettid(2) otherwise. Safe for
+// concurrent use.
 func Current() *Loop {
 	if busyLoops.Load() == 0 {
 		return nil

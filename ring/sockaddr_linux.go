@@ -141,3 +141,26 @@ func getPort(src *uint16) int {
 	b := (*[2]byte)(unsafe.Pointer(src))
 	return int(b[0])<<8 | int(b[1])
 }
+
+// Getpeername returns fd's peer address, as unix.Getpeername does, but with
+// the kernel's buffer on the caller's stack: unix.Getpeername allocates a
+// struct sockaddr of 112 bytes per call, garbage at once for a server
+// that asks once per accepted connection.
+func Getpeername(fd int) (unix.Sockaddr, error) {
+	return sockname(unix.SYS_GETPEERNAME, fd)
+}
+
+// Getsockname returns fd's local address as Getpeername does.
+func Getsockname(fd int) (unix.Sockaddr, error) {
+	return sockname(unix.SYS_GETSOCKNAME, fd)
+}
+
+func sockname(trap uintptr, fd int) (unix.Sockaddr, error) {
+	var raw unix.RawSockaddrAny
+	n := uint32(unix.SizeofSockaddrAny)
+	_, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&raw)), uintptr(unsafe.Pointer(&n)))
+	if e != 0 {
+		return nil, e
+	}
+	return ParseSockaddr(&raw, n)
+}

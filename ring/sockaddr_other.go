@@ -15,3 +15,11 @@ func PutSockaddr(raw *unix.RawSockaddrAny, sa unix.Sockaddr) (uint32, error) {
 func ParseSockaddr(raw *unix.RawSockaddrAny, n uint32) (unix.Sockaddr, error) {
 	return nil, ErrNotSupported
 }
+
+// Getpeername returns fd's peer address on Linux only; elsewhere it returns
+// ErrNotSupported.
+func Getpeername(fd int) (unix.Sockaddr, error) { return nil, ErrNotSupported }
+
+// Getsockname returns fd's local address on Linux only; elsewhere it
+// returns ErrNotSupported.
+func Getsockname(fd int) (unix.Sockaddr, error) { return nil, ErrNotSupported }

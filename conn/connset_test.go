@@ -1,0 +1,50 @@
+package conn
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestConnSet checks the slice-backed set against a map through random adds
+// and removes, including removes of absent connections and a mass close
+// that shrinks the slice.
+func TestConnSet(t *testing.T) {
+	var s connSet
+	want := map[*Conn]bool{}
+	pool := make([]*Conn, 300)
+	for i := range pool {
+		pool[i] = &Conn{}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for step := 0; step < 20000; step++ {
+		c := pool[r.IntN(len(pool))]
+		if want[c] {
+			if !s.remove(c, regIdx) {
+				t.Fatalf("step %d: remove of a member failed", step)
+			}
+			delete(want, c)
+		} else {
+			if s.remove(c, regIdx) {
+				t.Fatalf("step %d: remove of a non-member succeeded", step)
+			}
+			s.add(c, regIdx)
+			want[c] = true
+		}
+		if s.len() != len(want) {
+			t.Fatalf("step %d: len %d, want %d", step, s.len(), len(want))
+		}
+	}
+	for i, c := range s.list {
+		if !want[c] || int(c.regIdx) != i+1 {
+			t.Fatalf("member %d: in map %v, index %d", i, want[c], c.regIdx)
+		}
+	}
+	for _, c := range s.snapshot() {
+		if !s.remove(c, regIdx) {
+			t.Fatal("remove during a snapshot walk failed")
+		}
+	}
+	if s.len() != 0 || cap(s.list) > 64 {
+		t.Fatalf("after removing all: len %d cap %d", s.len(), cap(s.list))
+	}
+}
