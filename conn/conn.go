@@ -44,15 +44,13 @@ const (
 // task (the connection closed meanwhile) is not reported.
 type Conn struct {
 	// Immutable after creation.
-	l       *loop.Loop
-	h       Handler
-	rh      ReadHandler // h, if it implements it
-	cfg     *config
-	srv     *Server // nil for a dialed conn
-	fd      int
-	network string // "tcp" or "unix"
-	laddr   net.Addr
-	raddr   net.Addr
+	l     *loop.Loop
+	h     Handler
+	cfg   *config
+	srv   *Server // nil for a dialed conn
+	fd    int
+	laddr net.Addr
+	raddr net.Addr
 
 	// Shared with other goroutines.
 	userCtx     atomic.Pointer[ctxBox]
@@ -70,21 +68,19 @@ type Conn struct {
 	out         outQueue                // outbound bytes, appended by Write, consumed by sends; guarded by mu
 
 	// Loop goroutine only.
-	closeErr     error // the cause OnClose reports
-	closeOnDrain error // close with this cause once the outbound queue is empty
-	ops          int   // ops started and not yet at their final completion
-	recv         recvOp
-	send         sendOp
-	misc         miscOp                // connect, shutdown and close
-	rbuf         *[singleRecvSize]byte // single-shot receive buffer (fallback only)
-	inbuf        []byte                // bytes kept (from inoff on): unconsumed by OnRead, or received while paused
-	inoff        int                   // start of the kept bytes in inbuf
-	pending      int                   // bytes at the end of inbuf the handler has not seen
-	wseen        uint64                // writability transitions reported to the handler
-	lingerTimer  *sched.Timer
-	tm           *timeouts  // the read and idle timeouts; nil while neither was ever set
-	dial         *dialState // non-nil while Dial waits
-	flushFn      func()     // c.flush, bound once so queuing it (on every write) allocates nothing
+	closeErr    error // the cause OnClose reports
+	recv        recvOp
+	send        sendOp
+	misc        miscOp                // connect, shutdown and close
+	rbuf        *[singleRecvSize]byte // single-shot receive buffer (fallback only)
+	inbuf       []byte                // bytes kept (from inoff on): unconsumed by OnRead, or received while paused
+	inoff       int                   // start of the kept bytes in inbuf
+	pending     int                   // bytes at the end of inbuf the handler has not seen
+	wseen       uint64                // writability transitions reported to the handler
+	lingerTimer *sched.Timer
+	tm          *timeouts  // the read and idle timeouts; nil while neither was ever set
+	dial        *dialState // non-nil while Dial waits
+	flushFn     func()     // c.flush, bound once so queuing it (on every write) allocates nothing
 
 	state         connState
 	pause         uint8 // why reading is paused (pauseUser, pauseWritable); 0: reading
@@ -99,6 +95,10 @@ type Conn struct {
 	shutdownClose bool  // closed by its loop's shutdown: OnClose reports net.ErrClosed
 	hasWH         bool  // h implements WritabilityHandler
 	hasHH         bool  // h implements HalfCloseHandler
+	hasRH         bool  // h implements ReadHandler
+	unixSock      bool  // a Unix socket ("unix"), not TCP ("tcp")
+	drainEOF      bool  // close with io.EOF once the outbound queue is empty
+	ops           int32 // ops started and not yet at their final completion
 	regIdx        int32 // 1-based index in its loop's registry; 0: not in it
 	srvIdx        int32 // 1-based index in its server's set; guarded by srv.mu
 }
@@ -117,7 +117,7 @@ type timeouts struct {
 type ctxBox struct{ v any }
 
 func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *Server) *Conn {
-	c := &Conn{l: l, cfg: cfg, srv: srv, fd: fd, network: network}
+	c := &Conn{l: l, cfg: cfg, srv: srv, fd: fd, unixSock: network == "unix"}
 	if h != nil {
 		c.setHandler(h)
 	}
@@ -127,6 +127,14 @@ func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *
 		c.tm = &timeouts{read: cfg.readTimeout, idle: cfg.idleTimeout}
 	}
 	return c
+}
+
+// netw returns the connection's network: "tcp" or "unix".
+func (c *Conn) netw() string {
+	if c.unixSock {
+		return "unix"
+	}
+	return "tcp"
 }
 
 // acceptedLocalAddr returns the local address of an accepted connection
@@ -154,7 +162,7 @@ func (c *Conn) acceptedLocalAddr() net.Addr {
 // implements. Before open only.
 func (c *Conn) setHandler(h Handler) {
 	c.h = h
-	c.rh, _ = h.(ReadHandler)
+	_, c.hasRH = h.(ReadHandler)
 	_, c.hasWH = h.(WritabilityHandler)
 	_, c.hasHH = h.(HalfCloseHandler)
 }
@@ -187,10 +195,10 @@ func now() int64 { return int64(time.Since(epoch)) }
 // A panic in OnOpen closes the connection with a *PanicError (OnClose
 // reports it; nothing stays armed) and is returned, for Dial.
 func (c *Conn) open() (err error) {
-	applySockopts(c.fd, c.network, c.cfg)
-	c.laddr, c.raddr = c.acceptedLocalAddr(), remoteAddr(c.fd, c.network)
+	applySockopts(c.fd, c.netw(), c.cfg)
+	c.laddr, c.raddr = c.acceptedLocalAddr(), remoteAddr(c.fd, c.netw())
 	if c.laddr == nil {
-		c.laddr = localAddr(c.fd, c.network)
+		c.laddr = localAddr(c.fd, c.netw())
 	}
 	if !c.track() {
 		// The loop is shutting down: the connection closes at once,
@@ -305,7 +313,7 @@ func (c *Conn) callRead(data []byte) (n int, ok bool) {
 			n, ok = 0, false
 		}
 	}()
-	n = c.rh.OnRead(c, data)
+	n = c.h.(ReadHandler).OnRead(c, data)
 	if n < 0 || n > len(data) {
 		c.abort = true
 		c.closeNow(c.opError("read", "", fmt.Errorf("conn: OnRead consumed %d of %d bytes", n, len(data))))
@@ -528,7 +536,7 @@ func (c *Conn) onIdleTimer() {
 // SetNoDelay sets TCP_NODELAY (a no-op for Unix sockets). Safe for
 // concurrent use.
 func (c *Conn) SetNoDelay(on bool) error {
-	return c.sockopt(func() error { return setNoDelay(c.fd, c.network, on) })
+	return c.sockopt(func() error { return setNoDelay(c.fd, c.netw(), on) })
 }
 
 // SetKeepAlive enables keepalive probes with d as idle time and interval
@@ -538,7 +546,7 @@ func (c *Conn) SetKeepAlive(d time.Duration) error {
 	if d > MaxKeepAlive {
 		return invalidOption("keepalive %v (expected at most %v, the kernel's limit)", d, MaxKeepAlive)
 	}
-	return c.sockopt(func() error { return setKeepAlive(c.fd, c.network, d) })
+	return c.sockopt(func() error { return setKeepAlive(c.fd, c.netw(), d) })
 }
 
 // SetReadBuffer sets SO_RCVBUF. Safe for concurrent use.

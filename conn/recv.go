@@ -242,7 +242,7 @@ func (c *Conn) keep(data []byte, unseen bool) bool {
 // data is c.kept() itself. Must be called on c's loop.
 func (c *Conn) handle(data []byte, fromBuf bool) {
 	c.pending = 0
-	if c.rh == nil {
+	if !c.hasRH {
 		c.callData(data)
 		if fromBuf {
 			c.consume(len(data))
@@ -342,7 +342,7 @@ func (c *Conn) resume() {
 	if c.state != stateOpen || c.pause != 0 {
 		return
 	}
-	if c.pending > 0 && c.rh != nil {
+	if c.pending > 0 && c.hasRH {
 		c.handle(c.kept(), true)
 	}
 	// OnData gets the kept bytes a receive buffer's worth at a time, so a
@@ -401,7 +401,7 @@ func (c *Conn) onEOF() {
 		}
 		return
 	}
-	c.closeOnDrain = io.EOF
+	c.drainEOF = true
 	if !c.send.active {
 		// Sends what is queued (the last send completion then closes),
 		// or closes at once: never waits for a flush task, which a

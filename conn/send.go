@@ -1,6 +1,7 @@
 package conn
 
 import (
+	"io"
 	"net"
 	"sync"
 
@@ -364,8 +365,8 @@ func (c *Conn) drained() {
 		c.closeNow(nil)
 		return
 	}
-	if c.closeOnDrain != nil {
-		c.closeNow(c.closeOnDrain)
+	if c.drainEOF {
+		c.closeNow(io.EOF)
 		return
 	}
 	if c.shutWanted && !c.shutDone {
