@@ -721,7 +721,11 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	d.cancelQueued = false
 	switch {
 	case timeout == 0 || d.r.CQReady() > 0:
+		// Not a wait, but a system call that may run long (the kernel
+		// sends inline): no callback runs meanwhile either.
+		enterWait()
 		_, err = d.r.Submit()
+		leaveWait()
 	case d.wakeKind == wakeNetpoll:
 		enterWait()
 		err = d.waitNetpoll(timeout, &res)

@@ -173,8 +173,8 @@ var running sync.Map // int32 → *Loop
 // most: its loop asleep in the kernel.
 var busyLoops atomic.Int32
 
-// enterWait and leaveWait bracket a loop's blocking wait, in which it runs
-// no callback.
+// enterWait and leaveWait bracket a loop's blocking wait, or another
+// system call of its turn that may run long, in which it runs no callback.
 func enterWait() { busyLoops.Add(-1) }
 func leaveWait() { busyLoops.Add(1) }
 
