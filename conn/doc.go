@@ -54,8 +54,9 @@
 // OnData returns. Copy what must outlive the call. Write and Writev copy
 // their arguments into the connection's outbound queue before returning, so
 // the caller may reuse its buffer at once (echoing data from OnData is
-// safe). The outbound queue is a list of pooled 16 KiB chunks; an idle
-// connection holds none.
+// safe). The outbound queue is a list of pooled 16 KiB chunks (a small
+// write to an empty queue takes a 2 KiB one); an idle connection holds
+// none.
 //
 // # Sending
 //
