@@ -72,7 +72,8 @@ func (c *Conn) closeLinger() {
 		c.closeNow(nil) // the loop is terminating
 		return
 	}
-	c.lingering, c.lingerTimer = true, t
+	c.lingering = true
+	c.rareX().lingerTimer = t
 	c.closeErr = nil
 	c.stopTimeouts()
 	if c.recv.active {
@@ -86,7 +87,7 @@ func (c *Conn) closeLinger() {
 // onLingerTimer ends the linger: the send in flight is canceled and the
 // queue dropped.
 func (c *Conn) onLingerTimer() {
-	c.lingerTimer = nil
+	c.rare.lingerTimer = nil
 	if c.lingering {
 		c.closeNow(nil)
 	}
@@ -160,7 +161,9 @@ func (c *Conn) closeNow(err error) {
 	}
 	c.mu.Unlock()
 	c.stopTimeouts()
-	stopTimer(&c.lingerTimer)
+	if c.rare != nil {
+		stopTimer(&c.rare.lingerTimer)
+	}
 	// Cancel errors mean the op already reached its final completion,
 	// which is then on its way: nothing to do.
 	if c.recv.active {
@@ -215,8 +218,10 @@ func (c *Conn) closed() {
 	c.out.release()
 	c.buffered.Store(0)
 	c.mu.Unlock()
-	c.rbuf = nil
-	c.inbuf, c.inoff = nil, 0
+	if c.rare != nil {
+		c.rare.rbuf = nil
+	}
+	c.kin = nil
 	if c.tracked {
 		c.untrack()
 	}

@@ -68,19 +68,15 @@ type Conn struct {
 	out         outQueue                // outbound bytes, appended by Write, consumed by sends; guarded by mu
 
 	// Loop goroutine only.
-	closeErr    error // the cause OnClose reports
-	recv        recvOp
-	send        sendOp
-	misc        miscOp                // connect, shutdown and close
-	rbuf        *[singleRecvSize]byte // single-shot receive buffer (fallback only)
-	inbuf       []byte                // bytes kept (from inoff on): unconsumed by OnRead, or received while paused
-	inoff       int                   // start of the kept bytes in inbuf
-	pending     int                   // bytes at the end of inbuf the handler has not seen
-	wseen       uint64                // writability transitions reported to the handler
-	lingerTimer *sched.Timer
-	tm          *timeouts  // the read and idle timeouts; nil while neither was ever set
-	dial        *dialState // non-nil while Dial waits
-	flushFn     func()     // c.flush, bound once so queuing it (on every write) allocates nothing
+	closeErr error // the cause OnClose reports
+	recv     recvOp
+	send     sendOp
+	misc     miscOp     // connect, shutdown and close
+	kin      *keptInput // bytes kept: made when bytes are first kept
+	wseen    uint64     // writability transitions reported to the handler
+	rare     *connRare  // timeouts, the linger timer, the fallback receive buffer; nil until one is needed
+	dial     *dialState // non-nil while Dial waits
+	flushFn  func()     // c.flush, bound once so queuing it (on every write) allocates nothing
 
 	state         connState
 	pause         uint8 // why reading is paused (pauseUser, pauseWritable); 0: reading
@@ -103,14 +99,25 @@ type Conn struct {
 	srvIdx        int32 // 1-based index in its server's set; guarded by srv.mu
 }
 
-// timeouts are a connection's read and idle timeouts (Netty's
-// IdleStateHandler scheme: one timer each, re-armed for the time left
-// instead of being reset on every receive). Most connections never set
-// one, so they live apart from Conn. Loop goroutine only.
-type timeouts struct {
+// connRare holds what few connections need, apart from Conn: the read and
+// idle timeouts (Netty's IdleStateHandler scheme: one timer each, re-armed
+// for the time left instead of being reset on every receive), the linger
+// timer and the single-shot receive buffer of the fallback. Loop goroutine
+// only.
+type connRare struct {
 	read, idle           time.Duration
 	lastRead, lastIO     int64 // monotonic ns of the last received data, and of the last receive or send
 	readTimer, idleTimer *sched.Timer
+	lingerTimer          *sched.Timer
+	rbuf                 *[singleRecvSize]byte // single-shot receive buffer (fallback only)
+}
+
+// rareX returns c's rare part, making it on first use.
+func (c *Conn) rareX() *connRare {
+	if c.rare == nil {
+		c.rare = new(connRare)
+	}
+	return c.rare
 }
 
 // ctxBox holds the user's context value (atomic.Pointer needs one type).
@@ -124,7 +131,7 @@ func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *
 	c.recv.c, c.send.c, c.misc.c = c, c, c
 	c.flushFn = c.flush
 	if cfg.readTimeout > 0 || cfg.idleTimeout > 0 {
-		c.tm = &timeouts{read: cfg.readTimeout, idle: cfg.idleTimeout}
+		c.rare = &connRare{read: cfg.readTimeout, idle: cfg.idleTimeout}
 	}
 	return c
 }
@@ -223,9 +230,9 @@ func (c *Conn) open() (err error) {
 		c.setHandler(h)
 	}
 	c.state = stateOpen
-	if c.tm != nil {
+	if c.rare != nil {
 		t := now()
-		c.tm.lastRead, c.tm.lastIO = t, t
+		c.rare.lastRead, c.rare.lastIO = t, t
 	}
 	if err = c.callOpen(); err != nil {
 		c.abort = true
@@ -452,13 +459,13 @@ func (c *Conn) setTimeout(what string, d time.Duration, read bool) error {
 		if c.state >= stateClosing || c.lingering {
 			return c.opError("set", "", net.ErrClosed)
 		}
-		if c.tm == nil {
+		if c.rare == nil {
 			if d == 0 {
 				return nil // off, as it was
 			}
-			c.tm = &timeouts{}
+			c.rare = &connRare{}
 		}
-		tm := c.tm
+		tm := c.rare
 		if read {
 			tm.read, tm.lastRead = d, now()
 			stopTimer(&tm.readTimer)
@@ -482,15 +489,15 @@ func stopTimer(t **sched.Timer) {
 
 // stopTimeouts stops the read and idle timers.
 func (c *Conn) stopTimeouts() {
-	if c.tm != nil {
-		stopTimer(&c.tm.readTimer)
-		stopTimer(&c.tm.idleTimer)
+	if c.rare != nil {
+		stopTimer(&c.rare.readTimer)
+		stopTimer(&c.rare.idleTimer)
 	}
 }
 
 // armTimeouts starts the timers of the timeouts that are set and not armed.
 func (c *Conn) armTimeouts() {
-	tm := c.tm
+	tm := c.rare
 	if tm == nil {
 		return
 	}
@@ -505,7 +512,7 @@ func (c *Conn) armTimeouts() {
 // onReadTimer checks the read timeout: a receive since the timer was armed
 // re-arms it for the time left, so receiving costs a clock read only.
 func (c *Conn) onReadTimer() {
-	tm := c.tm
+	tm := c.rare
 	tm.readTimer = nil
 	if c.state != stateOpen || tm.read <= 0 || c.eof || c.lingering {
 		return
@@ -521,7 +528,7 @@ func (c *Conn) onReadTimer() {
 }
 
 func (c *Conn) onIdleTimer() {
-	tm := c.tm
+	tm := c.rare
 	tm.idleTimer = nil
 	if c.state != stateOpen || tm.idle <= 0 || c.lingering {
 		return

@@ -20,7 +20,13 @@ func StarvedTotal() int64 { return starvedTotal.Load() }
 // ever needed), read on c's loop.
 func InboundCap(c *Conn) int {
 	res := make(chan int, 1)
-	if c.l.Execute(func() { res <- cap(c.inbuf) }) != nil {
+	if c.l.Execute(func() {
+		if c.kin == nil {
+			res <- 0
+			return
+		}
+		res <- cap(c.kin.buf)
+	}) != nil {
 		return -1
 	}
 	return <-res

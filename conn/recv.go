@@ -31,13 +31,14 @@ import (
 // WithHalfClose the FIN is reported instead (OnHalfClose) and the
 // connection stays open for writing.
 //
-// Inbound flow control and framing share one per-connection buffer, inbuf.
-// While reading is paused (PauseRead, or WithPauseReadWhenUnwritable while
-// unwritable) no receive is armed: the armed one is canceled, and bytes the
-// kernel had already received into completions still to come are kept in
-// inbuf, not delivered, until reading resumes. A ReadHandler's unconsumed
-// bytes stay in inbuf too and come first in its next call. Bytes that
-// arrive whole and are consumed whole never touch inbuf.
+// Inbound flow control and framing share one per-connection buffer of kept
+// bytes (keptInput, made when bytes are first kept). While reading is
+// paused (PauseRead, or WithPauseReadWhenUnwritable while unwritable) no
+// receive is armed: the armed one is canceled, and bytes the kernel had
+// already received into completions still to come are kept, not delivered,
+// until reading resumes. A ReadHandler's unconsumed bytes are kept too and
+// come first in its next call. Bytes that arrive whole and are consumed
+// whole are never kept.
 
 // singleRecvSize is the per-connection buffer of the single-shot fallback
 // (hard-coded; the multishot path uses the loop's buffer ring instead).
@@ -52,7 +53,7 @@ type recvOp struct {
 	c        *Conn
 	id       loop.OpID
 	active   bool
-	single   bool // single-shot Recv into c.rbuf
+	single   bool // single-shot Recv into the fallback buffer (connRare.rbuf)
 	canceled bool // canceled by a pause: its -ECANCELED is no error
 }
 
@@ -65,7 +66,7 @@ const (
 // armRecv starts the connection's receive. Must be called on c's loop.
 func (c *Conn) armRecv() {
 	r := &c.recv
-	if r.active || c.state != stateOpen || c.eof || c.lingering || c.pause != 0 || c.pending > 0 {
+	if r.active || c.state != stateOpen || c.eof || c.lingering || c.pause != 0 || c.pending() > 0 {
 		return // paused, or kept bytes go first (resume arms after them)
 	}
 	if !r.single && (forceSingleRecv.Load() || !c.l.Features().MultishotRecv) {
@@ -82,10 +83,11 @@ func (c *Conn) armRecv() {
 		}
 	}
 	if r.single {
-		if c.rbuf == nil {
-			c.rbuf = new([singleRecvSize]byte)
+		x := c.rareX()
+		if x.rbuf == nil {
+			x.rbuf = new([singleRecvSize]byte)
 		}
-		id, err = c.l.Recv(c.fd, c.rbuf[:], 0, r)
+		id, err = c.l.Recv(c.fd, x.rbuf[:], 0, r)
 	}
 	if err != nil {
 		c.closeNow(c.opError("read", "", err))
@@ -107,7 +109,9 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 		// Given up without the kernel's final word: the kernel may still
 		// write the buffer, and bytes may have been consumed. Never reuse
 		// the buffer, and reset the connection (the stream is broken).
-		c.rbuf = nil
+		if c.rare != nil {
+			c.rare.rbuf = nil
+		}
 		if c.state == stateOpen {
 			c.abort = true
 			c.closeNow(c.opError("read", "", loop.ErrGivenUp))
@@ -122,7 +126,7 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 
 	switch res := cp.Res; {
 	case res > 0:
-		if tm := c.tm; tm != nil && (tm.read > 0 || tm.idle > 0) {
+		if tm := c.rare; tm != nil && (tm.read > 0 || tm.idle > 0) {
 			// Only a timeout reads these (setTimeout starts them
 			// afresh), so without one the clock is not read.
 			t := now()
@@ -130,14 +134,14 @@ func (r *recvOp) Complete(cp *loop.Completion) {
 		}
 		data := cp.Data
 		if r.single {
-			data = c.rbuf[:res]
+			data = c.rare.rbuf[:res]
 		}
 		c.deliver(data)
 		if final {
 			c.armRecv()
 		}
 	case res == 0:
-		if c.pending > 0 {
+		if c.pending() > 0 {
 			c.eofHeld = true // after the bytes kept while paused
 			return
 		}
@@ -171,26 +175,57 @@ const maxIdleInbuf = 64 << 10
 // an idle connection holds none.
 var stashPool sync.Pool // of *[]byte
 
-// kept returns the bytes in inbuf.
-func (c *Conn) kept() []byte { return c.inbuf[c.inoff:] }
+// keptInput holds the bytes a connection keeps: those OnRead did not
+// consume, and those received while reading is paused. Most connections
+// never keep any, so it lives apart from Conn. Loop goroutine only.
+type keptInput struct {
+	buf     []byte // kept bytes from off on
+	off     int    // start of the kept bytes in buf
+	pending int    // bytes at the end of buf the handler has not seen
+}
+
+// keptIn returns c's kept input, making it on first use.
+func (c *Conn) keptIn() *keptInput {
+	if c.kin == nil {
+		c.kin = new(keptInput)
+	}
+	return c.kin
+}
+
+// pending returns how many kept bytes the handler has not seen.
+func (c *Conn) pending() int {
+	if c.kin == nil {
+		return 0
+	}
+	return c.kin.pending
+}
+
+// kept returns the kept bytes.
+func (c *Conn) kept() []byte {
+	if c.kin == nil {
+		return nil
+	}
+	return c.kin.buf[c.kin.off:]
+}
 
 // consume drops the first n kept bytes.
 func (c *Conn) consume(n int) {
-	c.inoff += n
-	if c.inoff == len(c.inbuf) {
-		c.inbuf, c.inoff = c.inbuf[:0], 0
-		if cap(c.inbuf) > maxIdleInbuf {
-			b := c.inbuf
+	k := c.kin
+	k.off += n
+	if k.off == len(k.buf) {
+		k.buf, k.off = k.buf[:0], 0
+		if cap(k.buf) > maxIdleInbuf {
+			b := k.buf
 			stashPool.Put(&b)
-			c.inbuf = nil
+			k.buf = nil
 		}
 	}
 }
 
-// deliver hands received bytes to the handler, or keeps them in inbuf
+// deliver hands received bytes to the handler, or keeps them
 // while reading is paused. Must be called on c's loop.
 func (c *Conn) deliver(data []byte) {
-	if c.pause != 0 || c.pending > 0 {
+	if c.pause != 0 || c.pending() > 0 {
 		// Paused, or resumed with kept bytes the resume task has yet to
 		// deliver: these go after them.
 		c.keep(data, true)
@@ -205,7 +240,7 @@ func (c *Conn) deliver(data []byte) {
 	}
 }
 
-// keep appends data to inbuf; unseen marks bytes the handler has not been
+// keep appends data to the kept bytes; unseen marks bytes the handler has not been
 // given yet. Past the inbound limit the connection fails. Must be called
 // on c's loop. It reports false when the limit closed the connection.
 func (c *Conn) keep(data []byte, unseen bool) bool {
@@ -216,23 +251,24 @@ func (c *Conn) keep(data []byte, unseen bool) bool {
 			ErrInboundLimit, n, c.cfg.inboundLimit)))
 		return false
 	}
+	k := c.keptIn()
 	switch {
-	case c.inbuf == nil && unseen:
+	case k.buf == nil && unseen:
 		if p, _ := stashPool.Get().(*[]byte); p != nil {
-			c.inbuf = (*p)[:0]
+			k.buf = (*p)[:0]
 		} else {
-			c.inbuf = make([]byte, 0, max(len(data), 4096))
+			k.buf = make([]byte, 0, max(len(data), 4096))
 		}
-	case c.inbuf == nil:
-		c.inbuf = make([]byte, 0, max(len(data), 512))
-	case c.inoff > 0 && len(c.inbuf)+len(data) > cap(c.inbuf):
+	case k.buf == nil:
+		k.buf = make([]byte, 0, max(len(data), 512))
+	case k.off > 0 && len(k.buf)+len(data) > cap(k.buf):
 		// Move the kept bytes to the front before growing.
-		c.inbuf = c.inbuf[:copy(c.inbuf, c.kept())]
-		c.inoff = 0
+		k.buf = k.buf[:copy(k.buf, c.kept())]
+		k.off = 0
 	}
-	c.inbuf = append(c.inbuf, data...)
+	k.buf = append(k.buf, data...)
 	if unseen {
-		c.pending += len(data)
+		k.pending += len(data)
 	}
 	return true
 }
@@ -241,7 +277,9 @@ func (c *Conn) keep(data []byte, unseen bool) bool {
 // ReadHandler's OnRead, keeping what it did not consume. fromBuf says
 // data is c.kept() itself. Must be called on c's loop.
 func (c *Conn) handle(data []byte, fromBuf bool) {
-	c.pending = 0
+	if c.kin != nil {
+		c.kin.pending = 0
+	}
 	if !c.hasRH {
 		c.callData(data)
 		if fromBuf {
@@ -320,10 +358,10 @@ func (c *Conn) applyPause(bit uint8, on bool) {
 		}
 		return
 	}
-	if c.tm != nil && c.tm.read > 0 {
-		c.tm.lastRead = now() // the pause did not count against the timeout
+	if c.rare != nil && c.rare.read > 0 {
+		c.rare.lastRead = now() // the pause did not count against the timeout
 	}
-	if c.pending > 0 || c.eofHeld {
+	if c.pending() > 0 || c.eofHeld {
 		if !c.resumeQueued {
 			c.resumeQueued = true
 			if c.l.Execute(c.resume) != nil {
@@ -342,15 +380,15 @@ func (c *Conn) resume() {
 	if c.state != stateOpen || c.pause != 0 {
 		return
 	}
-	if c.pending > 0 && c.hasRH {
+	if c.pending() > 0 && c.hasRH {
 		c.handle(c.kept(), true)
 	}
 	// OnData gets the kept bytes a receive buffer's worth at a time, so a
 	// handler whose writes pause reading again (WithPauseReadWhenUnwritable)
 	// stops them within one buffer.
-	for c.pending > 0 && c.state == stateOpen && c.pause == 0 {
-		n := min(c.pending, singleRecvSize)
-		c.pending -= n
+	for c.pending() > 0 && c.state == stateOpen && c.pause == 0 {
+		n := min(c.pending(), singleRecvSize)
+		c.kin.pending -= n
 		c.callData(c.kept()[:n])
 		c.consume(n)
 	}
@@ -384,8 +422,8 @@ func (c *Conn) syncWritePause() {
 // loop.
 func (c *Conn) onEOF() {
 	c.eof = true
-	if c.tm != nil {
-		stopTimer(&c.tm.readTimer)
+	if c.rare != nil {
+		stopTimer(&c.rare.readTimer)
 	}
 	if c.recv.active {
 		_ = c.l.Cancel(c.recv.id)

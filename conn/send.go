@@ -487,8 +487,8 @@ func (s *sendOp) Complete(cp *loop.Completion) {
 		c.closeNow(c.resultError("write", "send", res))
 		return
 	}
-	if c.tm != nil && c.tm.idle > 0 {
-		c.tm.lastIO = now()
+	if c.rare != nil && c.rare.idle > 0 {
+		c.rare.lastIO = now()
 	}
 	c.mu.Lock()
 	c.out.consume(int(res))
