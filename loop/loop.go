@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,8 +147,25 @@ func (l *Loop) Features() Features {
 // Callbacks that already know they run on the loop need not ask. Safe for
 // concurrent use.
 func (l *Loop) InLoop() bool {
+	if l.cfg.sharedThread {
+		return l.onThreadPinned()
+	}
 	tid := l.tid.Load()
 	return tid != 0 && gettid() == tid
+}
+
+// onThreadPinned reports whether the caller is l's goroutine, for a
+// shared-thread loop. Its thread is shared: another goroutine may have run
+// on it a moment ago and moved since, so a thread id read unpinned may be
+// stale. Pinned to its thread, the caller's id is exact, and a loop that
+// holds the thread now (tid set while it runs) leaves no room on it for
+// any other goroutine.
+func (l *Loop) onThreadPinned() bool {
+	runtime.LockOSThread()
+	tid := gettid()
+	ok := tid != 0 && l.tid.Load() == tid
+	runtime.UnlockOSThread()
+	return ok
 }
 
 // HandOffNextWait makes the loop's next wait give its thread's P back to
@@ -192,8 +210,12 @@ func Current() *Loop {
 		return nil
 	}
 	if v, ok := running.Load(tid); ok {
-		if l := v.(*Loop); l.tid.Load() == tid {
-			return l // a shared-thread loop may have left this thread
+		l := v.(*Loop)
+		switch {
+		case l.tid.Load() != tid:
+			// A shared-thread loop that has left this thread.
+		case !l.cfg.sharedThread || l.onThreadPinned():
+			return l
 		}
 	}
 	return nil
