@@ -151,9 +151,6 @@ func (nc *NetConn) Conn() *Conn { return nc.c }
 // back before its next wait, so that the goroutine runs at once (see
 // loop.Loop.HandOffNextWait). On the loop.
 func (nc *NetConn) wake(w *wakeup) {
-	if w == nil {
-		return
-	}
 	w.signal()
 	if nc.waiters.Load() > 0 {
 		nc.c.l.HandOffNextWait()
@@ -182,9 +179,9 @@ type wakeup struct {
 // init makes the wakeup empty: its Mutex held. Before any use.
 func (w *wakeup) init() { w.mu.Lock() }
 
-// signal leaves a wakeup unless one is pending; a nil w is no one to wake.
+// signal leaves a wakeup unless one is pending.
 func (w *wakeup) signal() {
-	if w != nil && w.pending.CompareAndSwap(false, true) {
+	if w.pending.CompareAndSwap(false, true) {
 		w.mu.Unlock()
 	}
 }
@@ -212,9 +209,9 @@ func (nc *NetConn) sig(dir int) *wakeup {
 // block waits for dir's wakeup. It is called with nc.mu held after the
 // caller found nothing to do, and returns with it held, unless the caller
 // is a loop goroutine: then it returns an error wrapping loop.ErrInLoop
-// without the lock. The state the caller checked changes only under nc.mu,
-// and whoever changes it signals the wakeup afterwards, so none is lost (a
-// stale one only makes the caller check again).
+// without the lock. Whoever changes the state the caller checked signals
+// the wakeup afterwards, and a signal left before the wait is kept, so none
+// is lost (a stale one only makes the caller check again).
 func (nc *NetConn) block(dir int, op string) error {
 	w := nc.sig(dir)
 	nc.mu.Unlock()
@@ -248,12 +245,11 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 	if pause {
 		nc.paused = true
 	}
-	ch := &nc.rw
 	nc.mu.Unlock()
 	if pause {
 		_ = c.PauseRead()
 	}
-	nc.wake(ch)
+	nc.wake(&nc.rw)
 }
 
 // OnHalfClose implements HalfCloseHandler: the peer sends nothing more.
@@ -262,18 +258,14 @@ func (nc *NetConn) OnHalfClose(*Conn) {
 	if nc.rerr == nil {
 		nc.rerr = io.EOF
 	}
-	ch := &nc.rw
 	nc.mu.Unlock()
-	nc.wake(ch)
+	nc.wake(&nc.rw)
 }
 
 // OnWritabilityChanged implements WritabilityHandler.
 func (nc *NetConn) OnWritabilityChanged(_ *Conn, writable bool) {
 	if writable {
-		nc.mu.Lock()
-		ch := &nc.ww
-		nc.mu.Unlock()
-		nc.wake(ch)
+		nc.wake(&nc.ww)
 	}
 }
 
@@ -294,10 +286,9 @@ func (nc *NetConn) OnClose(c *Conn, err error) {
 	if nc.werr == nil {
 		nc.werr = werr
 	}
-	rch, wch := &nc.rw, &nc.ww
 	nc.mu.Unlock()
-	rch.signal()
-	nc.wake(wch)
+	nc.rw.signal()
+	nc.wake(&nc.ww)
 }
 
 // Read reads received bytes into p. It returns io.EOF once the peer's FIN
@@ -311,9 +302,8 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 	}
 	switch {
 	case nc.closed:
-		ch := &nc.rw
 		nc.mu.Unlock()
-		ch.signal() // pass the wakeup on to another reader
+		nc.rw.signal() // pass the wakeup on to another reader
 		return 0, nc.c.opError("read", "", net.ErrClosed)
 	case nc.in.n > 0 && len(p) > 0:
 		n := nc.in.read(p)
@@ -321,20 +311,19 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		if resume {
 			nc.paused = false
 		}
-		var ch *wakeup
-		if nc.in.n > 0 || nc.rerr != nil {
-			ch = &nc.rw // pass the wakeup on to another reader
-		}
+		more := nc.in.n > 0 || nc.rerr != nil
 		nc.mu.Unlock()
 		if resume {
 			_ = nc.c.ResumeRead()
 		}
-		ch.signal()
+		if more {
+			nc.rw.signal() // pass the wakeup on to another reader
+		}
 		return n, nil
 	case nc.rerr != nil && nc.in.n == 0:
-		err, ch := nc.rerr, &nc.rw
+		err := nc.rerr
 		nc.mu.Unlock()
-		ch.signal()
+		nc.rw.signal()
 		return 0, err
 	}
 	nc.mu.Unlock()
@@ -347,9 +336,8 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 func (nc *NetConn) awaitInput() error {
 	for nc.in.n == 0 && nc.rerr == nil && !nc.closed {
 		if nc.rdl.passed {
-			ch := &nc.rw
 			nc.mu.Unlock()
-			ch.signal() // pass the wakeup on to another reader
+			nc.rw.signal() // pass the wakeup on to another reader
 			return nc.c.opError("read", "", os.ErrDeadlineExceeded)
 		}
 		if err := nc.block(dirRead, "read"); err != nil {
@@ -425,10 +413,7 @@ func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
 // connection stays writable.
 func (nc *NetConn) passWritable() {
 	if nc.c.Writable() {
-		nc.mu.Lock()
-		ch := &nc.ww
-		nc.mu.Unlock()
-		ch.signal()
+		nc.ww.signal()
 	}
 }
 
@@ -452,9 +437,8 @@ func (nc *NetConn) awaitWritable() error {
 			return nil
 		}
 		if err != nil {
-			ch := &nc.ww
 			nc.mu.Unlock()
-			ch.signal() // pass the wakeup on to another writer
+			nc.ww.signal() // pass the wakeup on to another writer
 			return err
 		}
 		if loop.Current() == nc.c.l {
@@ -488,10 +472,9 @@ func (nc *NetConn) Close() error {
 	}
 	nc.closed = true
 	nc.in.release()
-	rch, wch := &nc.rw, &nc.ww
 	nc.mu.Unlock()
-	rch.signal()
-	wch.signal()
+	nc.rw.signal()
+	nc.ww.signal()
 	err := nc.c.Close()
 	if errors.Is(err, net.ErrClosed) {
 		return nil // the connection had already ended on its own
@@ -617,18 +600,18 @@ func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 	d := nc.deadline(dir)
 	d.set = !t.IsZero()
 	d.passed = false
-	var ch *wakeup
 	if d.set {
 		d.at = sinceStarted(t)
 		d.passed = t.Before(started) || d.at <= sinceStarted(time.Now())
-		if d.passed {
-			ch = nc.sig(dir)
-		} else {
+		if !d.passed {
 			nc.arm(dir, d)
 		}
 	}
+	passed := d.passed
 	nc.mu.Unlock()
-	ch.signal()
+	if passed {
+		nc.sig(dir).signal()
+	}
 	return nil
 }
 
@@ -655,17 +638,18 @@ func (nc *NetConn) fire(dir int, at int64) {
 	if d.armed && d.armedAt == at {
 		d.armed = false
 	}
-	var ch *wakeup
+	expired := false
 	switch {
 	case !d.set || d.passed || nc.closed:
 	case d.at <= sinceStarted(time.Now()):
-		d.passed = true
-		ch = nc.sig(dir)
+		d.passed, expired = true, true
 	default:
 		nc.arm(dir, d) // moved later
 	}
 	nc.mu.Unlock()
-	nc.wake(ch)
+	if expired {
+		nc.wake(nc.sig(dir))
+	}
 }
 
 // WithNetInbound bounds the inbound buffer of each NetConn (default

@@ -719,26 +719,20 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	}
 	var err error
 	d.cancelQueued = false
+	// A wait, or a submit that may run long (the kernel sends inline): no
+	// callback runs meanwhile.
+	enterWait()
 	switch {
 	case timeout == 0 || d.r.CQReady() > 0:
-		// Not a wait, but a system call that may run long (the kernel
-		// sends inline): no callback runs meanwhile either.
-		enterWait()
 		_, err = d.r.Submit()
-		leaveWait()
 	case d.wakeKind == wakeNetpoll:
-		enterWait()
 		err = d.waitNetpoll(timeout, &res)
-		leaveWait()
 	case timeout < 0:
-		enterWait()
 		_, err = d.r.SubmitAndWait(1)
-		leaveWait()
 	default:
-		enterWait()
 		_, err = d.r.SubmitAndWaitTimeout(1, timeout)
-		leaveWait()
 	}
+	leaveWait()
 	switch {
 	case err == nil:
 	case err == errETIME:
