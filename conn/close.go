@@ -127,7 +127,7 @@ func (c *Conn) CloseWrite() error {
 // startShutdown submits shutdown(SHUT_WR). Must be called on c's loop.
 func (c *Conn) startShutdown() {
 	m := &c.misc
-	id, err := c.l.Shutdown(c.fd, unix.SHUT_WR, m)
+	id, err := c.l.Shutdown(c.fd, unix.SHUT_WR, (*miscDone)(c))
 	if err != nil {
 		c.closeNow(c.opError("close", "shutdown", err))
 		return
@@ -176,7 +176,7 @@ func (c *Conn) closeNow(err error) {
 		_ = c.l.Cancel(c.misc.id)
 	}
 	if c.send.waitsOnlyForNotif() {
-		c.send.detach() // the fd closes now; the chunks wait for the notification
+		c.detachSend() // the fd closes now; the chunks wait for the notification
 	}
 	c.maybeFinish()
 }
@@ -195,7 +195,7 @@ func (c *Conn) maybeFinish() {
 		_ = unix.SetsockoptLinger(c.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 	}
 	m := &c.misc
-	id, err := c.l.Close(c.fd, m)
+	id, err := c.l.Close(c.fd, (*miscDone)(c))
 	if err != nil {
 		// The loop no longer takes ops (it is terminating): close
 		// synchronously; nothing is in flight on the fd.
@@ -256,15 +256,19 @@ const (
 // the shutdown starts only on an open connection (after connect), and the
 // close only when nothing else is in flight.
 type miscOp struct {
-	c      *Conn
 	id     loop.OpID
 	kind   miscKind
 	active bool
 }
 
+// miscDone is a Conn seen as the Completer of its connect, shutdown or
+// close (see recvDone).
+type miscDone Conn
+
 // Complete handles the completion of the connect, shutdown or close.
-func (m *miscOp) Complete(cp *loop.Completion) {
-	c := m.c
+func (d *miscDone) Complete(cp *loop.Completion) {
+	c := (*Conn)(d)
+	m := &c.misc
 	m.active = false
 	switch m.kind {
 	case miscConnect:

@@ -76,7 +76,6 @@ type Conn struct {
 	wseen    uint64     // writability transitions reported to the handler
 	rare     *connRare  // timeouts, the linger timer, the fallback receive buffer; nil until one is needed
 	dial     *dialState // non-nil while Dial waits
-	flushFn  func()     // c.flush, bound once so queuing it (on every write) allocates nothing
 
 	state         connState
 	pause         uint8 // why reading is paused (pauseUser, pauseWritable); 0: reading
@@ -128,8 +127,6 @@ func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *
 	if h != nil {
 		c.setHandler(h)
 	}
-	c.recv.c, c.send.c, c.misc.c = c, c, c
-	c.flushFn = c.flush
 	if cfg.readTimeout > 0 || cfg.idleTimeout > 0 {
 		c.rare = &connRare{read: cfg.readTimeout, idle: cfg.idleTimeout}
 	}

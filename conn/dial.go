@@ -142,7 +142,7 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 			return
 		}
 		m := &c.misc
-		id, err := l.Connect(fd, sa, m)
+		id, err := l.Connect(fd, sa, (*miscDone)(c))
 		if err != nil {
 			unix.Close(fd)
 			c.finishDial(opError("dial", ds.network, "", nil, addr, err))
@@ -237,7 +237,7 @@ func (c *Conn) connectedAs(res int32, givenUp bool) {
 		c.state = stateClosed
 		ds.err = err
 		m := &c.misc
-		id, cerr := c.l.Close(c.fd, m)
+		id, cerr := c.l.Close(c.fd, (*miscDone)(c))
 		if cerr != nil {
 			_ = unix.Close(c.fd)
 			c.finishDial(err)

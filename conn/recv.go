@@ -50,7 +50,6 @@ var forceSingleRecv atomic.Bool
 
 // recvOp is the connection's armed receive and its completer.
 type recvOp struct {
-	c        *Conn
 	id       loop.OpID
 	active   bool
 	single   bool // single-shot Recv into the fallback buffer (connRare.rbuf)
@@ -77,7 +76,7 @@ func (c *Conn) armRecv() {
 		err error
 	)
 	if !r.single {
-		id, err = c.l.RecvProvided(c.fd, 0, r)
+		id, err = c.l.RecvProvided(c.fd, 0, (*recvDone)(c))
 		if err != nil {
 			r.single = true // provided buffers refused: fall back for good
 		}
@@ -87,7 +86,7 @@ func (c *Conn) armRecv() {
 		if x.rbuf == nil {
 			x.rbuf = new([singleRecvSize]byte)
 		}
-		id, err = c.l.Recv(c.fd, x.rbuf[:], 0, r)
+		id, err = c.l.Recv(c.fd, x.rbuf[:], 0, (*recvDone)(c))
 	}
 	if err != nil {
 		c.closeNow(c.opError("read", "", err))
@@ -97,9 +96,16 @@ func (c *Conn) armRecv() {
 	c.ops++
 }
 
+// recvDone is a Conn seen as its receive's loop.Completer: a pointer
+// conversion, so handing it to the loop allocates nothing and the op needs
+// no pointer back to its Conn. sendDone and miscDone do the same for the
+// other ops.
+type recvDone Conn
+
 // Complete handles the receive's completions. Must be called on c's loop.
-func (r *recvOp) Complete(cp *loop.Completion) {
-	c := r.c
+func (d *recvDone) Complete(cp *loop.Completion) {
+	c := (*Conn)(d)
+	r := &c.recv
 	final := !cp.More()
 	if final {
 		r.active = false

@@ -294,7 +294,7 @@ func (c *Conn) queued() bool {
 // for the next event of c on its loop (a send completion, the peer's FIN),
 // which starts the send itself, or for the drain that closes c.
 func (c *Conn) kick() {
-	if err := c.l.ExecuteAfterTurn(c.flushFn); err != nil {
+	if err := c.l.ExecuteTaskAfterTurn((*flushTask)(c)); err != nil {
 		c.mu.Lock()
 		c.flushQueued = false
 		c.mu.Unlock()
@@ -306,6 +306,12 @@ func (c *Conn) kick() {
 		}
 	}
 }
+
+// flushTask is a Conn seen as its flush task (see recvDone): queuing it
+// allocates nothing.
+type flushTask Conn
+
+func (t *flushTask) Run() { (*Conn)(t).flush() }
 
 // flush is the per-turn tail task: it starts a send unless one is in
 // flight (its completion continues), and reports writability changes.
@@ -343,12 +349,12 @@ func (c *Conn) startSend() {
 	s.zc, s.zcRes = false, 0
 	switch {
 	case len(s.iov) > 1:
-		id, err = c.l.Sendmsg(c.fd, s.iov, 0, s)
+		id, err = c.l.Sendmsg(c.fd, s.iov, 0, (*sendDone)(c))
 	case c.cfg.sendZC > 0 && total >= c.cfg.sendZC && c.l.Features().SendZC:
 		s.zc = true
-		id, err = c.l.SendZC(c.fd, s.iov[0], 0, s)
+		id, err = c.l.SendZC(c.fd, s.iov[0], 0, (*sendDone)(c))
 	default:
-		id, err = c.l.Send(c.fd, s.iov[0], 0, s)
+		id, err = c.l.Send(c.fd, s.iov[0], 0, (*sendDone)(c))
 	}
 	if err != nil {
 		clear(s.iov)
@@ -401,7 +407,6 @@ func (c *Conn) notifyWritability() {
 
 // sendOp is the connection's send in flight and its completer.
 type sendOp struct {
-	c        *Conn
 	id       loop.OpID
 	active   bool
 	zc       bool     // SEND_ZC: the result arrives first, the buffer is free at the notification
@@ -418,16 +423,20 @@ type sendOp struct {
 // which a peer with a closed window can hold back indefinitely.
 func (s *sendOp) waitsOnlyForNotif() bool { return s.active && s.zcResult && !s.detached }
 
-// detach lets a closing connection close its fd while the send waits for
+// detachSend lets a closing connection close its fd while the send waits for
 // its notification. Must be called on c's loop.
-func (s *sendOp) detach() {
-	s.detached = true
-	s.c.ops--
+func (c *Conn) detachSend() {
+	c.send.detached = true
+	c.ops--
 }
 
+// sendDone is a Conn seen as its send's Completer (see recvDone).
+type sendDone Conn
+
 // Complete handles the send's completions. Must be called on c's loop.
-func (s *sendOp) Complete(cp *loop.Completion) {
-	c := s.c
+func (d *sendDone) Complete(cp *loop.Completion) {
+	c := (*Conn)(d)
+	s := &c.send
 	res := cp.Res
 	if cp.Quarantined {
 		// Given up without the kernel's final word: the kernel may
@@ -442,7 +451,7 @@ func (s *sendOp) Complete(cp *loop.Completion) {
 			if cp.More() {
 				s.zcResult = true
 				if c.state == stateClosing {
-					s.detach()
+					c.detachSend()
 					c.maybeFinish()
 				}
 				return

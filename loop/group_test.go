@@ -13,6 +13,7 @@ import (
 
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
 	"github.com/ringloop/ringloop/ring"
 	"golang.org/x/sys/unix"
 )
@@ -224,6 +225,12 @@ func TestBadInput(t *testing.T) {
 		}
 		if err := l.ExecuteAfterTurn(nil); !errors.Is(err, loop.ErrNilTask) {
 			t.Fatalf("ExecuteAfterTurn(nil) = %v", err)
+		}
+		if err := l.ExecuteTask(nil); !errors.Is(err, loop.ErrNilTask) {
+			t.Fatalf("ExecuteTask(nil) = %v", err)
+		}
+		if err := l.ExecuteTaskAfterTurn(sched.TaskFunc(nil)); !errors.Is(err, loop.ErrNilTask) {
+			t.Fatalf("ExecuteTaskAfterTurn(nil func) = %v", err)
 		}
 		if _, err := l.Schedule(time.Millisecond, nil); !errors.Is(err, loop.ErrNilTask) {
 			t.Fatalf("Schedule(nil) = %v", err)

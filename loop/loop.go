@@ -258,6 +258,31 @@ func (l *Loop) ExecuteAfterTurn(f func()) error {
 	return l.submit(l.tail, sched.TaskFunc(f), true)
 }
 
+// ExecuteTask queues t as Execute queues a function. A caller that keeps
+// its task value (a pointer type with a Run method) queues it without the
+// allocation a method value would cost. Safe for concurrent use.
+func (l *Loop) ExecuteTask(t sched.Task) error {
+	if nilTask(t) {
+		return ErrNilTask
+	}
+	return l.submit(l.tasks, t, true)
+}
+
+// ExecuteTaskAfterTurn queues t as a tail task, as ExecuteAfterTurn queues
+// a function. Safe for concurrent use.
+func (l *Loop) ExecuteTaskAfterTurn(t sched.Task) error {
+	if nilTask(t) {
+		return ErrNilTask
+	}
+	return l.submit(l.tail, t, true)
+}
+
+// nilTask reports whether t is nil or a nil function.
+func nilTask(t sched.Task) bool {
+	f, ok := t.(sched.TaskFunc)
+	return t == nil || ok && f == nil
+}
+
 // Schedule runs f once on the loop after d (d <= 0: as soon as possible).
 // The returned timer can be stopped (Stop) and observed (Future). Timers
 // with equal deadlines run in the order they were scheduled. A timer

@@ -17,6 +17,47 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// countTask is a task value: queuing it allocates nothing.
+type countTask struct {
+	l    *loop.Loop
+	runs atomic.Int32
+	off  atomic.Int32 // runs not on the loop
+	done chan struct{}
+}
+
+func (c *countTask) Run() {
+	if !c.l.InLoop() {
+		c.off.Add(1)
+	}
+	if c.runs.Add(1) == 2 {
+		close(c.done)
+	}
+}
+
+func TestExecuteTask(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		ct := &countTask{l: g.Loop(0), done: make(chan struct{})}
+		if err := ct.l.ExecuteTask(ct); err != nil {
+			t.Fatal(err)
+		}
+		if err := ct.l.ExecuteTaskAfterTurn(ct); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ct.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 2 tasks ran", ct.runs.Load())
+		}
+		if n := ct.off.Load(); n != 0 {
+			t.Fatalf("%d tasks ran off the loop", n)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = ct.l.ExecuteTask(ct) }); n != 0 {
+			t.Fatalf("ExecuteTask allocates %.1f times per call", n)
+		}
+	})
+}
+
 func TestExecuteManyProducers(t *testing.T) {
 	const producers, perProducer = 8, 50000
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
