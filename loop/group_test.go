@@ -13,8 +13,8 @@ import (
 
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
-	"github.com/ringloop/ringloop/sched"
 	"github.com/ringloop/ringloop/ring"
+	"github.com/ringloop/ringloop/sched"
 	"golang.org/x/sys/unix"
 )
 
