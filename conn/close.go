@@ -74,7 +74,9 @@ func (c *Conn) closeLinger() {
 	}
 	c.lingering = true
 	c.rareX().lingerTimer = t
+	c.mu.Lock()
 	c.closeErr = nil
+	c.mu.Unlock()
 	c.stopTimeouts()
 	if c.recv.active {
 		_ = c.l.Cancel(c.recv.id) // its completions are dropped from now on
@@ -146,9 +148,9 @@ func (c *Conn) closeNow(err error) {
 		err = nil // Close came first: OnClose reports the local close
 	}
 	c.state = stateClosing
-	c.closeErr = err
 	c.closeReq.Store(true)
 	c.mu.Lock()
+	c.closeErr = err
 	c.wclosed = true
 	pending := c.out.n
 	if c.send.zcResult && c.send.zcRes > 0 {
@@ -213,10 +215,9 @@ func (c *Conn) closed() {
 	if c.send.active {
 		// A SEND_ZC still waits for its notification: its chunks stay
 		// with the kernel, out of the pool.
-		c.out.pin(len(c.send.iov))
+		c.out.pin(int(c.send.ranges))
 	}
 	c.out.release()
-	c.buffered.Store(0)
 	c.mu.Unlock()
 	if c.rare != nil {
 		c.rare.rbuf = nil
@@ -226,14 +227,17 @@ func (c *Conn) closed() {
 		c.untrack()
 	}
 	if c.shutdownClose && c.closeErr == nil {
-		c.closeErr = c.errLoopShutdown()
+		err := c.errLoopShutdown()
+		c.mu.Lock()
+		c.closeErr = err
+		c.mu.Unlock()
 	}
 	c.callClose()
 	if c.srv != nil {
 		c.srv.remove(c)
 	}
 	c.mu.Lock()
-	c.closedDone, c.finalErr = true, c.closeErr
+	c.closedDone = true
 	f := c.closeF
 	c.mu.Unlock()
 	if f != nil {
@@ -291,6 +295,6 @@ func (d *miscDone) Complete(cp *loop.Completion) {
 		// close(2) errors are not actionable: the fd is gone either way.
 		c.closed()
 	case miscDialClose:
-		c.finishDial(c.dial.err)
+		c.finishDial(c.rare.dial.err)
 	}
 }

@@ -55,10 +55,8 @@ type Conn struct {
 	// Shared with other goroutines.
 	userCtx     atomic.Pointer[ctxBox]
 	closeF      *sched.Future[struct{}] // CloseFuture's, made on first call; guarded by mu
-	finalErr    error                   // the cause OnClose reported; guarded by mu
-	wgen        atomic.Uint64           // writability transitions so far: even = writable (see notifyWritability)
-	buffered    atomic.Int64            // outbound bytes not yet sent (mirror of out.n)
-	mu          sync.Mutex              // guards out, flushQueued, wclosed, closeF, closedDone and finalErr
+	wgen        atomic.Uint32           // writability transitions so far: even = writable (see notifyWritability)
+	mu          sync.Mutex              // guards out, flushQueued, wclosed, closeF, closedDone and closeErr's writes
 	userPaused  atomic.Bool             // PauseRead is in effect (ReadPaused)
 	claimed     atomic.Bool             // an accepted fd's owner is settled (register, or a refused hand-off)
 	closeReq    atomic.Bool             // Close was called
@@ -68,47 +66,47 @@ type Conn struct {
 	out         outQueue                // outbound bytes, appended by Write, consumed by sends; guarded by mu
 
 	// Loop goroutine only.
-	closeErr error // the cause OnClose reports
+	closeErr error // the cause OnClose reports; written on the loop under mu, read elsewhere under mu once closedDone
 	recv     recvOp
 	send     sendOp
 	misc     miscOp     // connect, shutdown and close
 	kin      *keptInput // bytes kept: made when bytes are first kept
-	wseen    uint64     // writability transitions reported to the handler
 	rare     *connRare  // timeouts, the linger timer, the fallback receive buffer; nil until one is needed
-	dial     *dialState // non-nil while Dial waits
 
 	state         connState
-	pause         uint8 // why reading is paused (pauseUser, pauseWritable); 0: reading
-	eofHeld       bool  // the FIN came while kept bytes wait for a resume
-	resumeQueued  bool  // the resume task is queued
-	abort         bool  // close with a reset (SO_LINGER 0): the stream broke
-	lingering     bool  // Close waits for the outbound queue to drain (WithLinger)
-	eof           bool  // the peer's FIN arrived
-	shutWanted    bool  // CloseWrite: shutdown(SHUT_WR) once the queue is empty
-	shutDone      bool  // shutdown submitted
-	tracked       bool  // in its loop's registry (registry.go)
-	shutdownClose bool  // closed by its loop's shutdown: OnClose reports net.ErrClosed
-	hasWH         bool  // h implements WritabilityHandler
-	hasHH         bool  // h implements HalfCloseHandler
-	hasRH         bool  // h implements ReadHandler
-	unixSock      bool  // a Unix socket ("unix"), not TCP ("tcp")
-	drainEOF      bool  // close with io.EOF once the outbound queue is empty
-	ops           int32 // ops started and not yet at their final completion
-	regIdx        int32 // 1-based index in its loop's registry; 0: not in it
-	srvIdx        int32 // 1-based index in its server's set; guarded by srv.mu
+	pause         uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
+	eofHeld       bool   // the FIN came while kept bytes wait for a resume
+	resumeQueued  bool   // the resume task is queued
+	abort         bool   // close with a reset (SO_LINGER 0): the stream broke
+	lingering     bool   // Close waits for the outbound queue to drain (WithLinger)
+	eof           bool   // the peer's FIN arrived
+	shutWanted    bool   // CloseWrite: shutdown(SHUT_WR) once the queue is empty
+	shutDone      bool   // shutdown submitted
+	tracked       bool   // in its loop's registry (registry.go)
+	shutdownClose bool   // closed by its loop's shutdown: OnClose reports net.ErrClosed
+	hasWH         bool   // h implements WritabilityHandler
+	hasHH         bool   // h implements HalfCloseHandler
+	hasRH         bool   // h implements ReadHandler
+	unixSock      bool   // a Unix socket ("unix"), not TCP ("tcp")
+	drainEOF      bool   // close with io.EOF once the outbound queue is empty
+	ops           int32  // ops started and not yet at their final completion
+	regIdx        int32  // 1-based index in its loop's registry; 0: not in it
+	srvIdx        int32  // 1-based index in its server's set; guarded by srv.mu
+	wseen         uint32 // writability transitions reported to the handler
 }
 
 // connRare holds what few connections need, apart from Conn: the read and
 // idle timeouts (Netty's IdleStateHandler scheme: one timer each, re-armed
 // for the time left instead of being reset on every receive), the linger
-// timer and the single-shot receive buffer of the fallback. Loop goroutine
-// only.
+// timer, the single-shot receive buffer of the fallback and a dial's state.
+// Loop goroutine only (a dial sets it before its conn reaches the loop).
 type connRare struct {
 	read, idle           time.Duration
 	lastRead, lastIO     int64 // monotonic ns of the last received data, and of the last receive or send
 	readTimer, idleTimer *sched.Timer
 	lingerTimer          *sched.Timer
 	rbuf                 *[singleRecvSize]byte // single-shot receive buffer (fallback only)
+	dial                 *dialState            // non-nil while Dial waits
 }
 
 // rareX returns c's rare part, making it on first use.
@@ -397,7 +395,7 @@ func (c *Conn) CloseFuture() *sched.Future[struct{}] {
 	if c.closeF == nil {
 		c.closeF = sched.NewFuture[struct{}]()
 		if c.closedDone {
-			c.closeF.Complete(struct{}{}, c.finalErr)
+			c.closeF.Complete(struct{}{}, c.closeErr)
 		}
 	}
 	return c.closeF
@@ -410,7 +408,12 @@ func (c *Conn) Writable() bool { return c.wgen.Load()&1 == 0 }
 
 // Buffered returns the outbound bytes queued and not yet sent. Safe for
 // concurrent use.
-func (c *Conn) Buffered() int { return int(c.buffered.Load()) }
+func (c *Conn) Buffered() int {
+	c.mu.Lock()
+	n := c.out.n
+	c.mu.Unlock()
+	return n
+}
 
 // onLoop runs f on c's loop: at once when the caller is on it, else as a
 // task, waiting for its result. Called on another loop's goroutine it does

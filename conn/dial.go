@@ -125,7 +125,7 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 	c := newConn(l, fd, netOf(ds.network), h, cfg, nil)
 	c.raddr = addr
 	c.state = stateConnecting
-	c.dial = ds
+	c.rareX().dial = ds
 	// The fd has one owner: the start task, or the path that finds the
 	// task refused. A loop whose start failed refuses the task and still
 	// runs it as it terminates, so both may run: the first to claim the fd
@@ -175,7 +175,7 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 		}
 		unix.Close(fd)
 		c.state = stateClosed
-		c.dial = nil
+		c.rare.dial = nil
 		if ds.stopCtx != nil {
 			ds.stopCtx()
 		}
@@ -187,7 +187,7 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 // timeout): the connect is canceled, or never started. Must be called on
 // c's loop.
 func (c *Conn) abortDial(cause error) {
-	ds := c.dial
+	ds := c.rare.dial
 	if ds == nil || c.state != stateConnecting || ds.canceled != nil {
 		return
 	}
@@ -200,8 +200,8 @@ func (c *Conn) abortDial(cause error) {
 // finishDial ends a failed dial whose socket is closed: the future fails
 // with err. Must be called on c's loop.
 func (c *Conn) finishDial(err error) {
-	ds := c.dial
-	c.dial = nil
+	ds := c.rare.dial
+	c.rare.dial = nil
 	c.state = stateClosed
 	ds.stop()
 	ds.f.Complete(nil, err)
@@ -219,7 +219,7 @@ func (ds *dialState) stop() {
 // Quarantined: a connect given up at a ring rebuild reports
 // loop.ErrGivenUp. Must be called on c's loop.
 func (c *Conn) connectedAs(res int32, givenUp bool) {
-	ds := c.dial
+	ds := c.rare.dial
 	if res < 0 || ds.canceled != nil {
 		var err error
 		switch {
@@ -246,7 +246,7 @@ func (c *Conn) connectedAs(res int32, givenUp bool) {
 		m.id, m.kind, m.active = id, miscDialClose, true
 		return
 	}
-	c.dial = nil
+	c.rare.dial = nil
 	ds.stop()
 	if err := c.open(); err != nil {
 		// OnOpen panicked: the connection closes (OnClose reports it)

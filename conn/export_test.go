@@ -36,13 +36,9 @@ func InboundCap(c *Conn) int {
 func NetBuffered(nc *NetConn) int {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
-	return nc.in.n
+	return int(nc.in.n)
 }
 
-// NetTimersArmed returns how many timers nc's read and write deadlines
-// have scheduled.
-func NetTimersArmed(nc *NetConn) int {
-	nc.mu.Lock()
-	defer nc.mu.Unlock()
-	return int(nc.rdl.arms + nc.wdl.arms)
-}
+// NetTimersArmed returns how many timers the deadlines of every NetConn
+// have scheduled so far.
+func NetTimersArmed() int { return int(netTimersArmed.Load()) }

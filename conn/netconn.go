@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"net"
 	"os"
 	"sync"
@@ -18,6 +17,10 @@ import (
 // received bytes no Read has taken yet. Past it the connection stops
 // receiving until Read brings the buffer back to half of it.
 const DefaultNetInbound = 64 << 10
+
+// maxNetInbound caps WithNetInbound's bound, so that the buffered count,
+// which may pass the bound by one receive, fits an int32.
+const maxNetInbound = 1 << 30
 
 // netWriteMax is the largest piece a NetConn's Write hands to the
 // connection at once: a larger Write waits for the connection to become
@@ -55,17 +58,17 @@ type NetConn struct {
 	waiters atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
 	paused  bool         // receiving paused because in is full; under mu
 	closed  bool         // Close was called; under mu
+	eof     bool         // the peer's FIN arrived; under mu
+	dlSet   [2]bool      // a deadline is set, by direction; under mu
+	passed  [2]bool      // the deadline passed: blocked and later calls fail; under mu
+	ended   bool         // the connection ended (OnClose ran) with cause; under mu
 	rw      wakeup       // input, EOF, an error, Close or the read deadline
 	ww      wakeup       // writable, an error, Close or the write deadline
 
 	// Under mu.
-	in   inQueue // received, not yet read
-	rerr error   // io.EOF or what ended the connection, once in is read
-	werr error   // what ended the connection, for writes
-	rdl  deadline
-	wdl  deadline
-
-	ln *NetListener // the listener that accepts it; nil for a dialed one
+	in    inQueue     // received, not yet read
+	cause error       // what OnClose reported (see readEnd, writeEnd)
+	dl    [2]deadline // by direction (dirRead, dirWrite)
 }
 
 // inChunkSize is the size of an inbound chunk: small, since most reads of a
@@ -79,15 +82,15 @@ var inChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, in
 // none.
 type inQueue struct {
 	q    []*chunk
-	head int
-	n    int
+	head int32
+	n    int32 // bytes; the bound (at most maxNetInbound) keeps it small
 }
 
 func (iq *inQueue) push(p []byte) {
-	iq.n += len(p)
+	iq.n += int32(len(p))
 	for len(p) > 0 {
 		var t *chunk
-		if len(iq.q) > iq.head {
+		if int32(len(iq.q)) > iq.head {
 			t = iq.q[len(iq.q)-1]
 		}
 		if t == nil || t.w == len(t.buf) {
@@ -104,7 +107,7 @@ func (iq *inQueue) push(p []byte) {
 // read copies up to len(p) bytes out and frees every chunk it empties.
 func (iq *inQueue) read(p []byte) int {
 	n := 0
-	for n < len(p) && iq.head < len(iq.q) {
+	for n < len(p) && int(iq.head) < len(iq.q) {
 		t := iq.q[iq.head]
 		k := copy(p[n:], t.buf[t.r:t.w])
 		t.r += k
@@ -115,8 +118,8 @@ func (iq *inQueue) read(p []byte) int {
 			inChunkPool.Put(t)
 		}
 	}
-	iq.n -= n
-	if iq.head == len(iq.q) {
+	iq.n -= int32(n)
+	if int(iq.head) == len(iq.q) {
 		iq.q, iq.head = iq.q[:0], 0
 		if cap(iq.q) > 8 {
 			iq.q = nil
@@ -137,7 +140,7 @@ func newNetConn(limit int) *NetConn {
 	if limit <= 0 {
 		limit = DefaultNetInbound
 	}
-	nc := &NetConn{limit: int32(min(limit, math.MaxInt32))}
+	nc := &NetConn{limit: int32(min(limit, maxNetInbound))}
 	nc.rw.init()
 	nc.ww.init()
 	return nc
@@ -228,8 +231,8 @@ func (nc *NetConn) block(dir int, op string) error {
 // OnOpen implements Handler.
 func (nc *NetConn) OnOpen(c *Conn) {
 	nc.c = c
-	if nc.ln != nil {
-		nc.ln.push(nc)
+	if ln := c.cfg.netLn; ln != nil {
+		ln.push(nc)
 	}
 }
 
@@ -241,7 +244,7 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 		return
 	}
 	nc.in.push(data)
-	pause := nc.in.n >= int(nc.limit) && !nc.paused
+	pause := nc.in.n >= nc.limit && !nc.paused
 	if pause {
 		nc.paused = true
 	}
@@ -255,8 +258,8 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 // OnHalfClose implements HalfCloseHandler: the peer sends nothing more.
 func (nc *NetConn) OnHalfClose(*Conn) {
 	nc.mu.Lock()
-	if nc.rerr == nil {
-		nc.rerr = io.EOF
+	if !nc.ended {
+		nc.eof = true
 	}
 	nc.mu.Unlock()
 	nc.wake(&nc.rw)
@@ -270,22 +273,9 @@ func (nc *NetConn) OnWritabilityChanged(_ *Conn, writable bool) {
 }
 
 // OnClose implements Handler.
-func (nc *NetConn) OnClose(c *Conn, err error) {
-	rerr, werr := err, err
-	switch {
-	case err == nil: // closed here
-		rerr = c.opError("read", "", net.ErrClosed)
-		werr = c.opError("write", "", net.ErrClosed)
-	case errors.Is(err, io.EOF): // the peer's FIN, after a CloseWrite here
-		werr = c.opError("write", "", net.ErrClosed)
-	}
+func (nc *NetConn) OnClose(_ *Conn, err error) {
 	nc.mu.Lock()
-	if nc.rerr == nil {
-		nc.rerr = rerr
-	}
-	if nc.werr == nil {
-		nc.werr = werr
-	}
+	nc.ended, nc.cause = true, err
 	nc.mu.Unlock()
 	nc.rw.signal()
 	nc.wake(&nc.ww)
@@ -307,11 +297,11 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		return 0, nc.c.opError("read", "", net.ErrClosed)
 	case nc.in.n > 0 && len(p) > 0:
 		n := nc.in.read(p)
-		resume := nc.paused && nc.in.n <= int(nc.limit)/2
+		resume := nc.paused && nc.in.n <= nc.limit/2
 		if resume {
 			nc.paused = false
 		}
-		more := nc.in.n > 0 || nc.rerr != nil
+		more := nc.in.n > 0 || nc.readEnded()
 		nc.mu.Unlock()
 		if resume {
 			_ = nc.c.ResumeRead()
@@ -320,8 +310,8 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 			nc.rw.signal() // pass the wakeup on to another reader
 		}
 		return n, nil
-	case nc.rerr != nil && nc.in.n == 0:
-		err := nc.rerr
+	case nc.readEnded() && nc.in.n == 0:
+		err := nc.readEnd()
 		nc.mu.Unlock()
 		nc.rw.signal()
 		return 0, err
@@ -334,8 +324,8 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 // It is called with nc.mu held and returns with it held, unless it returns
 // an error: the read deadline passed, or the caller is a loop goroutine.
 func (nc *NetConn) awaitInput() error {
-	for nc.in.n == 0 && nc.rerr == nil && !nc.closed {
-		if nc.rdl.passed {
+	for nc.in.n == 0 && !nc.readEnded() && !nc.closed {
+		if nc.passed[dirRead] {
 			nc.mu.Unlock()
 			nc.rw.signal() // pass the wakeup on to another reader
 			return nc.c.opError("read", "", os.ErrDeadlineExceeded)
@@ -428,9 +418,9 @@ func (nc *NetConn) awaitWritable() error {
 		switch {
 		case nc.closed:
 			err = nc.c.opError("write", "", net.ErrClosed)
-		case nc.werr != nil:
-			err = writeError(nc.c, nc.werr)
-		case nc.wdl.passed:
+		case nc.ended:
+			err = writeError(nc.c, nc.writeEnd())
+		case nc.passed[dirWrite]:
 			err = nc.c.opError("write", "", os.ErrDeadlineExceeded)
 		case nc.c.Writable():
 			nc.mu.Unlock()
@@ -449,6 +439,35 @@ func (nc *NetConn) awaitWritable() error {
 			return err
 		}
 	}
+}
+
+// readEnded reports whether input ended: the peer's FIN, or the end of the
+// connection. Caller holds nc.mu.
+func (nc *NetConn) readEnded() bool { return nc.eof || nc.ended }
+
+// readEnd is the error a Read reports once the received bytes are read:
+// io.EOF after the peer's FIN, an error wrapping net.ErrClosed after a
+// local close, else the cause the connection ended with. Caller holds nc.mu.
+func (nc *NetConn) readEnd() error {
+	switch {
+	case nc.eof:
+		return io.EOF
+	case !nc.ended:
+		return nil
+	case nc.cause == nil:
+		return nc.c.opError("read", "", net.ErrClosed)
+	}
+	return nc.cause
+}
+
+// writeEnd is what ended the connection, for writes: an error wrapping
+// net.ErrClosed after a local close or the peer's FIN that followed a
+// CloseWrite here, else the cause. Caller holds nc.mu.
+func (nc *NetConn) writeEnd() error {
+	if nc.cause == nil || errors.Is(nc.cause, io.EOF) {
+		return nc.c.opError("write", "", net.ErrClosed)
+	}
+	return nc.cause
 }
 
 // writeError is the error a Write reports after the connection ended with
@@ -523,7 +542,7 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 			return total, nc.c.opError("read", "", net.ErrClosed)
 		}
 		if nc.in.n == 0 {
-			err := nc.rerr
+			err := nc.readEnd()
 			nc.mu.Unlock()
 			if err == io.EOF {
 				err = nil
@@ -535,11 +554,11 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		t := nc.in.q[nc.in.head]
 		nc.in.q[nc.in.head] = nil
 		nc.in.head++
-		nc.in.n -= t.w - t.r
-		if nc.in.head == len(nc.in.q) {
+		nc.in.n -= int32(t.w - t.r)
+		if int(nc.in.head) == len(nc.in.q) {
 			nc.in.q, nc.in.head = nc.in.q[:0], 0
 		}
-		resume := nc.paused && nc.in.n <= int(nc.limit)/2
+		resume := nc.paused && nc.in.n <= nc.limit/2
 		if resume {
 			nc.paused = false
 		}
@@ -561,7 +580,8 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 }
 
 // A deadline is one direction's deadline, kept on the loop's timer wheel
-// and guarded by its NetConn's mu. A deadline moved later needs no new
+// and guarded by its NetConn's mu (whether it is set and has passed are
+// kept beside, in NetConn.dlSet and NetConn.passed). A deadline moved later needs no new
 // timer: the armed one fires at the old instant, finds the deadline moved
 // and re-arms itself, so a server that pushes its read deadline forward on
 // every request schedules about one timer per deadline period rather than
@@ -569,12 +589,11 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 // started (time.Time.Sub uses the monotonic reading when both have one).
 type deadline struct {
 	at      int64 // the deadline, if set
-	armedAt int64 // when the earliest pending timer fires, if armed
-	set     bool  // a deadline is set
-	armed   bool  // a timer is pending
-	passed  bool  // the deadline passed: blocked and later calls fail
-	arms    int32 // timers scheduled, for tests
+	armedAt int64 // when the earliest pending timer fires; 0: none is pending (an armed instant is > 0)
 }
+
+// netTimersArmed counts the timers deadlines scheduled, for tests.
+var netTimersArmed atomic.Int64
 
 // started is the origin of deadline instants, and a time every deadline
 // before which has passed without reading the clock (net/http sets such
@@ -584,30 +603,22 @@ var started = time.Now()
 // sinceStarted returns t as a deadline instant.
 func sinceStarted(t time.Time) int64 { return int64(t.Sub(started)) }
 
-func (nc *NetConn) deadline(dir int) *deadline {
-	if dir == dirRead {
-		return &nc.rdl
-	}
-	return &nc.wdl
-}
-
 func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 	nc.mu.Lock()
 	if nc.closed {
 		nc.mu.Unlock()
 		return nc.c.opError("set", "", net.ErrClosed)
 	}
-	d := nc.deadline(dir)
-	d.set = !t.IsZero()
-	d.passed = false
-	if d.set {
+	d := &nc.dl[dir]
+	set, passed := !t.IsZero(), false
+	if set {
 		d.at = sinceStarted(t)
-		d.passed = t.Before(started) || d.at <= sinceStarted(time.Now())
-		if !d.passed {
+		passed = t.Before(started) || d.at <= sinceStarted(time.Now())
+		if !passed {
 			nc.arm(dir, d)
 		}
 	}
-	passed := d.passed
+	nc.dlSet[dir], nc.passed[dir] = set, passed
 	nc.mu.Unlock()
 	if passed {
 		nc.sig(dir).signal()
@@ -615,14 +626,15 @@ func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 	return nil
 }
 
-// arm makes sure a timer fires no later than d.at. Caller holds nc.mu.
+// arm makes sure a timer fires no later than d.at, which is in the future
+// (so > 0). Caller holds nc.mu.
 func (nc *NetConn) arm(dir int, d *deadline) {
-	if d.armed && d.at >= d.armedAt {
+	if d.armedAt != 0 && d.at >= d.armedAt {
 		return
 	}
 	at := d.at
-	d.armed, d.armedAt = true, at
-	d.arms++
+	d.armedAt = at
+	netTimersArmed.Add(1)
 	fire := func() { nc.fire(dir, at) }
 	wait := time.Duration(at - sinceStarted(time.Now()))
 	if _, err := nc.c.l.Schedule(wait, fire); err != nil {
@@ -634,15 +646,15 @@ func (nc *NetConn) arm(dir int, d *deadline) {
 // fire runs when a timer armed for at comes due.
 func (nc *NetConn) fire(dir int, at int64) {
 	nc.mu.Lock()
-	d := nc.deadline(dir)
-	if d.armed && d.armedAt == at {
-		d.armed = false
+	d := &nc.dl[dir]
+	if d.armedAt == at {
+		d.armedAt = 0
 	}
 	expired := false
 	switch {
-	case !d.set || d.passed || nc.closed:
+	case !nc.dlSet[dir] || nc.passed[dir] || nc.closed:
 	case d.at <= sinceStarted(time.Now()):
-		d.passed, expired = true, true
+		nc.passed[dir], expired = true, true
 	default:
 		nc.arm(dir, d) // moved later
 	}
@@ -655,7 +667,7 @@ func (nc *NetConn) fire(dir int, at int64) {
 // WithNetInbound bounds the inbound buffer of each NetConn (default
 // DefaultNetInbound): past n unread bytes the connection stops receiving
 // until Read brings the buffer down to n/2. It applies to ListenNet and
-// DialNet only.
+// DialNet only; a bound above 1 GiB counts as 1 GiB.
 func WithNetInbound(n int) Option { return func(c *config) { c.netInbound = n } }
 
 // DialNet connects to address on a loop of g, as Dial does, and returns
@@ -708,11 +720,9 @@ func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts
 	if ln.max <= 0 {
 		ln.max = 4096
 	}
-	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true))
+	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true), func(c *config) { c.netLn = ln })
 	srv, err := ListenFunc(ctx, g, network, address, func(*Conn) Handler {
-		nc := newNetConn(ln.limit)
-		nc.ln = ln
-		return nc
+		return newNetConn(ln.limit)
 	}, opts...)
 	if err != nil {
 		return nil, err

@@ -68,7 +68,8 @@ type config struct {
 	halfClose       bool
 	pauseUnwritable bool
 	inboundLimit    int
-	netInbound      int // NetConn's inbound bound (WithNetInbound)
+	netInbound      int          // NetConn's inbound bound (WithNetInbound)
+	netLn           *NetListener // ListenNet's listener, which its NetConns join on open
 }
 
 func defaultConfig() config {

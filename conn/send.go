@@ -27,8 +27,9 @@ import (
 // prefix while the kernel reads it: the two ranges never overlap.
 //
 // Steady state allocates nothing: chunks come from the pool, the chunk FIFO
-// and the iovec list keep their backing arrays, and the flush is a method
-// value bound once. An idle connection holds no chunk.
+// keeps its backing array, the list of ranges for a SENDMSG is gathered on
+// the stack (the loop copies it into the op's record), and the flush is
+// queued as the Conn itself (flushTask). An idle connection holds no chunk.
 
 const (
 	// chunkSize is the outbound chunk size. 16 KiB keeps a small echo in
@@ -276,7 +277,6 @@ func (c *Conn) afterAppend() {
 // queued publishes the queue's new size after an append and reports
 // whether a flush must be queued. Caller holds c.mu.
 func (c *Conn) queued() bool {
-	c.buffered.Store(int64(c.out.n))
 	if c.out.n > c.cfg.highWater && c.wgen.Load()&1 == 0 {
 		c.wgen.Add(1) // writable → unwritable
 	}
@@ -333,9 +333,9 @@ func (c *Conn) flush() {
 // shutdown, the close after the peer's FIN). Must be called on c's loop with
 // no send in flight.
 func (c *Conn) startSend() {
+	var arr [maxSendIov][]byte // the loop copies the list: it can live on the stack
 	c.mu.Lock()
-	var total int
-	c.send.iov, total = c.out.gather(c.send.iov[:0], maxSendIov)
+	iov, total := c.out.gather(arr[:0], maxSendIov)
 	c.mu.Unlock()
 	if total == 0 {
 		c.drained()
@@ -348,20 +348,19 @@ func (c *Conn) startSend() {
 	s := &c.send
 	s.zc, s.zcRes = false, 0
 	switch {
-	case len(s.iov) > 1:
-		id, err = c.l.Sendmsg(c.fd, s.iov, 0, (*sendDone)(c))
+	case len(iov) > 1:
+		id, err = c.l.Sendmsg(c.fd, iov, 0, (*sendDone)(c))
 	case c.cfg.sendZC > 0 && total >= c.cfg.sendZC && c.l.Features().SendZC:
 		s.zc = true
-		id, err = c.l.SendZC(c.fd, s.iov[0], 0, (*sendDone)(c))
+		id, err = c.l.SendZC(c.fd, iov[0], 0, (*sendDone)(c))
 	default:
-		id, err = c.l.Send(c.fd, s.iov[0], 0, (*sendDone)(c))
+		id, err = c.l.Send(c.fd, iov[0], 0, (*sendDone)(c))
 	}
 	if err != nil {
-		clear(s.iov)
 		c.closeNow(c.opError("write", "", err))
 		return
 	}
-	s.id, s.active = id, true
+	s.id, s.active, s.ranges = id, true, int32(len(iov))
 	c.ops++
 }
 
@@ -409,11 +408,11 @@ func (c *Conn) notifyWritability() {
 type sendOp struct {
 	id       loop.OpID
 	active   bool
-	zc       bool     // SEND_ZC: the result arrives first, the buffer is free at the notification
-	zcRes    int32    // SEND_ZC result kept until the notification
-	zcResult bool     // the SEND_ZC's result came; its notification is due
-	detached bool     // the connection closed without waiting for the notification
-	iov      [][]byte // the ranges in flight (referenced by the op until its final completion)
+	zc       bool  // SEND_ZC: the result arrives first, the buffer is free at the notification
+	zcRes    int32 // SEND_ZC result kept until the notification
+	zcResult bool  // the SEND_ZC's result came; its notification is due
+	detached bool  // the connection closed without waiting for the notification
+	ranges   int32 // queued ranges in flight (the first ones of the outbound queue)
 }
 
 // waitsOnlyForNotif reports whether the send in flight is a SEND_ZC whose
@@ -442,7 +441,7 @@ func (d *sendDone) Complete(cp *loop.Completion) {
 		// Given up without the kernel's final word: the kernel may
 		// still read these chunks, so they never return to the pool.
 		c.mu.Lock()
-		c.out.pin(len(s.iov))
+		c.out.pin(int(s.ranges))
 		c.mu.Unlock()
 	}
 	if s.zc {
@@ -461,15 +460,7 @@ func (d *sendDone) Complete(cp *loop.Completion) {
 		}
 	}
 	detached := s.detached
-	s.active, s.zcResult, s.detached = false, false, false
-	if cp.Quarantined {
-		// The retired op record shares s.iov's backing array (its
-		// buffer list): leave it to the quarantine, untouched.
-		s.iov = nil
-	} else {
-		clear(s.iov) // drop references to chunks that may go back to the pool
-		s.iov = s.iov[:0]
-	}
+	s.active, s.zcResult, s.detached, s.ranges = false, false, false, 0
 	if detached {
 		return // the fd is closed already; the chunks were only waiting
 	}
@@ -501,7 +492,6 @@ func (d *sendDone) Complete(cp *loop.Completion) {
 	}
 	c.mu.Lock()
 	c.out.consume(int(res))
-	c.buffered.Store(int64(c.out.n))
 	if c.wgen.Load()&1 == 1 && c.out.n <= c.cfg.lowWater {
 		c.wgen.Add(1) // unwritable → writable
 	}

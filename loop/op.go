@@ -138,6 +138,7 @@ func (o *op) reset() {
 	slot, gen, ext := o.slot, o.gen, o.ext
 	*o = op{slot: slot, gen: gen, ext: ext}
 	if ext != nil {
-		*ext = opExt{iov: ext.iov[:0]}
+		clear(ext.bufs) // let the buffers go; keep the list's capacity
+		*ext = opExt{iov: ext.iov[:0], bufs: ext.bufs[:0]}
 	}
 }

@@ -121,6 +121,8 @@ func (l *Loop) Send(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 }
 
 // Sendmsg sends bufs in order as one gathered write (at most 1024 buffers).
+// It copies the list itself, so the caller may reuse it at once; the
+// buffers belong to the kernel until the final completion.
 // Res is the byte count, possibly short, or -errno. Must be called on the
 // loop goroutine.
 func (l *Loop) Sendmsg(fd int, bufs [][]byte, flags int, c Completer) (OpID, error) {
@@ -131,7 +133,8 @@ func (l *Loop) Sendmsg(fd int, bufs [][]byte, flags int, c Completer) (OpID, err
 	if err != nil {
 		return 0, err
 	}
-	o.x().bufs = bufs
+	x := o.x()
+	x.bufs = append(x.bufs[:0], bufs...) // the slot's own list: the caller's may be on its stack
 	o.arg = uint32(flags)
 	return l.startOp(o)
 }
