@@ -1,5 +1,7 @@
 package conn
 
+import "github.com/ringloop/ringloop/loop"
+
 // Test seams.
 
 // SetForceSingleRecv makes new receives use the single-shot fallback.
@@ -39,6 +41,14 @@ func NetBuffered(nc *NetConn) int {
 	return int(nc.in.n)
 }
 
-// NetTimersArmed returns how many timers the deadlines of every NetConn
-// have scheduled so far.
-func NetTimersArmed() int { return int(netTimersArmed.Load()) }
+// NetDeadlineChecks returns how many checks the deadlines of every NetConn
+// have queued so far.
+func NetDeadlineChecks() int { return int(netDeadlineChecks.Load()) }
+
+// DeadlineQueueLen returns the deadline checks pending on l.
+func DeadlineQueueLen(l *loop.Loop) int {
+	if q := deadlinesOf(l); q != nil {
+		return q.len()
+	}
+	return 0
+}

@@ -40,7 +40,8 @@ const netWriteMax = 64 << 10
 //     queue. While the connection is unwritable (above the high-water mark
 //     of [WithWaterMarks]) it blocks, so a writer faster than the peer waits
 //     instead of queueing without bound.
-//   - Deadlines run on the loop's timer wheel and end a blocked call with an
+//   - Deadlines run on the loop (one timer on its wheel serves a queue of
+//     every NetConn deadline of the loop) and end a blocked call with an
 //     error wrapping os.ErrDeadlineExceeded (a net.Error whose Timeout is
 //     true).
 //   - Close unblocks pending Reads and Writes with net.ErrClosed.
@@ -579,21 +580,23 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 	}
 }
 
-// A deadline is one direction's deadline, kept on the loop's timer wheel
-// and guarded by its NetConn's mu (whether it is set and has passed are
-// kept beside, in NetConn.dlSet and NetConn.passed). A deadline moved later needs no new
-// timer: the armed one fires at the old instant, finds the deadline moved
-// and re-arms itself, so a server that pushes its read deadline forward on
-// every request schedules about one timer per deadline period rather than
-// one per call. Instants are nanoseconds on the monotonic clock since
-// started (time.Time.Sub uses the monotonic reading when both have one).
+// A deadline is one direction's deadline, guarded by its NetConn's mu
+// (whether it is set and has passed are kept beside, in NetConn.dlSet and
+// NetConn.passed). Its check waits in the loop's deadline queue, which one
+// timer on the loop's wheel serves (deadline.go). A deadline moved later
+// queues no new check: the pending one comes due at the old instant, finds
+// the deadline moved and queues itself again, so a server that pushes its
+// read deadline forward on every request queues about one check per
+// deadline period rather than one per call. Instants are nanoseconds on the
+// monotonic clock since started (time.Time.Sub uses the monotonic reading
+// when both have one).
 type deadline struct {
 	at      int64 // the deadline, if set
-	armedAt int64 // when the earliest pending timer fires; 0: none is pending (an armed instant is > 0)
+	armedAt int64 // when the earliest pending check comes due; 0: none is pending (a pending instant is > 0)
 }
 
-// netTimersArmed counts the timers deadlines scheduled, for tests.
-var netTimersArmed atomic.Int64
+// netDeadlineChecks counts the checks deadlines queued, for tests.
+var netDeadlineChecks atomic.Int64
 
 // started is the origin of deadline instants, and a time every deadline
 // before which has passed without reading the clock (net/http sets such
@@ -626,7 +629,7 @@ func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 	return nil
 }
 
-// arm makes sure a timer fires no later than d.at, which is in the future
+// arm makes sure a check comes due no later than d.at, which is in the future
 // (so > 0). Caller holds nc.mu.
 func (nc *NetConn) arm(dir int, d *deadline) {
 	if d.armedAt != 0 && d.at >= d.armedAt {
@@ -634,16 +637,16 @@ func (nc *NetConn) arm(dir int, d *deadline) {
 	}
 	at := d.at
 	d.armedAt = at
-	netTimersArmed.Add(1)
-	fire := func() { nc.fire(dir, at) }
-	wait := time.Duration(at - sinceStarted(time.Now()))
-	if _, err := nc.c.l.Schedule(wait, fire); err != nil {
-		// The loop shut down: the runtime's timer instead.
-		time.AfterFunc(wait, fire)
+	netDeadlineChecks.Add(1)
+	if q := deadlinesOf(nc.c.l); q != nil {
+		q.add(nc, dir, at)
+		return
 	}
+	// The loop's shutdown began: the runtime's timer instead.
+	time.AfterFunc(time.Duration(at-sinceStarted(time.Now())), func() { nc.fire(dir, at) })
 }
 
-// fire runs when a timer armed for at comes due.
+// fire runs when a check queued for at comes due.
 func (nc *NetConn) fire(dir int, at int64) {
 	nc.mu.Lock()
 	d := &nc.dl[dir]

@@ -131,6 +131,54 @@ func TestNetConnCloseUnblocks(t *testing.T) {
 	})
 }
 
+// Deadlines of several connections on one loop share its deadline queue:
+// one far off does not hold back a nearer one set later on another
+// connection, a cleared one expires nothing, and checks leave the queue as
+// they come due.
+func TestNetConnDeadlineQueue(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		g := ctGroup(t, b, 1)
+		far, _ := ncPair(t, g)
+		near, _ := ncPair(t, g)
+		cleared, _ := ncPair(t, g)
+		l := far.Conn().Loop()
+		if n := conn.DeadlineQueueLen(l); n != 0 {
+			t.Fatalf("%d checks queued before any deadline", n)
+		}
+		far.SetReadDeadline(time.Now().Add(time.Hour))
+		cleared.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		cleared.SetReadDeadline(time.Time{})
+		near.SetReadDeadline(time.Now().Add(150 * time.Millisecond))
+		res := make(chan error, 1)
+		go func() {
+			_, err := cleared.Read(make([]byte, 1))
+			res <- err
+		}()
+		start := time.Now()
+		watchdog := time.AfterFunc(5*time.Second, func() { near.Close() }) // a missed deadline fails, not hangs
+		_, err := near.Read(make([]byte, 1))
+		watchdog.Stop()
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("Read: %v, want a deadline error", err)
+		}
+		if el := time.Since(start); el < 140*time.Millisecond || el > 2*time.Second {
+			t.Fatalf("a 150 ms deadline, set after one of an hour, ended the Read after %v", el)
+		}
+		select {
+		case err := <-res:
+			t.Fatalf("Read after its deadline was cleared returned %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if n := conn.DeadlineQueueLen(l); n != 1 {
+			t.Fatalf("%d checks queued once two came due, want the far one only", n)
+		}
+		cleared.Close()
+		if err := <-res; !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Read ended by Close: %v", err)
+		}
+	})
+}
+
 // A deadline pushed later on every call, as an HTTP server does per
 // request, schedules about one timer per deadline period, not one per call;
 // an earlier deadline still takes effect on time.
@@ -138,11 +186,11 @@ func TestNetConnDeadlineTimers(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 1)
 		d, _ := ncPair(t, g)
-		armed := conn.NetTimersArmed()
+		armed := conn.NetDeadlineChecks()
 		for i := range 10000 {
 			d.SetReadDeadline(time.Now().Add(time.Hour + time.Duration(i)*time.Microsecond))
 		}
-		if n := conn.NetTimersArmed() - armed; n > 2 {
+		if n := conn.NetDeadlineChecks() - armed; n > 2 {
 			t.Fatalf("10,000 later deadlines scheduled %d timers", n)
 		}
 		d.SetReadDeadline(time.Now().Add(100 * time.Millisecond))

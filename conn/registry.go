@@ -14,10 +14,13 @@ import (
 // wrapping net.ErrClosed. A connection that would open on a loop already
 // shutting down is closed at once.
 
-// loopConns is one loop's open connections. Loop goroutine only.
+// loopConns is one loop's open connections. Loop goroutine only, but for
+// deadlines.
 type loopConns struct {
 	conns   connSet // indexed by Conn.regIdx
 	closing bool    // the loop's shutdown began: no connection joins
+
+	deadlines deadlineQueue // its NetConns' deadlines (safe for concurrent use)
 }
 
 // A connSet is a set of connections kept in a slice, each connection
@@ -71,7 +74,7 @@ func registryFor(l *loop.Loop) *loopConns {
 	if r, ok := registries.Load(l); ok {
 		return r.(*loopConns)
 	}
-	r := &loopConns{}
+	r := &loopConns{deadlines: deadlineQueue{l: l}}
 	registries.Store(l, r)
 	if _, err := l.AddShutdownHook(func() { r.closeAll(l) }); err != nil {
 		// Shutting down already: nothing joins.

@@ -1,0 +1,146 @@
+package conn
+
+import (
+	"sync"
+	"time"
+
+	"github.com/ringloop/ringloop/loop"
+)
+
+// NetConn deadlines are checked by one queue per loop: a min-heap of
+// (instant, connection, direction) entries, of 24 bytes each, with one
+// timer on the loop's wheel armed for the earliest. A timer per deadline
+// would cost its 64 bytes and a closure for as long as the deadline is
+// pending, which is the whole life of an idle connection whose server keeps
+// a read deadline. Entries are never removed early: a deadline moved later
+// or cleared leaves its entry to come due, and the connection's own state
+// (NetConn.fire) says whether anything expired.
+
+// A dlEntry asks for nc's deadline in direction dir to be checked at at.
+type dlEntry struct {
+	at  int64
+	nc  *NetConn
+	dir uint8
+}
+
+// dlHeap is a min-heap of entries on at.
+type dlHeap []dlEntry
+
+func (h *dlHeap) push(e dlEntry) {
+	*h = append(*h, e)
+	a := *h
+	for i := len(a) - 1; i > 0; {
+		p := (i - 1) / 2
+		if a[p].at <= a[i].at {
+			break
+		}
+		a[p], a[i] = a[i], a[p]
+		i = p
+	}
+}
+
+func (h *dlHeap) pop() dlEntry {
+	a := *h
+	e := a[0]
+	last := len(a) - 1
+	a[0] = a[last]
+	a[last] = dlEntry{} // let the connection go
+	a = a[:last]
+	for i := 0; ; {
+		m, l, r := i, 2*i+1, 2*i+2
+		if l < len(a) && a[l].at < a[m].at {
+			m = l
+		}
+		if r < len(a) && a[r].at < a[m].at {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		a[m], a[i] = a[i], a[m]
+		i = m
+	}
+	*h = a
+	return e
+}
+
+// A deadlineQueue holds one loop's pending deadline checks. Safe for
+// concurrent use: deadlines are set on any goroutine.
+type deadlineQueue struct {
+	l *loop.Loop
+
+	mu      sync.Mutex
+	h       dlHeap
+	timerAt int64 // the instant the latest timer was armed for; 0: none pending
+}
+
+// add queues a check of nc's deadline dir at at (a future instant, so > 0).
+// Caller holds nc.mu.
+func (q *deadlineQueue) add(nc *NetConn, dir int, at int64) {
+	q.mu.Lock()
+	q.h.push(dlEntry{at: at, nc: nc, dir: uint8(dir)})
+	arm := q.timerAt == 0 || at < q.timerAt
+	if arm {
+		q.timerAt = at
+	}
+	q.mu.Unlock()
+	if arm {
+		q.arm(at)
+	}
+}
+
+// arm schedules a run of expire at at.
+func (q *deadlineQueue) arm(at int64) {
+	f := func() { q.expire(at) }
+	wait := time.Duration(at - sinceStarted(time.Now()))
+	if _, err := q.l.Schedule(wait, f); err != nil {
+		// The loop shut down: the runtime's timer instead.
+		time.AfterFunc(wait, f)
+	}
+}
+
+// expire runs when the timer armed for at fires: it takes every entry due
+// and checks its deadline, and arms the timer for the next entry if no
+// timer is pending.
+func (q *deadlineQueue) expire(at int64) {
+	now := sinceStarted(time.Now())
+	var buf [16]dlEntry
+	due := buf[:0]
+	q.mu.Lock()
+	if q.timerAt == at {
+		q.timerAt = 0
+	}
+	for len(q.h) > 0 && q.h[0].at <= now {
+		due = append(due, q.h.pop())
+	}
+	next := int64(0)
+	if len(q.h) > 0 && q.timerAt == 0 {
+		next = q.h[0].at
+		q.timerAt = next
+	}
+	if cap(q.h) > 64 && len(q.h) < cap(q.h)/4 {
+		q.h = append(dlHeap(nil), q.h...) // give the memory back after a mass close
+	}
+	q.mu.Unlock()
+	if next != 0 {
+		q.arm(next)
+	}
+	for _, e := range due {
+		e.nc.fire(int(e.dir), e.at)
+	}
+}
+
+// deadlinesOf returns l's deadline queue, or nil once l's shutdown began.
+func deadlinesOf(l *loop.Loop) *deadlineQueue {
+	if r, ok := registries.Load(l); ok {
+		return &r.(*loopConns).deadlines
+	}
+	return nil
+}
+
+// len reports the pending entries.
+func (q *deadlineQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.h)
+}
