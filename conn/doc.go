@@ -104,8 +104,8 @@
 // any net.Conn code run on the loops unchanged. A NetConn is its
 // connection's handler: received bytes wait in a buffer bounded by
 // WithNetInbound (reading pauses when it is full); Write blocks while the
-// connection is unwritable; deadlines run on the loop's timer wheel and
-// report os.ErrDeadlineExceeded; Close unblocks pending calls with
+// connection is unwritable; deadlines wait in a per-loop queue served by
+// one timer on the loop's wheel and report os.ErrDeadlineExceeded; Close unblocks pending calls with
 // net.ErrClosed. When it wakes a blocked goroutine it asks the loop to hand
 // its P off before the next wait (loop.Loop.HandOffNextWait). See
 // docs/netconn.md.

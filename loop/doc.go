@@ -16,7 +16,7 @@
 // # Affinity
 //
 // Every exported method says whether it is "Safe for concurrent use" or
-// "Must be called on the loop goroutine". Execute, LazyExecute,
+// "Must be called on the loop goroutine". Execute*, LazyExecute,
 // ExecuteAfterTurn, Schedule*, RebuildRing, Stats and the shutdown methods
 // may be called from anywhere. The op API (Accept, Recv, RecvProvided,
 // Send, Sendmsg, SendZC, Connect, Close, Shutdown, Poll, Timeout, Nop,
