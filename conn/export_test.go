@@ -14,10 +14,6 @@ func SetForceSingleAccept(on bool) { forceSingleAccept.Store(on) }
 // ENFILE, ENOBUFS or ENOMEM (each one starts a backoff).
 func AcceptOutOfResources(s *Server) int64 { return s.outOfRes.Load() }
 
-// StarvedTotal returns how many receives have waited in a starved queue
-// (ENOBUFS) since the process started.
-func StarvedTotal() int64 { return starvedTotal.Load() }
-
 // InboundCap returns the capacity of c's inbound buffer (0 when none was
 // ever needed), read on c's loop.
 func InboundCap(c *Conn) int {

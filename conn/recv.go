@@ -16,13 +16,11 @@ import (
 // A connection keeps one receive armed while open: RecvProvided, the loop's
 // multishot receive into its provided-buffer ring, whose completions carry
 // the bytes in a loop-owned buffer that returns to the ring as soon as
-// OnData returns. A completion without F_MORE ends the multishot receive:
-// -ENOBUFS (the ring ran dry; the kernel consumed nothing, so nothing is
-// lost), a kernel that ends it for its own reasons, or a single-shot
-// provided receive. While the connection is open, each of those re-arms;
-// after ENOBUFS the connection first waits its turn in the loop's starved
-// queue (starve.go), which re-arms as many receives per loop turn as the
-// buffer ring can serve. Where the backend has no multishot receive, or refuses
+// OnData returns. A completion without F_MORE ends the multishot receive
+// (a kernel that ends it for its own reasons, or a single-shot provided
+// receive); while the connection is open, it re-arms. A receive the ring
+// ran dry for never ends here: the loop parks it and resubmits it when
+// buffers are back (loop/starved.go). Where the backend has no multishot receive, or refuses
 // RecvProvided, the connection falls back to single-shot Recv into a buffer
 // of its own (allocated on first use, kept for the connection's life).
 //
@@ -153,8 +151,14 @@ func (d *recvDone) Complete(cp *loop.Completion) {
 		}
 		c.onEOF()
 	case errnoOf(res) == unix.ENOBUFS:
+		// Only where the loop could not park the receive (it was being
+		// canceled, or the backend has no buffers to wait for): the
+		// fallback's own buffer, unless the cancel was a pause.
 		if final {
-			c.starve() // re-armed from the loop's starved queue (starve.go)
+			if !r.canceled {
+				r.single = true
+			}
+			c.armRecv()
 		}
 	case errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR,
 		errnoOf(res) == unix.ECANCELED && r.canceled:

@@ -9,21 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringloop/ringloop/conn"
 	"github.com/ringloop/ringloop/loop"
 )
 
 // TestRecvStarvation: 32 clients each send 256 KiB at once to an echo
 // server whose one loop has only 16 provided buffers, so receives run the
-// ring dry (ENOBUFS) over and over; on io_uring the starved queue must
-// have parked receives, and on both backends every byte comes back in
-// order.
+// ring dry (ENOBUFS) over and over; on io_uring the loop must have parked
+// receives (loop/starved.go), and on both backends every byte comes back
+// in order.
 func TestRecvStarvation(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 1, loop.WithBufferRing(16, 4096))
 		h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
 		s := ctListen(t, "tcp", "127.0.0.1:0", g, h)
-		before := conn.StarvedTotal()
 
 		const clients, size = 32, 256 << 10
 		var wg sync.WaitGroup
@@ -62,7 +60,7 @@ func TestRecvStarvation(t *testing.T) {
 		for err := range errs {
 			t.Fatalf("client: %v", err)
 		}
-		parked := conn.StarvedTotal() - before
+		parked := g.Stats().Total.ParkedRecvs
 		t.Logf("%d receives parked for buffers", parked)
 		if b == loop.BackendUring && parked == 0 {
 			t.Fatal("no receive ran out of provided buffers: the test does not exercise the starved queue")

@@ -81,3 +81,15 @@ func testWaitMode() WaitMode {
 	}
 	return waitFromEnv()
 }
+
+// ParkedOps returns the receives parked for buffers, oldest first. Must
+// be called on the loop goroutine.
+func (l *Loop) ParkedOps() []OpID {
+	var ids []OpID
+	for _, o := range l.parked.ops[l.parked.head:] {
+		if o.state == opParked {
+			ids = append(ids, OpID(o.userData()))
+		}
+	}
+	return ids
+}

@@ -64,6 +64,8 @@ type Loop struct {
 	lastTid     int32       // the thread the loop last ran on, as recorded in running
 	confirming  bool        // confirmShutdown ran at least once
 	sinkRefused bool        // the last timer move hit a full queue
+	parked      parkedQueue // receives waiting for provided buffers (starved.go)
+	parkBudget  int         // parked receives resubmitted per turn; 0: no buffers to wait for, never park
 	runTaskFn   func(sched.Task)
 	timerSinkFn func(*sched.Timer) bool
 }
@@ -100,6 +102,9 @@ func newLoop(g *Group, index int, drv driver, fallback string) (*Loop, error) {
 	l.ioRatio.Store(int32(c.ioRatio))
 	l.runTaskFn = l.runTask
 	l.timerSinkFn = l.timerSink
+	if n := int(drv.features().BufCount); n > 0 {
+		l.parkBudget = max(1, n/starvedPerBuffers)
+	}
 	return l, nil
 }
 

@@ -13,16 +13,22 @@ import (
 //	                     ▼                  ▼
 //	                  opCanceling ◄─────────┘
 //	                     └─ final completion ─► opFree (gen++)
+//
+// A provided-buffer receive whose final completion is -ENOBUFS goes from
+// opInFlight to opParked instead, and back to opQueued when the loop
+// resubmits it; Cancel takes it to opParkedCanceled (starved.go).
 
 // opState is the lifecycle state of an op record.
 type opState uint8
 
 const (
-	opFree      opState = iota // on the free list
-	opQueued                   // SQE written (or waiter registered) but not yet seen by the kernel
-	opInFlight                 // the kernel owns it
-	opCanceling                // a cancel was requested; waiting for the final completion
-	opRetired                  // given up without a final completion: quarantined, never reused
+	opFree           opState = iota // on the free list
+	opQueued                        // SQE written (or waiter registered) but not yet seen by the kernel
+	opInFlight                      // the kernel owns it
+	opCanceling                     // a cancel was requested; waiting for the final completion
+	opRetired                       // given up without a final completion: quarantined, never reused
+	opParked                        // a provided-buffer receive waiting for buffers, out of the kernel (starved.go)
+	opParkedCanceled                // parked, then canceled: completed at the turn's end
 )
 
 // A Completion is what a Completer receives for each completion of its op.

@@ -93,7 +93,10 @@ func (l *Loop) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 // RecvProvided receives into the loop's provided buffers, multishot: each
 // completion's Data holds the bytes received (valid only during Complete),
 // Res their count (0 at end of stream) or -errno. ring.CQEFMore is set while
-// the op stays armed; -ENOBUFS means the buffers ran out (re-arm later).
+// the op stays armed. When the buffers run out the loop parks the receive
+// and resubmits it once buffers are back (-ENOBUFS never reaches c where the
+// loop has a buffer ring); a completion without ring.CQEFMore still ends it
+// (re-arm then).
 // Must be called on the loop goroutine.
 func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 	o, err := l.newOp(tagRecvBuf, fd, c)
@@ -261,7 +264,11 @@ func (l *Loop) Cancel(id OpID) error {
 	if o == nil {
 		return ErrUnknownOp
 	}
-	if o.state == opCanceling {
+	switch o.state {
+	case opCanceling, opParkedCanceled:
+		return nil
+	case opParked:
+		l.cancelParked(o)
 		return nil
 	}
 	if err := l.drv.cancel(o); err != nil {
@@ -311,6 +318,12 @@ func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 		case !final:
 			o.zcNotif = true
 		}
+	}
+	if final {
+		if l.park(o, res) {
+			return // resubmitted when the turn ends (starved.go)
+		}
+		res = l.noBufsResult(o, res)
 	}
 	c := o.c
 	if final {

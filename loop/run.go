@@ -205,6 +205,9 @@ func (l *Loop) runTasks(now, ioTime int64) {
 		}
 	}
 	ran += l.runTail()
+	if l.parked.len() > 0 {
+		l.resubmitParked()
+	}
 	if ran > 0 {
 		end := l.clock.Now()
 		l.stats.tasks.Add(uint64(ran))

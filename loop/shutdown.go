@@ -234,6 +234,9 @@ func (l *Loop) terminated() {
 // is empty or the drain timeout passes (measured on the real clock, so an
 // injected test clock cannot stall it).
 func (l *Loop) drainOps() {
+	if l.parked.len() > 0 {
+		l.completeParked(nil) // not in the kernel: nothing to cancel there
+	}
 	if l.ops.inFlight == 0 {
 		return
 	}

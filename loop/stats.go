@@ -24,6 +24,7 @@ type Stats struct {
 	Completions      uint64 // completions delivered to Completers
 	StaleCompletions uint64 // completions naming no live op (dropped; uringdebug panics)
 	OpsInFlight      int    // op-table records not yet at their final completion (as of the last turn)
+	ParkedRecvs      uint64 // provided-buffer receives parked after -ENOBUFS, to be resubmitted (starved.go)
 
 	EarlyReturns    uint64 // waits that returned early with nothing to do (stall-detector input)
 	Interrupts      uint64 // waits interrupted by a signal (EINTR; never a stall)
@@ -71,6 +72,7 @@ type counters struct {
 	rebuilds, rebuildFailures, migrated  atomic.Uint64
 	ioNanos, taskNanos, orphaned         atomic.Uint64
 	quarantined, quarantinedBytes        atomic.Uint64
+	parked                               atomic.Uint64
 	opsInFlight                          atomic.Int64
 }
 
@@ -86,6 +88,7 @@ func (c *counters) snapshot(s *Stats) {
 	s.Completions = c.completions.Load()
 	s.StaleCompletions = c.stale.Load()
 	s.OpsInFlight = int(c.opsInFlight.Load())
+	s.ParkedRecvs = c.parked.Load()
 	s.EarlyReturns = c.earlyReturns.Load()
 	s.Interrupts = c.interrupts.Load()
 	s.PollErrors = c.pollErrors.Load()
@@ -113,6 +116,7 @@ func (s *Stats) add(o *Stats) {
 	s.Completions += o.Completions
 	s.StaleCompletions += o.StaleCompletions
 	s.OpsInFlight += o.OpsInFlight
+	s.ParkedRecvs += o.ParkedRecvs
 	s.EarlyReturns += o.EarlyReturns
 	s.Interrupts += o.Interrupts
 	s.PollErrors += o.PollErrors

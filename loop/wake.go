@@ -82,4 +82,6 @@ func (l *Loop) publishWait(deadline int64) bool {
 }
 
 // hasWork reports whether tasks or tail tasks are queued.
-func (l *Loop) hasWork() bool { return l.tasks.Len() > 0 || l.tail.Len() > 0 }
+func (l *Loop) hasWork() bool {
+	return l.tasks.Len() > 0 || l.tail.Len() > 0 || l.parked.len() > 0
+}

@@ -1,0 +1,341 @@
+package loop_test
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringloop/ringloop/internal/testutil"
+	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// starveRig is a loop with a one-buffer ring and socket pairs whose reading
+// ends each have a provided-buffer receive armed, so that receives run the
+// ring dry and the loop parks them (loop/starved.go).
+type starveRig struct {
+	t   *testing.T
+	g   *loop.Group
+	l   *loop.Loop
+	rd  []int // the loop's ends
+	wr  []int // the test's ends
+	ids []loop.OpID
+
+	writers sync.WaitGroup
+
+	mu     sync.Mutex
+	got    [][]byte
+	ends   []int32 // final result per receive: 0 EOF, -errno, or 1 while armed
+	noBufs int     // -ENOBUFS completions seen (must stay 0)
+}
+
+func newStarveRig(t *testing.T, pairs int) *starveRig {
+	testutil.SkipIfNoUring(t)
+	g := newGroup(t, loop.BackendUring, loop.WithLoops(1), loop.WithBufferRing(1, 4096))
+	r := &starveRig{t: t, g: g, l: g.Loop(0), got: make([][]byte, pairs), ends: make([]int32, pairs), ids: make([]loop.OpID, pairs)}
+	for range pairs {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.SetNonblock(fds[0], true)
+		r.rd = append(r.rd, fds[0])
+		r.wr = append(r.wr, fds[1])
+	}
+	t.Cleanup(func() {
+		shutdown(t, g) // before the loop's fds close
+		// End the writers before any fd closes: a writer still in
+		// write(2) on a closed fd number would write into whatever
+		// socket reuses it.
+		for i := range r.rd {
+			unix.Shutdown(r.rd[i], unix.SHUT_RDWR)
+		}
+		r.writers.Wait()
+		for i := range r.rd {
+			unix.Close(r.wr[i])
+			unix.Close(r.rd[i])
+		}
+	})
+	runOn(t, r.l, func() {
+		for i := range r.rd {
+			r.ends[i] = 1
+			r.arm(i)
+		}
+	})
+	return r
+}
+
+// arm (re-)arms receive i. On the loop.
+func (r *starveRig) arm(i int) {
+	id, err := r.l.RecvProvided(r.rd[i], 0, completerFunc(func(c *loop.Completion) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		switch {
+		case c.Res > 0:
+			r.got[i] = append(r.got[i], c.Data...)
+		case c.Res == -int32(unix.ENOBUFS):
+			r.noBufs++
+		}
+		if c.Flags&ring.CQEFMore != 0 {
+			return
+		}
+		if c.Res > 0 {
+			r.mu.Unlock()
+			r.arm(i)
+			r.mu.Lock()
+			return
+		}
+		r.ends[i] = c.Res
+	}))
+	if err != nil {
+		r.t.Errorf("RecvProvided: %v", err)
+		return
+	}
+	r.ids[i] = id
+}
+
+// send writes n patterned bytes to pair i from a goroutine; the returned
+// channel yields the write's error.
+func (r *starveRig) send(i, n int) chan error {
+	done := make(chan error, 1)
+	r.writers.Add(1)
+	go func() {
+		defer r.writers.Done()
+		p := pattern(i, n)
+		for len(p) > 0 {
+			k, err := unix.Write(r.wr[i], p)
+			if err != nil {
+				done <- err
+				return
+			}
+			p = p[k:]
+		}
+		done <- nil
+	}()
+	return done
+}
+
+func pattern(i, n int) []byte {
+	p := make([]byte, n)
+	for k := range p {
+		p[k] = byte(i*31 + k*7 + k>>9)
+	}
+	return p
+}
+
+func (r *starveRig) parked() []loop.OpID {
+	var ids []loop.OpID
+	runOn(r.t, r.l, func() { ids = r.l.ParkedOps() })
+	return ids
+}
+
+// A receive the ring ran dry for is parked and resubmitted by the loop:
+// every byte arrives in order, and no Completer sees -ENOBUFS.
+func TestParkedRecvIntegrity(t *testing.T) {
+	const pairs, size = 8, 256 << 10
+	r := newStarveRig(t, pairs)
+	var writes []chan error
+	for i := range pairs {
+		writes = append(writes, r.send(i, size))
+	}
+	for i, w := range writes {
+		if err := <-w; err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		unix.Shutdown(r.wr[i], unix.SHUT_WR)
+	}
+	waitFor(t, 20*time.Second, "every receive to reach EOF", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, e := range r.ends {
+			if e == 1 {
+				return false
+			}
+		}
+		return true
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range pairs {
+		if r.ends[i] != 0 {
+			t.Errorf("receive %d ended with %d, want EOF", i, r.ends[i])
+		}
+		if !bytes.Equal(r.got[i], pattern(i, size)) {
+			t.Errorf("receive %d: %d bytes, not the %d sent in order", i, len(r.got[i]), size)
+		}
+	}
+	if r.noBufs != 0 {
+		t.Errorf("%d -ENOBUFS completions reached a Completer", r.noBufs)
+	}
+	st := r.l.Stats()
+	t.Logf("parked %d receives", st.ParkedRecvs)
+	if st.ParkedRecvs == 0 {
+		t.Fatal("no receive was parked: the test does not exercise the starved queue")
+	}
+}
+
+// waitParked waits until at least one receive is parked and returns the
+// parked ones.
+func (r *starveRig) waitParked() []loop.OpID {
+	var ids []loop.OpID
+	waitFor(r.t, 10*time.Second, "a parked receive", func() bool {
+		ids = r.parked()
+		return len(ids) > 0
+	})
+	return ids
+}
+
+// Cancel of a parked receive ends it with -ECANCELED, once; the others go
+// on to the end.
+func TestParkedRecvCancel(t *testing.T) {
+	const pairs, size = 8, 1 << 20
+	r := newStarveRig(t, pairs)
+	var writes []chan error
+	for i := range pairs {
+		writes = append(writes, r.send(i, size))
+	}
+	var canceled []loop.OpID
+	var cancelErr error
+	ids := r.waitParked()
+	runOn(t, r.l, func() {
+		for _, id := range r.l.ParkedOps() {
+			if err := r.l.Cancel(id); err != nil {
+				cancelErr = err
+			}
+			if err := r.l.Cancel(id); err != nil { // twice is harmless
+				cancelErr = err
+			}
+			canceled = append(canceled, id)
+		}
+	})
+	if cancelErr != nil || len(canceled) == 0 {
+		t.Fatalf("Cancel: %v (%d parked, %d canceled)", cancelErr, len(ids), len(canceled))
+	}
+	which := map[loop.OpID]bool{}
+	for _, id := range canceled {
+		which[id] = true
+	}
+	// The canceled receives end with -ECANCELED; unblock their writers.
+	waitFor(t, 10*time.Second, "the canceled receives to end", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		n := 0
+		for i, id := range r.ids {
+			if which[id] && r.ends[i] == -int32(unix.ECANCELED) {
+				n++
+			}
+		}
+		return n == len(canceled)
+	})
+	for i, id := range r.ids {
+		if which[id] {
+			unix.Shutdown(r.rd[i], unix.SHUT_RD)
+		}
+	}
+	for i, w := range writes {
+		err := <-w
+		if !which[r.ids[i]] && err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		unix.Shutdown(r.wr[i], unix.SHUT_WR)
+	}
+	waitFor(t, 20*time.Second, "the other receives to reach EOF", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for i, e := range r.ends {
+			if !which[r.ids[i]] && e != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	r.mu.Lock()
+	for i := range pairs {
+		if !which[r.ids[i]] && !bytes.Equal(r.got[i], pattern(i, size)) {
+			t.Errorf("receive %d: %d bytes, not the %d sent in order", i, len(r.got[i]), size)
+		}
+	}
+	r.mu.Unlock()
+	var inFlight int
+	runOn(t, r.l, func() { inFlight = r.l.OpsInFlight() })
+	if inFlight != 0 {
+		t.Fatalf("%d ops in flight after every receive ended", inFlight)
+	}
+}
+
+// A ring rebuild leaves parked receives parked; they go to the new ring
+// and nothing is lost.
+func TestParkedRecvRebuild(t *testing.T) {
+	const pairs, size = 8, 512 << 10
+	r := newStarveRig(t, pairs)
+	var writes []chan error
+	for i := range pairs {
+		writes = append(writes, r.send(i, size))
+	}
+	r.waitParked()
+	if err := r.l.RebuildRing(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the rebuild", func() bool { return r.l.Stats().Rebuilds > 0 })
+	for i, w := range writes {
+		if err := <-w; err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		unix.Shutdown(r.wr[i], unix.SHUT_WR)
+	}
+	waitFor(t, 20*time.Second, "every receive to reach EOF", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, e := range r.ends {
+			if e != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range pairs {
+		if !bytes.Equal(r.got[i], pattern(i, size)) {
+			t.Errorf("receive %d: %d bytes, not the %d sent in order", i, len(r.got[i]), size)
+		}
+	}
+	if st := r.l.Stats(); st.RebuildFailures != 0 || st.Quarantined != 0 {
+		t.Fatalf("rebuild failures %d, quarantined %d", st.RebuildFailures, st.Quarantined)
+	}
+}
+
+// A loop shutting down gives every parked receive its final completion
+// (-ECANCELED): none is orphaned or left waiting.
+func TestParkedRecvShutdown(t *testing.T) {
+	const pairs, size = 8, 1 << 20
+	r := newStarveRig(t, pairs)
+	for i := range pairs {
+		r.send(i, size) // the writers end when Cleanup shuts the reading ends
+	}
+	r.waitParked()
+	shutdown(t, r.g)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	canceled := 0
+	for i, e := range r.ends {
+		if e == 1 {
+			t.Errorf("receive %d got no final completion", i)
+		}
+		if e == -int32(unix.ECANCELED) {
+			canceled++
+		}
+	}
+	st := r.l.Stats()
+	if st.Orphaned != 0 || st.OpsInFlight != 0 {
+		t.Fatalf("orphaned %d, in flight %d after shutdown", st.Orphaned, st.OpsInFlight)
+	}
+	if canceled == 0 {
+		t.Fatal("no receive was canceled by the shutdown")
+	}
+	if r.noBufs != 0 {
+		t.Errorf("%d -ENOBUFS completions reached a Completer", r.noBufs)
+	}
+}
