@@ -130,13 +130,8 @@ func (q *deadlineQueue) expire(at int64) {
 	}
 }
 
-// deadlinesOf returns l's deadline queue, or nil once l's shutdown began.
-func deadlinesOf(l *loop.Loop) *deadlineQueue {
-	if r, ok := registries.Load(l); ok {
-		return &r.(*loopConns).deadlines
-	}
-	return nil
-}
+// deadlinesOf returns l's deadline queue.
+func deadlinesOf(l *loop.Loop) *deadlineQueue { return &registryFor(l).deadlines }
 
 // len reports the pending entries.
 func (q *deadlineQueue) len() int {

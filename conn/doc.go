@@ -77,10 +77,10 @@
 //
 // Each open connection keeps one multishot receive into the loop's
 // provided-buffer ring (sized by loop.WithBufferRing). When the kernel ends
-// the multishot receive the connection re-arms it; when the ring ran dry
-// (-ENOBUFS) the connection first waits in its loop's starved queue, which
-// re-arms one receive per 16 buffers of the ring each loop turn, oldest
-// first. Nothing is lost either way. Where the backend lacks multishot receive the
+// the multishot receive the connection re-arms it; a receive the ring ran
+// dry for is parked by the loop, which resubmits one receive per 16
+// buffers of the ring each loop turn, oldest first (loop/starved.go).
+// Nothing is lost either way. Where the backend lacks multishot receive the
 // connection uses single-shot receives into a 16 KiB buffer of its own.
 // After the peer's FIN, receiving stops, the queued writes are sent, and the
 // connection closes with io.EOF: a half-closed peer (CloseWrite) still gets

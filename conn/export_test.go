@@ -43,8 +43,5 @@ func NetDeadlineChecks() int { return int(netDeadlineChecks.Load()) }
 
 // DeadlineQueueLen returns the deadline checks pending on l.
 func DeadlineQueueLen(l *loop.Loop) int {
-	if q := deadlinesOf(l); q != nil {
-		return q.len()
-	}
-	return 0
+	return deadlinesOf(l).len()
 }

@@ -638,12 +638,7 @@ func (nc *NetConn) arm(dir int, d *deadline) {
 	at := d.at
 	d.armedAt = at
 	netDeadlineChecks.Add(1)
-	if q := deadlinesOf(nc.c.l); q != nil {
-		q.add(nc, dir, at)
-		return
-	}
-	// The loop's shutdown began: the runtime's timer instead.
-	time.AfterFunc(time.Duration(at-sinceStarted(time.Now())), func() { nc.fire(dir, at) })
+	deadlinesOf(nc.c.l).add(nc, dir, at)
 }
 
 // fire runs when a check queued for at comes due.

@@ -2,7 +2,6 @@ package conn
 
 import (
 	"net"
-	"sync"
 
 	"github.com/ringloop/ringloop/loop"
 )
@@ -65,24 +64,25 @@ func (s *connSet) len() int { return len(s.list) }
 // snapshot returns a copy of the members, to iterate while they leave.
 func (s *connSet) snapshot() []*Conn { return append([]*Conn(nil), s.list...) }
 
-// registries maps a loop to its *loopConns.
-var registries sync.Map
+// loopState is each loop's registry (set in init: its functions reach
+// back to it).
+var loopState *loop.Local[loopConns]
 
-// registryFor returns l's registry, creating it (and the shutdown hook that
-// closes its connections) on first use. Must be called on l.
-func registryFor(l *loop.Loop) *loopConns {
-	if r, ok := registries.Load(l); ok {
-		return r.(*loopConns)
-	}
+func init() { loopState = loop.NewLocal(newLoopConns) }
+
+// newLoopConns makes l's registry, with the shutdown hook that closes its
+// connections.
+func newLoopConns(l *loop.Loop) *loopConns {
 	r := &loopConns{deadlines: deadlineQueue{l: l}}
-	registries.Store(l, r)
-	if _, err := l.AddShutdownHook(func() { r.closeAll(l) }); err != nil {
-		// Shutting down already: nothing joins.
-		r.closing = true
-		registries.Delete(l)
+	if _, err := l.AddShutdownHook(func() { r.closeAll() }); err != nil {
+		r.closing = true // shutting down already: nothing joins
 	}
 	return r
 }
+
+// registryFor returns l's registry. The connection registry in it is used
+// on l only; its deadline queue anywhere.
+func registryFor(l *loop.Loop) *loopConns { return loopState.Get(l) }
 
 // track adds c to its loop's registry and reports false if the loop is
 // shutting down. Must be called on c's loop.
@@ -100,15 +100,13 @@ func (c *Conn) track() bool {
 
 // untrack removes c from its loop's registry. Must be called on c's loop.
 func (c *Conn) untrack() {
-	if r, ok := registries.Load(c.l); ok {
-		r.(*loopConns).conns.remove(c, regIdx)
-	}
+	registryFor(c.l).conns.remove(c, regIdx)
 }
 
-// closeAll closes every connection of l as its shutdown begins.
-func (r *loopConns) closeAll(l *loop.Loop) {
+// closeAll closes every connection of its loop as the loop's shutdown
+// begins. On the loop.
+func (r *loopConns) closeAll() {
 	r.closing = true
-	registries.Delete(l)
 	for _, c := range r.conns.snapshot() {
 		c.closeForShutdown()
 	}

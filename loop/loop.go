@@ -52,6 +52,9 @@ type Loop struct {
 	hooksMu sync.Mutex
 	hooks   []*hook
 
+	localsMu sync.Mutex
+	locals   atomic.Pointer[[]any] // Local values, by Local.idx (local.go); copied on write under localsMu
+
 	// Loop goroutine only.
 	ops         *opTable
 	cpl         Completion  // reused for every delivery (valid during the call only)
