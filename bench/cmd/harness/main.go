@@ -74,6 +74,8 @@ func main() {
 	setup := flag.Bool("setup", true, "install gcc and liburing-dev with apt-get when missing (root only)")
 	report := flag.String("report", "", "only regenerate the report from this raw CSV")
 	dryRun := flag.Bool("dry-run", false, "build, list the sweep and its estimated time, run nothing")
+	idle := flag.Int("idle", 0, "measure server memory per idle connection with this many connections instead of the sweep (echo servers; -reps repetitions, -sizes' first size echoed once per connection)")
+	idleSettle := flag.Duration("idle-settle", 3*time.Second, "with -idle: wait between the last connection and the RSS reading")
 	where := flag.Bool("where", false, "one run per server and cell with perf attached: system calls, SQEs and context switches per request and a grouped CPU profile, into where.md (needs perf)")
 	flag.Parse()
 
@@ -172,7 +174,25 @@ func main() {
 		if *where {
 			kind = "where"
 		}
+		if *idle > 0 {
+			kind = "idle"
+		}
 		*outDir = filepath.Join(benchDir, "out", time.Now().Format("20060102-150405")+"-"+kind)
+	}
+
+	if *idle > 0 {
+		size := 64
+		if *sizesFlag != "" {
+			size = p.sizes[0]
+		}
+		n := 3
+		if *reps > 0 {
+			n = *reps
+		}
+		if err := idleMode(order, *idle, size, n, *idleSettle, *serverCPU, *clientCPU, binDir, benchDir, *outDir, meta); err != nil {
+			fatal(err)
+		}
+		return
 	}
 
 	var specs []runSpec

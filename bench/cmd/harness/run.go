@@ -95,39 +95,11 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 
-	// The server: pinned with taskset (which execs it, so the pid is the
-	// server's), killed if the harness dies, bounded by -max-runtime.
-	maxRun := int((bound + 10*time.Second) / time.Second)
-	argv := append([]string{"-c", spec.ServerCPU}, spec.Server.Argv...)
-	if spec.Server.Name == "c-liburing" {
-		argv = append(argv, "-t", strconv.Itoa(maxRun))
-	} else {
-		argv = append(argv, "-max-runtime", fmt.Sprintf("%ds", maxRun))
-	}
-	srv := exec.Command("taskset", argv...)
-	srv.Env = os.Environ()
-	if spec.Server.Go {
-		srv.Env = append(srv.Env, "GOMAXPROCS=1")
-	}
-	srv.Env = append(srv.Env, spec.Server.Env...)
-	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	srvOut, err := srv.StdoutPipe()
+	srv, pid, addr, srvErr, err := startServer(spec.Server, spec.ServerCPU, bound)
 	if err != nil {
 		return r, err
 	}
-	var srvErr strings.Builder
-	srv.Stderr = &limitedWriter{w: &srvErr, n: 4096}
-	if err := srv.Start(); err != nil {
-		return r, fmt.Errorf("start %s: %w", spec.Server.Name, err)
-	}
-	pid := srv.Process.Pid
 	defer stopProcess(srv)
-
-	addr, err := waitListen(srvOut, 10*time.Second)
-	if err != nil {
-		return r, fmt.Errorf("%s did not start: %v %s", spec.Server.Name, err, strings.TrimSpace(srvErr.String()))
-	}
-	go io.Copy(io.Discard, srvOut)
 	time.Sleep(50 * time.Millisecond) // let the runtime settle before the baseline
 	r.RSSBaseKB = procStatusKB(pid, "VmRSS")
 
@@ -212,6 +184,43 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 		r.MemPerConnKB = float64(r.RSSPlateauKB-r.RSSBaseKB) / float64(spec.Conns)
 	}
 	return r, nil
+}
+
+// startServer starts sv pinned to cpu with taskset (which execs it, so the
+// pid is the server's), killed if the harness dies, bounded by
+// -max-runtime, and waits for its LISTEN line. The caller stops it
+// (stopProcess).
+func startServer(sv server, cpu string, bound time.Duration) (*exec.Cmd, int, string, *strings.Builder, error) {
+	maxRun := int((bound + 10*time.Second) / time.Second)
+	argv := append([]string{"-c", cpu}, sv.Argv...)
+	if sv.Name == "c-liburing" {
+		argv = append(argv, "-t", strconv.Itoa(maxRun))
+	} else {
+		argv = append(argv, "-max-runtime", fmt.Sprintf("%ds", maxRun))
+	}
+	srv := exec.Command("taskset", argv...)
+	srv.Env = os.Environ()
+	if sv.Go {
+		srv.Env = append(srv.Env, "GOMAXPROCS=1")
+	}
+	srv.Env = append(srv.Env, sv.Env...)
+	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	srvOut, err := srv.StdoutPipe()
+	if err != nil {
+		return nil, 0, "", nil, err
+	}
+	srvErr := &strings.Builder{}
+	srv.Stderr = &limitedWriter{w: srvErr, n: 4096}
+	if err := srv.Start(); err != nil {
+		return nil, 0, "", nil, fmt.Errorf("start %s: %w", sv.Name, err)
+	}
+	addr, err := waitListen(srvOut, 10*time.Second)
+	if err != nil {
+		stopProcess(srv)
+		return nil, 0, "", nil, fmt.Errorf("%s did not start: %v %s", sv.Name, err, strings.TrimSpace(srvErr.String()))
+	}
+	go io.Copy(io.Discard, srvOut)
+	return srv, srv.Process.Pid, addr, srvErr, nil
 }
 
 func us(ns uint64) float64 { return float64(ns) / 1e3 }

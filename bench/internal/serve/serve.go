@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ type Flags struct {
 	Addr       string
 	MaxRuntime time.Duration
 	CPUProfile string
+	MemProfile string
 }
 
 // Register adds -addr and -max-runtime to the default flag set.
@@ -25,12 +27,32 @@ func Register() *Flags {
 	flag.StringVar(&f.Addr, "addr", "127.0.0.1:0", "listen address (port 0: any free port)")
 	flag.DurationVar(&f.MaxRuntime, "max-runtime", time.Hour, "exit after this long whatever happens")
 	flag.StringVar(&f.CPUProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run to this file")
+	flag.StringVar(&f.MemProfile, "memprofile", "", "write a pprof heap profile (every allocation sampled) to this file when the server is told to stop")
 	return f
 }
 
-// StartProfile starts the CPU profile asked for by -cpuprofile, if any, and
-// returns the function that ends it.
+// StartProfile starts the CPU profile asked for by -cpuprofile and the
+// heap sampling of -memprofile, if any, and returns the function that ends
+// them (writing the heap profile).
 func (f *Flags) StartProfile() func() {
+	if f.MemProfile != "" {
+		runtime.MemProfileRate = 1
+		cpu := f.startCPU()
+		return func() {
+			cpu()
+			out, err := os.Create(f.MemProfile)
+			if err != nil {
+				Fatal("memprofile", err)
+			}
+			runtime.GC()
+			_ = pprof.WriteHeapProfile(out)
+			out.Close()
+		}
+	}
+	return f.startCPU()
+}
+
+func (f *Flags) startCPU() func() {
 	if f.CPUProfile == "" {
 		return func() {}
 	}
