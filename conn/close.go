@@ -29,7 +29,7 @@ import (
 // second call returns an error wrapping net.ErrClosed, as do Writes after
 // Close. Safe for concurrent use.
 func (c *Conn) Close() error {
-	if c.closeReq.Swap(true) {
+	if c.setShared(sharedCloseReq) {
 		return c.opError("close", "", net.ErrClosed)
 	}
 	c.mu.Lock()
@@ -128,8 +128,8 @@ func (c *Conn) CloseWrite() error {
 
 // startShutdown submits shutdown(SHUT_WR). Must be called on c's loop.
 func (c *Conn) startShutdown() {
-	m := &c.misc
-	id, err := c.l.Shutdown(c.fd, unix.SHUT_WR, (*miscDone)(c))
+	m := &c.rareX().misc
+	id, err := c.l.Shutdown(int(c.fd), unix.SHUT_WR, (*miscDone)(c))
 	if err != nil {
 		c.closeNow(c.opError("close", "shutdown", err))
 		return
@@ -148,7 +148,7 @@ func (c *Conn) closeNow(err error) {
 		err = nil // Close came first: OnClose reports the local close
 	}
 	c.state = stateClosing
-	c.closeReq.Store(true)
+	c.setShared(sharedCloseReq)
 	c.mu.Lock()
 	c.closeErr = err
 	c.wclosed = true
@@ -174,8 +174,8 @@ func (c *Conn) closeNow(err error) {
 	if c.send.active {
 		_ = c.l.Cancel(c.send.id)
 	}
-	if c.misc.active {
-		_ = c.l.Cancel(c.misc.id)
+	if m := c.miscOp(); m != nil {
+		_ = c.l.Cancel(m.id)
 	}
 	if c.send.waitsOnlyForNotif() {
 		c.detachSend() // the fd closes now; the chunks wait for the notification
@@ -194,14 +194,14 @@ func (c *Conn) maybeFinish() {
 		// Reset instead of an orderly FIN: the peer must see the stream
 		// failed, not a clean end after a gap. (TCP only: a Unix socket
 		// has no reset, and its peer reads an orderly end.)
-		_ = unix.SetsockoptLinger(c.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+		_ = unix.SetsockoptLinger(int(c.fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 	}
-	m := &c.misc
-	id, err := c.l.Close(c.fd, (*miscDone)(c))
+	m := &c.rareX().misc
+	id, err := c.l.Close(int(c.fd), (*miscDone)(c))
 	if err != nil {
 		// The loop no longer takes ops (it is terminating): close
 		// synchronously; nothing is in flight on the fd.
-		_ = unix.Close(c.fd)
+		_ = unix.Close(int(c.fd))
 		c.closed()
 		return
 	}
@@ -272,7 +272,7 @@ type miscDone Conn
 // Complete handles the completion of the connect, shutdown or close.
 func (d *miscDone) Complete(cp *loop.Completion) {
 	c := (*Conn)(d)
-	m := &c.misc
+	m := &c.rare.misc
 	m.active = false
 	switch m.kind {
 	case miscConnect:

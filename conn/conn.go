@@ -48,18 +48,16 @@ type Conn struct {
 	h     Handler
 	cfg   *config
 	srv   *Server // nil for a dialed conn
-	fd    int
 	laddr net.Addr
 	raddr net.Addr
+	fd    int32
 
 	// Shared with other goroutines.
+	wgen        atomic.Uint32 // writability transitions so far: even = writable (see notifyWritability)
 	userCtx     atomic.Pointer[ctxBox]
 	closeF      *sched.Future[struct{}] // CloseFuture's, made on first call; guarded by mu
-	wgen        atomic.Uint32           // writability transitions so far: even = writable (see notifyWritability)
 	mu          sync.Mutex              // guards out, flushQueued, wclosed, closeF, closedDone and closeErr's writes
-	userPaused  atomic.Bool             // PauseRead is in effect (ReadPaused)
-	claimed     atomic.Bool             // an accepted fd's owner is settled (register, or a refused hand-off)
-	closeReq    atomic.Bool             // Close was called
+	shared      atomic.Uint32           // sharedUserPaused, sharedClaimed, sharedCloseReq
 	closedDone  bool                    // OnClose ran; guarded by mu
 	flushQueued bool                    // a flush tail task is queued on the loop; guarded by mu
 	wclosed     bool                    // no more writes: closed or CloseWrite; guarded by mu
@@ -69,7 +67,6 @@ type Conn struct {
 	closeErr error // the cause OnClose reports; written on the loop under mu, read elsewhere under mu once closedDone
 	recv     recvOp
 	send     sendOp
-	misc     miscOp     // connect, shutdown and close
 	kin      *keptInput // bytes kept: made when bytes are first kept
 	rare     *connRare  // timeouts, the linger timer, the fallback receive buffer; nil until one is needed
 
@@ -98,7 +95,9 @@ type Conn struct {
 // connRare holds what few connections need, apart from Conn: the read and
 // idle timeouts (Netty's IdleStateHandler scheme: one timer each, re-armed
 // for the time left instead of being reset on every receive), the linger
-// timer, the single-shot receive buffer of the fallback and a dial's state.
+// timer, the single-shot receive buffer of the fallback, a dial's state
+// and the connect, shutdown or close op (every connection makes it as it
+// closes).
 // Loop goroutine only (a dial sets it before its conn reaches the loop).
 type connRare struct {
 	read, idle           time.Duration
@@ -107,7 +106,26 @@ type connRare struct {
 	lingerTimer          *sched.Timer
 	rbuf                 *[singleRecvSize]byte // single-shot receive buffer (fallback only)
 	dial                 *dialState            // non-nil while Dial waits
+	misc                 miscOp                // the connect, shutdown or close in flight
 }
+
+// miscOp returns the connect, shutdown or close in flight, or nil.
+func (c *Conn) miscOp() *miscOp {
+	if c.rare != nil && c.rare.misc.active {
+		return &c.rare.misc
+	}
+	return nil
+}
+
+// Bits of Conn.shared, flags other goroutines read or set.
+const (
+	sharedUserPaused uint32 = 1 << iota // PauseRead is in effect (ReadPaused)
+	sharedClaimed                       // an accepted fd's owner is settled (register, or a refused hand-off)
+	sharedCloseReq                      // Close was called
+)
+
+// setShared sets bit in c.shared and reports whether it was set already.
+func (c *Conn) setShared(bit uint32) bool { return c.shared.Or(bit)&bit != 0 }
 
 // rareX returns c's rare part, making it on first use.
 func (c *Conn) rareX() *connRare {
@@ -121,7 +139,7 @@ func (c *Conn) rareX() *connRare {
 type ctxBox struct{ v any }
 
 func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *Server) *Conn {
-	c := &Conn{l: l, cfg: cfg, srv: srv, fd: fd, unixSock: network == "unix"}
+	c := &Conn{l: l, cfg: cfg, srv: srv, fd: int32(fd), unixSock: network == "unix"}
 	if h != nil {
 		c.setHandler(h)
 	}
@@ -197,10 +215,10 @@ func now() int64 { return int64(time.Since(epoch)) }
 // A panic in OnOpen closes the connection with a *PanicError (OnClose
 // reports it; nothing stays armed) and is returned, for Dial.
 func (c *Conn) open() (err error) {
-	applySockopts(c.fd, c.netw(), c.cfg)
-	c.laddr, c.raddr = c.acceptedLocalAddr(), remoteAddr(c.fd, c.netw())
+	applySockopts(int(c.fd), c.netw(), c.cfg)
+	c.laddr, c.raddr = c.acceptedLocalAddr(), remoteAddr(int(c.fd), c.netw())
 	if c.laddr == nil {
-		c.laddr = localAddr(c.fd, c.netw())
+		c.laddr = localAddr(int(c.fd), c.netw())
 	}
 	if !c.track() {
 		// The loop is shutting down: the connection closes at once,
@@ -543,7 +561,7 @@ func (c *Conn) onIdleTimer() {
 // SetNoDelay sets TCP_NODELAY (a no-op for Unix sockets). Safe for
 // concurrent use.
 func (c *Conn) SetNoDelay(on bool) error {
-	return c.sockopt(func() error { return setNoDelay(c.fd, c.netw(), on) })
+	return c.sockopt(func() error { return setNoDelay(int(c.fd), c.netw(), on) })
 }
 
 // SetKeepAlive enables keepalive probes with d as idle time and interval
@@ -553,7 +571,7 @@ func (c *Conn) SetKeepAlive(d time.Duration) error {
 	if d > MaxKeepAlive {
 		return invalidOption("keepalive %v (expected at most %v, the kernel's limit)", d, MaxKeepAlive)
 	}
-	return c.sockopt(func() error { return setKeepAlive(c.fd, c.netw(), d) })
+	return c.sockopt(func() error { return setKeepAlive(int(c.fd), c.netw(), d) })
 }
 
 // SetReadBuffer sets SO_RCVBUF. Safe for concurrent use.
@@ -561,7 +579,7 @@ func (c *Conn) SetReadBuffer(n int) error {
 	if n < 0 {
 		return invalidOption("read buffer %d (expected >= 0)", n)
 	}
-	return c.sockopt(func() error { return setBuffer(c.fd, false, n) })
+	return c.sockopt(func() error { return setBuffer(int(c.fd), false, n) })
 }
 
 // SetWriteBuffer sets SO_SNDBUF. Safe for concurrent use.
@@ -569,7 +587,7 @@ func (c *Conn) SetWriteBuffer(n int) error {
 	if n < 0 {
 		return invalidOption("write buffer %d (expected >= 0)", n)
 	}
-	return c.sockopt(func() error { return setBuffer(c.fd, true, n) })
+	return c.sockopt(func() error { return setBuffer(int(c.fd), true, n) })
 }
 
 // sockopt runs a setsockopt on the loop, where the fd cannot be closed (and

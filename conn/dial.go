@@ -141,7 +141,7 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 			c.finishDial(opError("dial", ds.network, "", nil, addr, ds.canceled))
 			return
 		}
-		m := &c.misc
+		m := &c.rare.misc // the dial state made it
 		id, err := l.Connect(fd, sa, (*miscDone)(c))
 		if err != nil {
 			unix.Close(fd)
@@ -192,8 +192,8 @@ func (c *Conn) abortDial(cause error) {
 		return
 	}
 	ds.canceled = cause
-	if c.misc.active && c.misc.kind == miscConnect {
-		_ = c.l.Cancel(c.misc.id)
+	if m := c.miscOp(); m != nil && m.kind == miscConnect {
+		_ = c.l.Cancel(m.id)
 	}
 }
 
@@ -236,10 +236,10 @@ func (c *Conn) connectedAs(res int32, givenUp bool) {
 		// report.
 		c.state = stateClosed
 		ds.err = err
-		m := &c.misc
-		id, cerr := c.l.Close(c.fd, (*miscDone)(c))
+		m := &c.rareX().misc
+		id, cerr := c.l.Close(int(c.fd), (*miscDone)(c))
 		if cerr != nil {
-			_ = unix.Close(c.fd)
+			_ = unix.Close(int(c.fd))
 			c.finishDial(err)
 			return
 		}

@@ -492,7 +492,7 @@ func (s *Server) handoff(ln *listener, fd int) {
 		c.register()
 		return
 	}
-	if err := w.Execute(c.register); err != nil && c.claimed.CompareAndSwap(false, true) {
+	if err := w.Execute(c.register); err != nil && !c.setShared(sharedClaimed) {
 		// Refused, and register did not run meanwhile (a loop whose
 		// start failed refuses a task and still runs it as it
 		// terminates: whoever claims the fd first closes it).
@@ -503,11 +503,11 @@ func (s *Server) handoff(ln *listener, fd int) {
 // register runs on the connection's loop: the server counts it, then it
 // opens. After Shutdown began it is closed at once instead.
 func (c *Conn) register() {
-	if !c.claimed.CompareAndSwap(false, true) {
+	if c.setShared(sharedClaimed) {
 		return // the hand-off found the task refused and closed the fd
 	}
 	if !c.srv.add(c) {
-		unix.Close(c.fd)
+		unix.Close(int(c.fd))
 		c.state = stateClosed
 		return
 	}

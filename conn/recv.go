@@ -74,7 +74,7 @@ func (c *Conn) armRecv() {
 		err error
 	)
 	if !r.single {
-		id, err = c.l.RecvProvided(c.fd, 0, (*recvDone)(c))
+		id, err = c.l.RecvProvided(int(c.fd), 0, (*recvDone)(c))
 		if err != nil {
 			r.single = true // provided buffers refused: fall back for good
 		}
@@ -84,7 +84,7 @@ func (c *Conn) armRecv() {
 		if x.rbuf == nil {
 			x.rbuf = new([singleRecvSize]byte)
 		}
-		id, err = c.l.Recv(c.fd, x.rbuf[:], 0, (*recvDone)(c))
+		id, err = c.l.Recv(int(c.fd), x.rbuf[:], 0, (*recvDone)(c))
 	}
 	if err != nil {
 		c.closeNow(c.opError("read", "", err))
@@ -326,11 +326,15 @@ func (c *Conn) ResumeRead() error { return c.setPaused(pauseUser, false) }
 // ReadPaused reports whether PauseRead is in effect (the writability
 // pause of WithPauseReadWhenUnwritable is not counted). Safe for
 // concurrent use.
-func (c *Conn) ReadPaused() bool { return c.userPaused.Load() }
+func (c *Conn) ReadPaused() bool { return c.shared.Load()&sharedUserPaused != 0 }
 
 func (c *Conn) setPaused(bit uint8, on bool) error {
 	if bit == pauseUser {
-		c.userPaused.Store(on)
+		if on {
+			c.shared.Or(sharedUserPaused)
+		} else {
+			c.shared.And(^sharedUserPaused)
+		}
 	}
 	if c.l.InLoop() {
 		if c.state >= stateClosing {
@@ -339,7 +343,7 @@ func (c *Conn) setPaused(bit uint8, on bool) error {
 		c.applyPause(bit, on)
 		return nil
 	}
-	if c.closeReq.Load() {
+	if c.shared.Load()&sharedCloseReq != 0 {
 		return c.opError("read", "", net.ErrClosed)
 	}
 	if err := c.l.Execute(func() { c.applyPause(bit, on) }); err != nil {
@@ -440,7 +444,7 @@ func (c *Conn) onEOF() {
 	}
 	if c.cfg.halfClose {
 		switch {
-		case c.shutDone && !c.misc.active:
+		case c.shutDone && c.miscOp() == nil:
 			c.closeNow(io.EOF) // both directions are done
 		case c.shutDone:
 			// The shutdown's completion closes.

@@ -349,12 +349,12 @@ func (c *Conn) startSend() {
 	s.zc, s.zcRes = false, 0
 	switch {
 	case len(iov) > 1:
-		id, err = c.l.Sendmsg(c.fd, iov, 0, (*sendDone)(c))
+		id, err = c.l.Sendmsg(int(c.fd), iov, 0, (*sendDone)(c))
 	case c.cfg.sendZC > 0 && total >= c.cfg.sendZC && c.l.Features().SendZC:
 		s.zc = true
-		id, err = c.l.SendZC(c.fd, iov[0], 0, (*sendDone)(c))
+		id, err = c.l.SendZC(int(c.fd), iov[0], 0, (*sendDone)(c))
 	default:
-		id, err = c.l.Send(c.fd, iov[0], 0, (*sendDone)(c))
+		id, err = c.l.Send(int(c.fd), iov[0], 0, (*sendDone)(c))
 	}
 	if err != nil {
 		c.closeNow(c.opError("write", "", err))
