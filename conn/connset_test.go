@@ -5,13 +5,13 @@ import (
 	"testing"
 )
 
-// TestConnSet checks the slice-backed set against a map through random adds
+// TestConnSet checks the chunked set against a map through random adds
 // and removes, including removes of absent connections and a mass close
-// that shrinks the slice.
+// that gives the chunks back.
 func TestConnSet(t *testing.T) {
 	var s connSet
 	want := map[*Conn]bool{}
-	pool := make([]*Conn, 300)
+	pool := make([]*Conn, 1000) // several chunks
 	for i := range pool {
 		pool[i] = &Conn{}
 	}
@@ -34,7 +34,7 @@ func TestConnSet(t *testing.T) {
 			t.Fatalf("step %d: len %d, want %d", step, s.len(), len(want))
 		}
 	}
-	for i, c := range s.list {
+	for i, c := range s.snapshot() {
 		if !want[c] || int(c.regIdx) != i+1 {
 			t.Fatalf("member %d: in map %v, index %d", i, want[c], c.regIdx)
 		}
@@ -44,7 +44,7 @@ func TestConnSet(t *testing.T) {
 			t.Fatal("remove during a snapshot walk failed")
 		}
 	}
-	if s.len() != 0 || cap(s.list) > 64 {
-		t.Fatalf("after removing all: len %d cap %d", s.len(), cap(s.list))
+	if s.len() != 0 || len(s.chunks) > 2 {
+		t.Fatalf("after removing all: len %d, %d chunks kept", s.len(), len(s.chunks))
 	}
 }

@@ -401,8 +401,29 @@ func sockaddrToAddr(sa unix.Sockaddr) net.Addr {
 	return nil
 }
 
+// inetAddr makes a TCP address from what ring.PeerAddrPort or
+// ring.LocalAddrPort found: one allocation for the address and a 4- or
+// 16-byte one for its IP.
+func inetAddr(ap netip.AddrPort, zone uint32) net.Addr {
+	a := &net.TCPAddr{IP: ap.Addr().AsSlice(), Port: int(ap.Port())}
+	if zone != 0 {
+		if ifi, err := net.InterfaceByIndex(int(zone)); err == nil {
+			a.Zone = ifi.Name
+		} else {
+			a.Zone = strconv.Itoa(int(zone))
+		}
+	}
+	return a
+}
+
 // localAddr and remoteAddr ask the kernel for a connection's addresses.
+// An IP one is read without the intermediate unix.Sockaddr.
 func localAddr(fd int, network string) net.Addr {
+	if network != "unix" {
+		if ap, zone, ok, err := ring.LocalAddrPort(fd); err == nil && ok {
+			return inetAddr(ap, zone)
+		}
+	}
 	sa, err := ring.Getsockname(fd)
 	if err != nil {
 		return emptyAddr(network)
@@ -414,6 +435,11 @@ func localAddr(fd int, network string) net.Addr {
 }
 
 func remoteAddr(fd int, network string) net.Addr {
+	if network != "unix" {
+		if ap, zone, ok, err := ring.PeerAddrPort(fd); err == nil && ok {
+			return inetAddr(ap, zone)
+		}
+	}
 	sa, err := ring.Getpeername(fd)
 	if err != nil {
 		return emptyAddr(network)

@@ -492,13 +492,19 @@ func (s *Server) handoff(ln *listener, fd int) {
 		c.register()
 		return
 	}
-	if err := w.Execute(c.register); err != nil && !c.setShared(sharedClaimed) {
+	if err := w.ExecuteTask((*registerTask)(c)); err != nil && !c.setShared(sharedClaimed) {
 		// Refused, and register did not run meanwhile (a loop whose
 		// start failed refuses a task and still runs it as it
 		// terminates: whoever claims the fd first closes it).
 		unix.Close(fd)
 	}
 }
+
+// registerTask is a Conn seen as the task that registers it on its worker
+// loop (see recvDone): queuing it allocates nothing.
+type registerTask Conn
+
+func (t *registerTask) Run() { (*Conn)(t).register() }
 
 // register runs on the connection's loop: the server counts it, then it
 // opens. After Shutdown began it is closed at once instead.

@@ -22,47 +22,69 @@ type loopConns struct {
 	deadlines deadlineQueue // its NetConns' deadlines (safe for concurrent use)
 }
 
-// A connSet is a set of connections kept in a slice, each connection
-// holding its own 1-based index (0: not in the set), so adding and removing
-// are O(1) and an entry costs one pointer: a map would hold several times
-// that per connection and leave garbage behind each time it grows.
+// A connSet is a set of connections kept in fixed chunks of a slice each,
+// every connection holding its own 1-based index (0: not in the set), so
+// adding and removing are O(1) and an entry costs one pointer. Chunks are
+// never copied: a slice doubling under thousands of connections would hold
+// up to twice the room it needs and leave the old arrays behind as
+// garbage, and a map several times that per connection.
 type connSet struct {
-	list []*Conn
+	chunks [][]*Conn // each of connChunk entries; the last one partly used
+	n      int
 }
+
+// connChunk is the number of entries per chunk of a connSet.
+const connChunk = 256
 
 func regIdx(c *Conn) *int32 { return &c.regIdx }
 func srvIdx(c *Conn) *int32 { return &c.srvIdx }
 
+func (s *connSet) at(i int) **Conn { return &s.chunks[i/connChunk][i%connChunk] }
+
 func (s *connSet) add(c *Conn, idx func(*Conn) *int32) {
-	s.list = append(s.list, c)
-	*idx(c) = int32(len(s.list))
+	if s.n == len(s.chunks)*connChunk {
+		s.chunks = append(s.chunks, make([]*Conn, connChunk))
+	}
+	*s.at(s.n) = c
+	s.n++
+	*idx(c) = int32(s.n)
 }
 
 // remove takes c out of the set and reports whether it was in it.
 func (s *connSet) remove(c *Conn, idx func(*Conn) *int32) bool {
 	i := int(*idx(c)) - 1
-	if i < 0 || i >= len(s.list) || s.list[i] != c {
+	if i < 0 || i >= s.n || *s.at(i) != c {
 		return false
 	}
-	last := len(s.list) - 1
+	last := s.n - 1
 	if i != last {
-		moved := s.list[last]
-		s.list[i] = moved
+		moved := *s.at(last)
+		*s.at(i) = moved
 		*idx(moved) = int32(i + 1)
 	}
-	s.list[last] = nil
-	s.list = s.list[:last]
+	*s.at(last) = nil
+	s.n = last
 	*idx(c) = 0
-	if cap(s.list) > 64 && len(s.list) < cap(s.list)/4 {
-		s.list = append([]*Conn(nil), s.list...) // give the memory back after a mass close
+	// Keep one empty chunk past the last used one, so that a connection
+	// opening and closing at a chunk's edge does not make and drop it
+	// each time; give back the others.
+	if keep := s.n/connChunk + 2; len(s.chunks) > keep {
+		clear(s.chunks[keep:])
+		s.chunks = s.chunks[:keep]
 	}
 	return true
 }
 
-func (s *connSet) len() int { return len(s.list) }
+func (s *connSet) len() int { return s.n }
 
 // snapshot returns a copy of the members, to iterate while they leave.
-func (s *connSet) snapshot() []*Conn { return append([]*Conn(nil), s.list...) }
+func (s *connSet) snapshot() []*Conn {
+	out := make([]*Conn, 0, s.n)
+	for i := range s.n {
+		out = append(out, *s.at(i))
+	}
+	return out
+}
 
 // loopState is each loop's registry (set in init: its functions reach
 // back to it).

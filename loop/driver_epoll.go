@@ -68,8 +68,8 @@ type epollDriver struct {
 
 	events    []unix.EpollEvent // epoll_wait results
 	harvested int               // events harvest left in events
-	fds       []epollFd         // per-fd waiter lists, indexed by fd
-	side      []epollOp         // per-op driver state, indexed by op slot
+	fds       fdTable           // per-fd waiter lists, indexed by fd
+	side      sideTable         // per-op driver state, indexed by op slot
 	ready     epollQueue        // completions waiting for poll
 	pool      epollBufPool      // receive buffers for recv-provided
 	timers    epollTimerHeap    // op timeouts
@@ -311,13 +311,8 @@ func (d *epollDriver) now() int64 { return int64(time.Since(d.epoch)) }
 
 // track prepares o's side entry.
 func (d *epollDriver) track(o *op) (*epollOp, error) {
-	if int(o.slot) >= len(d.side) {
-		n := max(2*len(d.side), int(o.slot)+1, opChunk)
-		ns := make([]epollOp, n)
-		copy(ns, d.side)
-		d.side = ns
-	}
-	e := &d.side[o.slot]
+	d.side.grow(o.slot)
+	e := d.side.at(o.slot)
 	if e.o == o && e.gen == o.gen && e.where != epIdle {
 		return nil, fmt.Errorf("loop: epoll: %v op in slot %d submitted twice", o.tag, o.slot)
 	}
@@ -350,7 +345,7 @@ func (d *epollDriver) submit(o *op) error {
 		d.final(o, 0)
 	case tagTimeout:
 		e.where = epTimer
-		d.timers.push(d.now()+epollTimeoutNanos(o.x().ts), o.slot, d.side)
+		d.timers.push(d.now()+epollTimeoutNanos(o.x().ts), o.slot, &d.side)
 	case tagClose:
 		d.closeFd(o)
 	case tagShutdown:
@@ -380,18 +375,18 @@ func (d *epollDriver) cancel(o *op) error {
 
 // withdraw takes o off its list or the timer heap and queues -ECANCELED.
 func (d *epollDriver) withdraw(o *op) bool {
-	if int(o.slot) >= len(d.side) {
+	if int(o.slot) >= d.side.len() {
 		return false
 	}
-	e := &d.side[o.slot]
+	e := d.side.at(o.slot)
 	if e.o != o || e.gen != o.gen {
 		return false
 	}
 	switch e.where {
 	case epRead, epWrite, epPoll:
-		d.unlist(&d.fds[o.fd], o.slot)
+		d.unlist(d.fds.at(int(o.fd)), o.slot)
 	case epTimer:
-		d.timers.remove(int(e.heap), d.side)
+		d.timers.remove(int(e.heap), &d.side)
 		e.where = epIdle
 	default:
 		return false
@@ -404,7 +399,7 @@ func (d *epollDriver) withdraw(o *op) bool {
 // A zero-copy send ends the io_uring way: its result with F_MORE, then the
 // notification, which is what frees the slot.
 func (d *epollDriver) final(o *op, res int32) {
-	d.side[o.slot].where = epIdle
+	d.side.at(o.slot).where = epIdle
 	ud := o.userData()
 	if o.tag == tagSendZC {
 		d.ready.push(epollCQE{ud: ud, res: res, flags: ring.CQEFMore, buf: -1})
@@ -591,8 +586,8 @@ func (d *epollDriver) expireTimers() {
 	now := d.now()
 	for len(d.timers.h) > 0 && d.timers.h[0].when <= now {
 		slot := d.timers.h[0].slot
-		d.timers.remove(0, d.side)
-		d.final(d.side[slot].o, -int32(unix.ETIME))
+		d.timers.remove(0, &d.side)
+		d.final(d.side.at(slot).o, -int32(unix.ETIME))
 	}
 }
 
@@ -650,8 +645,8 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		return 0, err
 	}
 	migrated := 0
-	for fd := range d.fds {
-		f := &d.fds[fd]
+	for fd := range d.fds.len() {
+		f := d.fds.at(fd)
 		if !f.registered {
 			continue
 		}
@@ -679,8 +674,8 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		d.cfg.logger.Warn("failed to close the old epoll instance", "loop", d.cfg.name, "err", err)
 	}
 	migrated += len(d.timers.h)
-	for fd := range d.fds {
-		if d.fds[fd].registered {
+	for fd := range d.fds.len() {
+		if d.fds.at(fd).registered {
 			d.runWrite(fd)
 			d.runRead(fd)
 			d.recheckPoll(fd)
@@ -718,8 +713,8 @@ func (d *epollDriver) close() error {
 			unix.Close(int(c.res))
 		}
 	}
-	d.pool = epollBufPool{}
-	d.fds, d.side, d.timers.h = nil, nil, nil
+	d.pool.release()
+	d.fds, d.side, d.timers.h = fdTable{}, sideTable{}, nil
 	return first
 }
 

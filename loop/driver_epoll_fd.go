@@ -19,22 +19,6 @@ const (
 	epYield               // still ready after the budget (or no receive buffer): retry next poll
 )
 
-// growFds makes d.fds cover fd.
-func (d *epollDriver) growFds(fd int) {
-	if fd < len(d.fds) {
-		return
-	}
-	n := max(2*len(d.fds), fd+1, 64)
-	nf := make([]epollFd, n)
-	copy(nf, d.fds)
-	for i := len(d.fds); i < n; i++ {
-		for j := range nf[i].lists {
-			nf[i].lists[j] = epollWaitList{head: noSlot, tail: noSlot}
-		}
-	}
-	d.fds = nf
-}
-
 // internalFd reports whether fd is one of the driver's own: ops on it are
 // refused with EBADF rather than let a stray fd number break the loop.
 func (d *epollDriver) internalFd(fd int) bool {
@@ -61,8 +45,8 @@ func (d *epollDriver) register(fd int) error {
 	if fd < 0 || d.internalFd(fd) {
 		return unix.EBADF
 	}
-	d.growFds(fd)
-	f := &d.fds[fd]
+	d.fds.grow(fd)
+	f := d.fds.at(fd)
 	if f.registered {
 		if !fdIdle(f) {
 			return nil
@@ -118,37 +102,37 @@ func setNonblock(fd int) error {
 
 // enlist appends slot to fd's list where.
 func (d *epollDriver) enlist(fd int, where uint8, slot uint32) {
-	l := &d.fds[fd].lists[where-1]
-	e := &d.side[slot]
+	l := &d.fds.at(fd).lists[where-1]
+	e := d.side.at(slot)
 	e.where, e.next, e.prev = where, noSlot, l.tail
 	if l.tail == noSlot {
 		l.head = slot
 	} else {
-		d.side[l.tail].next = slot
+		d.side.at(l.tail).next = slot
 	}
 	l.tail = slot
 }
 
 // unlist takes slot off its fd list.
 func (d *epollDriver) unlist(f *epollFd, slot uint32) {
-	e := &d.side[slot]
+	e := d.side.at(slot)
 	l := &f.lists[e.where-1]
 	if e.prev == noSlot {
 		l.head = e.next
 	} else {
-		d.side[e.prev].next = e.next
+		d.side.at(e.prev).next = e.next
 	}
 	if e.next == noSlot {
 		l.tail = e.prev
 	} else {
-		d.side[e.next].prev = e.prev
+		d.side.at(e.next).prev = e.prev
 	}
 	e.where, e.next, e.prev = epIdle, noSlot, noSlot
 }
 
 // finish takes the waiting o off fd's list and queues its final completion.
 func (d *epollDriver) finish(fd int, o *op, res int32) {
-	d.unlist(&d.fds[fd], o.slot)
+	d.unlist(d.fds.at(fd), o.slot)
 	d.final(o, res)
 }
 
@@ -156,7 +140,7 @@ func (d *epollDriver) finish(fd int, o *op, res int32) {
 func (d *epollDriver) waiting(f *epollFd) int {
 	n := 0
 	for _, l := range f.lists {
-		for s := l.head; s != noSlot; s = d.side[s].next {
+		for s := l.head; s != noSlot; s = d.side.at(s).next {
 			n++
 		}
 	}
@@ -165,10 +149,10 @@ func (d *epollDriver) waiting(f *epollFd) int {
 
 // failFd ends every op waiting on fd with res.
 func (d *epollDriver) failFd(fd int, res int32) {
-	f := &d.fds[fd]
+	f := d.fds.at(fd)
 	for i := range f.lists {
 		for f.lists[i].head != noSlot {
-			o := d.side[f.lists[i].head].o
+			o := d.side.at(f.lists[i].head).o
 			d.finish(fd, o, res)
 		}
 	}
@@ -176,7 +160,7 @@ func (d *epollDriver) failFd(fd int, res int32) {
 
 // addRetry puts fd on the retry list served by the next poll.
 func (d *epollDriver) addRetry(fd int) {
-	f := &d.fds[fd]
+	f := d.fds.at(fd)
 	if !f.retry {
 		f.retry = true
 		d.retry = append(d.retry, int32(fd))
@@ -192,7 +176,7 @@ func (d *epollDriver) runRetries() {
 	list := d.retry
 	d.retry = d.retry2[:0]
 	for _, fd := range list {
-		f := &d.fds[fd]
+		f := d.fds.at(int(fd))
 		if !f.retry {
 			continue // closed since
 		}
@@ -206,7 +190,7 @@ func (d *epollDriver) runRetries() {
 // onEvent serves fd after epoll reported events on it: the write side
 // first (it may free memory, as in Netty), then the read side, then pollers.
 func (d *epollDriver) onEvent(fd int, events uint32) {
-	if fd < 0 || fd >= len(d.fds) || !d.fds[fd].registered {
+	if fd < 0 || fd >= d.fds.len() || !d.fds.at(fd).registered {
 		return
 	}
 	if events&epollWriteEvents != 0 {
@@ -217,7 +201,7 @@ func (d *epollDriver) onEvent(fd int, events uint32) {
 		d.runRead(fd)
 		d.edge = 0
 	}
-	if d.fds[fd].lists[epPoll-1].head != noSlot {
+	if d.fds.at(fd).lists[epPoll-1].head != noSlot {
 		d.notifyPoll(fd, events)
 	}
 }
@@ -231,7 +215,7 @@ func (d *epollDriver) wait(o *op, where uint8) {
 		d.final(o, epollRes(err))
 		return
 	}
-	first := d.fds[fd].lists[where-1].head == noSlot
+	first := d.fds.at(fd).lists[where-1].head == noSlot
 	d.enlist(fd, where, o.slot)
 	if !first {
 		return
@@ -246,11 +230,11 @@ func (d *epollDriver) wait(o *op, where uint8) {
 // runRead tries the read side of fd from its head until it would block.
 func (d *epollDriver) runRead(fd int) {
 	for {
-		s := d.fds[fd].lists[epRead-1].head
+		s := d.fds.at(fd).lists[epRead-1].head
 		if s == noSlot {
 			return
 		}
-		o := d.side[s].o
+		o := d.side.at(s).o
 		var st epStep
 		switch o.tag {
 		case tagAccept:
@@ -274,7 +258,7 @@ func (d *epollDriver) runRead(fd int) {
 // or has used its budget.
 func (d *epollDriver) runWrite(fd int) {
 	for i := 0; ; i++ {
-		s := d.fds[fd].lists[epWrite-1].head
+		s := d.fds.at(fd).lists[epWrite-1].head
 		if s == noSlot {
 			return
 		}
@@ -282,7 +266,7 @@ func (d *epollDriver) runWrite(fd int) {
 			d.addRetry(fd)
 			return
 		}
-		o := d.side[s].o
+		o := d.side.at(s).o
 		var st epStep
 		switch o.tag {
 		case tagConnect:
@@ -477,7 +461,7 @@ func (d *epollDriver) connect(o *op) {
 	switch err := unix.Connect(fd, sa); err {
 	case unix.EINPROGRESS, unix.EINTR:
 		// EINTR: the connection still goes on asynchronously (connect(2)).
-		first := d.fds[fd].lists[epWrite-1].head == noSlot
+		first := d.fds.at(fd).lists[epWrite-1].head == noSlot
 		d.enlist(fd, epWrite, o.slot)
 		if first {
 			d.runWrite(fd)
@@ -541,9 +525,9 @@ func (d *epollDriver) pollAdd(o *op) {
 
 // notifyPoll reports events to fd's pollers whose mask they match.
 func (d *epollDriver) notifyPoll(fd int, events uint32) {
-	for s := d.fds[fd].lists[epPoll-1].head; s != noSlot; {
-		o := d.side[s].o
-		next := d.side[s].next
+	for s := d.fds.at(fd).lists[epPoll-1].head; s != noSlot; {
+		o := d.side.at(s).o
+		next := d.side.at(s).next
 		if m := events & (o.arg | unix.POLLERR | unix.POLLHUP); m != 0 {
 			if o.multishot {
 				d.more(o, int32(m), 0, -1)
@@ -558,9 +542,9 @@ func (d *epollDriver) notifyPoll(fd int, events uint32) {
 // recheckPoll asks poll(2) for the readiness of each poller of fd (after a
 // rebuild, when events may have been lost with the old instance).
 func (d *epollDriver) recheckPoll(fd int) {
-	for s := d.fds[fd].lists[epPoll-1].head; s != noSlot; {
-		o := d.side[s].o
-		next := d.side[s].next
+	for s := d.fds.at(fd).lists[epPoll-1].head; s != noSlot; {
+		o := d.side.at(s).o
+		next := d.side.at(s).next
 		if rev := d.pollNow(fd, o.arg); rev != 0 {
 			if o.multishot {
 				d.more(o, int32(rev), 0, -1)
@@ -580,8 +564,8 @@ func (d *epollDriver) closeFd(o *op) {
 		d.final(o, -int32(unix.EBADF))
 		return
 	}
-	if fd >= 0 && fd < len(d.fds) {
-		f := &d.fds[fd]
+	if fd >= 0 && fd < d.fds.len() {
+		f := d.fds.at(fd)
 		d.failFd(fd, -int32(unix.ECANCELED))
 		if f.registered {
 			unix.EpollCtl(d.epfd, unix.EPOLL_CTL_DEL, fd, &d.ctl)

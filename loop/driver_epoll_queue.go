@@ -2,6 +2,8 @@
 
 package loop
 
+import "golang.org/x/sys/unix"
+
 // The epoll driver's bookkeeping structures: the queue of completions
 // waiting for poll, the receive-buffer pool that stands in for io_uring's
 // provided-buffer ring, and the min-heap of op timeouts. All of them are
@@ -55,10 +57,11 @@ func (q *epollQueue) pop() epollCQE {
 // The slab is allocated on the first provided receive, so loops that never
 // use one do not pay for it.
 type epollBufPool struct {
-	mem   []byte
-	size  int
-	count int
-	free  []int32 // stack of free buffer indices
+	mem    []byte
+	mapped bool // mem is an anonymous mapping (release unmaps it)
+	size   int
+	count  int
+	free   []int32 // stack of free buffer indices
 }
 
 func (p *epollBufPool) init(count, size uint32) {
@@ -71,7 +74,14 @@ func (p *epollBufPool) get() (int32, []byte) {
 		if p.count == 0 || p.size == 0 {
 			return -1, nil
 		}
-		p.mem = make([]byte, p.count*p.size)
+		// Mapped, not made: the pages stay untouched (out of the RSS)
+		// until a receive first lands in them, and the stack of free
+		// buffers hands the same few back while traffic is light.
+		mem, err := unix.Mmap(-1, 0, p.count*p.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			mem = make([]byte, p.count*p.size)
+		}
+		p.mem, p.mapped = mem, err == nil
 		p.free = make([]int32, p.count)
 		for i := range p.free {
 			p.free[i] = int32(p.count - 1 - i) // buffer 0 on top
@@ -94,6 +104,15 @@ func (p *epollBufPool) bytes(i int32, n int) []byte {
 
 func (p *epollBufPool) put(i int32) { p.free = append(p.free, i) }
 
+// release drops the buffers (the driver is closed: no receive runs any
+// more, and no Completer holds a buffer past its call).
+func (p *epollBufPool) release() {
+	if p.mapped {
+		_ = unix.Munmap(p.mem)
+	}
+	*p = epollBufPool{}
+}
+
 // epollTimer is a heap entry: an op timeout due at when (nanoseconds on the
 // driver's monotonic clock). seq orders equal deadlines by submission.
 type epollTimer struct {
@@ -114,13 +133,13 @@ func (t *epollTimerHeap) less(i, j int) bool {
 	return a.when < b.when || a.when == b.when && a.seq < b.seq
 }
 
-func (t *epollTimerHeap) swap(i, j int, side []epollOp) {
+func (t *epollTimerHeap) swap(i, j int, side *sideTable) {
 	t.h[i], t.h[j] = t.h[j], t.h[i]
-	side[t.h[i].slot].heap = int32(i)
-	side[t.h[j].slot].heap = int32(j)
+	side.at(t.h[i].slot).heap = int32(i)
+	side.at(t.h[j].slot).heap = int32(j)
 }
 
-func (t *epollTimerHeap) up(i int, side []epollOp) {
+func (t *epollTimerHeap) up(i int, side *sideTable) {
 	for i > 0 {
 		p := (i - 1) / 2
 		if !t.less(i, p) {
@@ -131,7 +150,7 @@ func (t *epollTimerHeap) up(i int, side []epollOp) {
 	}
 }
 
-func (t *epollTimerHeap) down(i int, side []epollOp) {
+func (t *epollTimerHeap) down(i int, side *sideTable) {
 	n := len(t.h)
 	for {
 		l := 2*i + 1
@@ -150,21 +169,21 @@ func (t *epollTimerHeap) down(i int, side []epollOp) {
 	}
 }
 
-func (t *epollTimerHeap) push(when int64, slot uint32, side []epollOp) {
+func (t *epollTimerHeap) push(when int64, slot uint32, side *sideTable) {
 	t.seq++
 	t.h = append(t.h, epollTimer{when: when, seq: t.seq, slot: slot})
 	i := len(t.h) - 1
-	side[slot].heap = int32(i)
+	side.at(slot).heap = int32(i)
 	t.up(i, side)
 }
 
 // remove takes entry i out of the heap.
-func (t *epollTimerHeap) remove(i int, side []epollOp) {
+func (t *epollTimerHeap) remove(i int, side *sideTable) {
 	last := len(t.h) - 1
-	side[t.h[i].slot].heap = -1
+	side.at(t.h[i].slot).heap = -1
 	if i != last {
 		t.h[i] = t.h[last]
-		side[t.h[i].slot].heap = int32(i)
+		side.at(t.h[i].slot).heap = int32(i)
 	}
 	t.h = t.h[:last]
 	if i != last {

@@ -4,6 +4,7 @@ package ring
 
 import (
 	"fmt"
+	"net/netip"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -153,6 +154,36 @@ func Getpeername(fd int) (unix.Sockaddr, error) {
 // Getsockname returns fd's local address as Getpeername does.
 func Getsockname(fd int) (unix.Sockaddr, error) {
 	return sockname(unix.SYS_GETSOCKNAME, fd)
+}
+
+// PeerAddrPort returns fd's peer address when it is an IPv4 or IPv6 one
+// (ok false for any other family, such as a Unix socket's), with the IPv6
+// scope id, without allocating: no unix.Sockaddr is made.
+func PeerAddrPort(fd int) (ap netip.AddrPort, zone uint32, ok bool, err error) {
+	return inetName(unix.SYS_GETPEERNAME, fd)
+}
+
+// LocalAddrPort returns fd's local address as PeerAddrPort does.
+func LocalAddrPort(fd int) (ap netip.AddrPort, zone uint32, ok bool, err error) {
+	return inetName(unix.SYS_GETSOCKNAME, fd)
+}
+
+func inetName(trap uintptr, fd int) (netip.AddrPort, uint32, bool, error) {
+	var raw unix.RawSockaddrAny
+	n := uint32(unix.SizeofSockaddrAny)
+	_, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&raw)), uintptr(unsafe.Pointer(&n)))
+	if e != 0 {
+		return netip.AddrPort{}, 0, false, e
+	}
+	switch {
+	case raw.Addr.Family == unix.AF_INET && n >= unix.SizeofSockaddrInet4:
+		p := (*unix.RawSockaddrInet4)(unsafe.Pointer(&raw))
+		return netip.AddrPortFrom(netip.AddrFrom4(p.Addr), uint16(getPort(&p.Port))), 0, true, nil
+	case raw.Addr.Family == unix.AF_INET6 && n >= unix.SizeofSockaddrInet6:
+		p := (*unix.RawSockaddrInet6)(unsafe.Pointer(&raw))
+		return netip.AddrPortFrom(netip.AddrFrom16(p.Addr), uint16(getPort(&p.Port))), p.Scope_id, true, nil
+	}
+	return netip.AddrPort{}, 0, false, nil
 }
 
 func sockname(trap uintptr, fd int) (unix.Sockaddr, error) {

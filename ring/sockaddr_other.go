@@ -2,7 +2,11 @@
 
 package ring
 
-import "golang.org/x/sys/unix"
+import (
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+)
 
 // PutSockaddr encodes the kernel's struct sockaddr on Linux only; elsewhere
 // it returns ErrNotSupported.
@@ -23,3 +27,15 @@ func Getpeername(fd int) (unix.Sockaddr, error) { return nil, ErrNotSupported }
 // Getsockname returns fd's local address on Linux only; elsewhere it
 // returns ErrNotSupported.
 func Getsockname(fd int) (unix.Sockaddr, error) { return nil, ErrNotSupported }
+
+// PeerAddrPort returns fd's peer address on Linux only; elsewhere it
+// returns ErrNotSupported.
+func PeerAddrPort(fd int) (netip.AddrPort, uint32, bool, error) {
+	return netip.AddrPort{}, 0, false, ErrNotSupported
+}
+
+// LocalAddrPort returns fd's local address on Linux only; elsewhere it
+// returns ErrNotSupported.
+func LocalAddrPort(fd int) (netip.AddrPort, uint32, bool, error) {
+	return netip.AddrPort{}, 0, false, ErrNotSupported
+}

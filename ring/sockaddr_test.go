@@ -5,6 +5,7 @@ package ring_test
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -268,5 +269,52 @@ func TestSockaddrAddrPort(t *testing.T) {
 	}
 	if sa, err := ring.AddrPortToSockaddr(netip.MustParseAddrPort("[fe80::1%lo]:1")); err != nil || sa.(*unix.SockaddrInet6).ZoneId == 0 {
 		t.Errorf("zone lo: %v, %v", sa, err)
+	}
+}
+
+// PeerAddrPort and LocalAddrPort read what unix.Getpeername and
+// unix.Getsockname read, for IPv4 and IPv6, without allocating, and report
+// ok false for a Unix socket.
+func TestAddrPort(t *testing.T) {
+	for _, network := range []string{"tcp4", "tcp6"} {
+		ln, err := net.Listen(network, map[string]string{"tcp4": "127.0.0.1:0", "tcp6": "[::1]:0"}[network])
+		if err != nil {
+			t.Skipf("%s: %v", network, err)
+		}
+		c, err := net.Dial(network, ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Control(func(fd uintptr) {
+			peer, _, ok, err := ring.PeerAddrPort(int(fd))
+			if err != nil || !ok || peer.String() != c.RemoteAddr().String() {
+				t.Errorf("%s PeerAddrPort = %v %v %v, want %v", network, peer, ok, err, c.RemoteAddr())
+			}
+			local, _, ok, err := ring.LocalAddrPort(int(fd))
+			if err != nil || !ok || local.String() != c.LocalAddr().String() {
+				t.Errorf("%s LocalAddrPort = %v %v %v, want %v", network, local, ok, err, c.LocalAddr())
+			}
+			if n := testing.AllocsPerRun(10, func() { ring.PeerAddrPort(int(fd)) }); n != 0 {
+				t.Errorf("PeerAddrPort allocates %.0f times", n)
+			}
+		})
+		c.Close()
+		ln.Close()
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	if _, _, ok, err := ring.PeerAddrPort(fds[0]); ok || err != nil {
+		t.Fatalf("PeerAddrPort of a Unix socket: ok %v err %v", ok, err)
+	}
+	if _, _, _, err := ring.PeerAddrPort(-1); err == nil {
+		t.Fatal("ring.PeerAddrPort(-1) succeeded")
 	}
 }
