@@ -75,7 +75,7 @@ func (c *Conn) closeLinger() {
 	c.lingering = true
 	c.rareX().lingerTimer = t
 	c.mu.Lock()
-	c.closeErr = nil
+	c.rare.closeErr = nil
 	c.mu.Unlock()
 	c.stopTimeouts()
 	if c.recv.active {
@@ -149,8 +149,9 @@ func (c *Conn) closeNow(err error) {
 	}
 	c.state = stateClosing
 	c.setShared(sharedCloseReq)
+	x := c.rareX() // made before the lock: CloseFuture reads c.rare under it
 	c.mu.Lock()
-	c.closeErr = err
+	x.closeErr = err
 	c.wclosed = true
 	pending := c.out.n
 	if c.send.zcResult && c.send.zcRes > 0 {
@@ -226,10 +227,11 @@ func (c *Conn) closed() {
 	if c.tracked {
 		c.untrack()
 	}
-	if c.shutdownClose && c.closeErr == nil {
+	if c.shutdownClose && c.closeCause() == nil {
 		err := c.errLoopShutdown()
+		x := c.rareX()
 		c.mu.Lock()
-		c.closeErr = err
+		x.closeErr = err
 		c.mu.Unlock()
 	}
 	c.callClose()
@@ -241,7 +243,7 @@ func (c *Conn) closed() {
 	f := c.closeF
 	c.mu.Unlock()
 	if f != nil {
-		f.Complete(struct{}{}, c.closeErr)
+		f.Complete(struct{}{}, c.closeCause())
 	}
 }
 

@@ -56,7 +56,7 @@ type Conn struct {
 	wgen        atomic.Uint32 // writability transitions so far: even = writable (see notifyWritability)
 	userCtx     atomic.Pointer[ctxBox]
 	closeF      *sched.Future[struct{}] // CloseFuture's, made on first call; guarded by mu
-	mu          sync.Mutex              // guards out, flushQueued, wclosed, closeF, closedDone and closeErr's writes
+	mu          sync.Mutex              // guards out, flushQueued, wclosed, closeF, closedDone and rare.closeErr's writes
 	shared      atomic.Uint32           // sharedUserPaused, sharedClaimed, sharedCloseReq
 	closedDone  bool                    // OnClose ran; guarded by mu
 	flushQueued bool                    // a flush tail task is queued on the loop; guarded by mu
@@ -64,11 +64,10 @@ type Conn struct {
 	out         outQueue                // outbound bytes, appended by Write, consumed by sends; guarded by mu
 
 	// Loop goroutine only.
-	closeErr error // the cause OnClose reports; written on the loop under mu, read elsewhere under mu once closedDone
-	recv     recvOp
-	send     sendOp
-	kin      *keptInput // bytes kept: made when bytes are first kept
-	rare     *connRare  // timeouts, the linger timer, the fallback receive buffer; nil until one is needed
+	recv recvOp
+	send sendOp
+	kin  *keptInput // bytes kept: made when bytes are first kept
+	rare *connRare  // timeouts, the linger timer, the fallback receive buffer; nil until one is needed
 
 	state         connState
 	pause         uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
@@ -86,9 +85,9 @@ type Conn struct {
 	hasRH         bool   // h implements ReadHandler
 	unixSock      bool   // a Unix socket ("unix"), not TCP ("tcp")
 	drainEOF      bool   // close with io.EOF once the outbound queue is empty
+	counted       bool   // in its server's live count; guarded by srv.mu
 	ops           int32  // ops started and not yet at their final completion
 	regIdx        int32  // 1-based index in its loop's registry; 0: not in it
-	srvIdx        int32  // 1-based index in its server's set; guarded by srv.mu
 	wseen         uint32 // writability transitions reported to the handler
 }
 
@@ -107,6 +106,16 @@ type connRare struct {
 	rbuf                 *[singleRecvSize]byte // single-shot receive buffer (fallback only)
 	dial                 *dialState            // non-nil while Dial waits
 	misc                 miscOp                // the connect, shutdown or close in flight
+	closeErr             error                 // the cause OnClose reports; written on the loop under Conn.mu, read elsewhere under it once closedDone
+}
+
+// closeCause is the cause OnClose reports (nil: a local Close). On the
+// loop, or elsewhere under c.mu once closedDone.
+func (c *Conn) closeCause() error {
+	if c.rare == nil {
+		return nil
+	}
+	return c.rare.closeErr
 }
 
 // miscOp returns the connect, shutdown or close in flight, or nil.
@@ -373,7 +382,7 @@ func (c *Conn) callClose() {
 			c.recovered("OnClose", r)
 		}
 	}()
-	c.h.OnClose(c, c.closeErr)
+	c.h.OnClose(c, c.closeCause())
 }
 
 // LocalAddr returns the local address (*net.TCPAddr or *net.UnixAddr).
@@ -413,7 +422,7 @@ func (c *Conn) CloseFuture() *sched.Future[struct{}] {
 	if c.closeF == nil {
 		c.closeF = sched.NewFuture[struct{}]()
 		if c.closedDone {
-			c.closeF.Complete(struct{}{}, c.closeErr)
+			c.closeF.Complete(struct{}{}, c.closeCause())
 		}
 	}
 	return c.closeF

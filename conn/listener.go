@@ -34,7 +34,6 @@ type Server struct {
 	live      atomic.Int64
 	outOfRes  atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
 	mu        sync.Mutex
-	conns     connSet // indexed by Conn.srvIdx; guarded by mu
 }
 
 // Backoff bounds for accept errors that mean "out of resources" (EMFILE,
@@ -246,12 +245,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err != nil && !errors.Is(err, ErrServerClosed) {
 		return err
 	}
-	s.mu.Lock()
-	live := s.conns.snapshot()
-	s.mu.Unlock()
-	for _, c := range live {
-		_ = c.Close()
-	}
+	s.closeConns()
 	if loop.Current() != nil {
 		return fmt.Errorf("conn: Server.Shutdown cannot wait on a loop goroutine: %w", loop.ErrInLoop)
 	}
@@ -274,15 +268,32 @@ func (s *Server) add(c *Conn) bool {
 	if s.shutting.Load() {
 		return false
 	}
-	s.conns.add(c, srvIdx)
+	c.counted = true
 	s.live.Add(1)
 	return true
+}
+
+// closeConns closes every open connection of s: each worker loop walks its
+// registry (the loop's open connections) for those of s. A loop that
+// refuses the task is shutting down and closes them itself.
+func (s *Server) closeConns() {
+	for i := range s.workers.Len() {
+		l := s.workers.Loop(i)
+		_ = l.Execute(func() {
+			for _, c := range registryFor(l).conns.snapshot() {
+				if c.srv == s {
+					_ = c.Close()
+				}
+			}
+		})
+	}
 }
 
 // remove forgets a connection after its OnClose.
 func (s *Server) remove(c *Conn) {
 	s.mu.Lock()
-	if s.conns.remove(c, srvIdx) {
+	if c.counted {
+		c.counted = false
 		s.live.Add(-1)
 	}
 	s.mu.Unlock()

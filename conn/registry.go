@@ -37,7 +37,6 @@ type connSet struct {
 const connChunk = 256
 
 func regIdx(c *Conn) *int32 { return &c.regIdx }
-func srvIdx(c *Conn) *int32 { return &c.srvIdx }
 
 func (s *connSet) at(i int) **Conn { return &s.chunks[i/connChunk][i%connChunk] }
 
