@@ -5,6 +5,7 @@ import (
 	"net"
 
 	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +79,7 @@ func (c *Conn) closeLinger() {
 	c.rare.closeErr = nil
 	c.mu.Unlock()
 	c.stopTimeouts()
-	if c.recv.active {
+	if c.recvActive {
 		_ = c.l.Cancel(c.recv.id) // its completions are dropped from now on
 	}
 	if !c.send.active {
@@ -169,7 +170,7 @@ func (c *Conn) closeNow(err error) {
 	}
 	// Cancel errors mean the op already reached its final completion,
 	// which is then on its way: nothing to do.
-	if c.recv.active {
+	if c.recvActive {
 		_ = c.l.Cancel(c.recv.id)
 	}
 	if c.send.active {
@@ -240,7 +241,10 @@ func (c *Conn) closed() {
 	}
 	c.mu.Lock()
 	c.closedDone = true
-	f := c.closeF
+	var f *sched.Future[struct{}]
+	if e := c.ext.Load(); e != nil {
+		f = e.closeF
+	}
 	c.mu.Unlock()
 	if f != nil {
 		f.Complete(struct{}{}, c.closeCause())

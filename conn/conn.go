@@ -53,10 +53,9 @@ type Conn struct {
 	fd    int32
 
 	// Shared with other goroutines.
-	wgen        atomic.Uint32 // writability transitions so far: even = writable (see notifyWritability)
-	userCtx     atomic.Pointer[ctxBox]
-	closeF      *sched.Future[struct{}] // CloseFuture's, made on first call; guarded by mu
-	mu          sync.Mutex              // guards out, flushQueued, wclosed, closeF, closedDone and rare.closeErr's writes
+	wgen        atomic.Uint32           // writability transitions so far: even = writable (see notifyWritability)
+	ext         atomic.Pointer[connExt] // SetContext's value and CloseFuture's future; made on first use
+	mu          sync.Mutex              // guards out, flushQueued, wclosed, ext.closeF, closedDone and rare.closeErr's writes
 	shared      atomic.Uint32           // sharedUserPaused, sharedClaimed, sharedCloseReq
 	closedDone  bool                    // OnClose ran; guarded by mu
 	flushQueued bool                    // a flush tail task is queued on the loop; guarded by mu
@@ -86,6 +85,9 @@ type Conn struct {
 	unixSock      bool   // a Unix socket ("unix"), not TCP ("tcp")
 	drainEOF      bool   // close with io.EOF once the outbound queue is empty
 	counted       bool   // in its server's live count; guarded by srv.mu
+	recvActive    bool   // a receive is armed (recv.id)
+	recvSingle    bool   // single-shot Recv into the fallback buffer (connRare.rbuf)
+	recvCanceled  bool   // the receive was canceled by a pause: its -ECANCELED is no error
 	ops           int32  // ops started and not yet at their final completion
 	regIdx        int32  // 1-based index in its loop's registry; 0: not in it
 	wseen         uint32 // writability transitions reported to the handler
@@ -146,6 +148,26 @@ func (c *Conn) rareX() *connRare {
 
 // ctxBox holds the user's context value (atomic.Pointer needs one type).
 type ctxBox struct{ v any }
+
+// connExt holds what a connection needs only once asked: SetContext's
+// value and CloseFuture's future.
+type connExt struct {
+	ctx    atomic.Pointer[ctxBox]
+	closeF *sched.Future[struct{}] // guarded by Conn.mu
+}
+
+// extX returns c's connExt, making it on first use. Safe for concurrent
+// use.
+func (c *Conn) extX() *connExt {
+	if e := c.ext.Load(); e != nil {
+		return e
+	}
+	e := new(connExt)
+	if c.ext.CompareAndSwap(nil, e) {
+		return e
+	}
+	return c.ext.Load()
+}
 
 func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *Server) *Conn {
 	c := &Conn{l: l, cfg: cfg, srv: srv, fd: int32(fd), unixSock: network == "unix"}
@@ -400,15 +422,17 @@ func (c *Conn) Loop() *loop.Loop { return c.l }
 // Context returns the value last stored by SetContext, or nil. Safe for
 // concurrent use.
 func (c *Conn) Context() any {
-	if b := c.userCtx.Load(); b != nil {
-		return b.v
+	if e := c.ext.Load(); e != nil {
+		if b := e.ctx.Load(); b != nil {
+			return b.v
+		}
 	}
 	return nil
 }
 
 // SetContext stores v in the connection's user slot (for example per
 // connection protocol state). Safe for concurrent use.
-func (c *Conn) SetContext(v any) { c.userCtx.Store(&ctxBox{v}) }
+func (c *Conn) SetContext(v any) { c.extX().ctx.Store(&ctxBox{v}) }
 
 // CloseFuture returns a future that completes once the connection is
 // closed and OnClose has run (Netty's closeFuture): its error is the cause
@@ -417,15 +441,16 @@ func (c *Conn) SetContext(v any) { c.userCtx.Store(&ctxBox{v}) }
 // once on the caller's goroutine if the connection is closed already. Safe
 // for concurrent use.
 func (c *Conn) CloseFuture() *sched.Future[struct{}] {
+	e := c.extX()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closeF == nil {
-		c.closeF = sched.NewFuture[struct{}]()
+	if e.closeF == nil {
+		e.closeF = sched.NewFuture[struct{}]()
 		if c.closedDone {
-			c.closeF.Complete(struct{}{}, c.closeCause())
+			e.closeF.Complete(struct{}{}, c.closeCause())
 		}
 	}
-	return c.closeF
+	return e.closeF
 }
 
 // Writable reports whether the outbound buffer is below the high-water

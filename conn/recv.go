@@ -48,10 +48,7 @@ var forceSingleRecv atomic.Bool
 
 // recvOp is the connection's armed receive and its completer.
 type recvOp struct {
-	id       loop.OpID
-	active   bool
-	single   bool // single-shot Recv into the fallback buffer (connRare.rbuf)
-	canceled bool // canceled by a pause: its -ECANCELED is no error
+	id loop.OpID // while Conn.recvActive
 }
 
 // Why reading is paused (Conn.pause bits).
@@ -63,23 +60,23 @@ const (
 // armRecv starts the connection's receive. Must be called on c's loop.
 func (c *Conn) armRecv() {
 	r := &c.recv
-	if r.active || c.state != stateOpen || c.eof || c.lingering || c.pause != 0 || c.pending() > 0 {
+	if c.recvActive || c.state != stateOpen || c.eof || c.lingering || c.pause != 0 || c.pending() > 0 {
 		return // paused, or kept bytes go first (resume arms after them)
 	}
-	if !r.single && (forceSingleRecv.Load() || !c.l.Features().MultishotRecv) {
-		r.single = true
+	if !c.recvSingle && (forceSingleRecv.Load() || !c.l.Features().MultishotRecv) {
+		c.recvSingle = true
 	}
 	var (
 		id  loop.OpID
 		err error
 	)
-	if !r.single {
+	if !c.recvSingle {
 		id, err = c.l.RecvProvided(int(c.fd), 0, (*recvDone)(c))
 		if err != nil {
-			r.single = true // provided buffers refused: fall back for good
+			c.recvSingle = true // provided buffers refused: fall back for good
 		}
 	}
-	if r.single {
+	if c.recvSingle {
 		x := c.rareX()
 		if x.rbuf == nil {
 			x.rbuf = new([singleRecvSize]byte)
@@ -90,7 +87,7 @@ func (c *Conn) armRecv() {
 		c.closeNow(c.opError("read", "", err))
 		return
 	}
-	r.id, r.active, r.canceled = id, true, false
+	r.id, c.recvActive, c.recvCanceled = id, true, false
 	c.ops++
 }
 
@@ -103,10 +100,9 @@ type recvDone Conn
 // Complete handles the receive's completions. Must be called on c's loop.
 func (d *recvDone) Complete(cp *loop.Completion) {
 	c := (*Conn)(d)
-	r := &c.recv
 	final := !cp.More()
 	if final {
-		r.active = false
+		c.recvActive = false
 		c.ops--
 	}
 	if cp.Quarantined {
@@ -137,7 +133,7 @@ func (d *recvDone) Complete(cp *loop.Completion) {
 			tm.lastRead, tm.lastIO = t, t
 		}
 		data := cp.Data
-		if r.single {
+		if c.recvSingle {
 			data = c.rare.rbuf[:res]
 		}
 		c.deliver(data)
@@ -155,13 +151,13 @@ func (d *recvDone) Complete(cp *loop.Completion) {
 		// canceled, or the backend has no buffers to wait for): the
 		// fallback's own buffer, unless the cancel was a pause.
 		if final {
-			if !r.canceled {
-				r.single = true
+			if !c.recvCanceled {
+				c.recvSingle = true
 			}
 			c.armRecv()
 		}
 	case errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR,
-		errnoOf(res) == unix.ECANCELED && r.canceled:
+		errnoOf(res) == unix.ECANCELED && c.recvCanceled:
 		if final {
 			c.armRecv() // unless still paused
 		}
@@ -366,9 +362,9 @@ func (c *Conn) applyPause(bit uint8, on bool) {
 		return
 	}
 	if c.pause != 0 {
-		if r := &c.recv; r.active && !r.canceled {
-			r.canceled = true
-			_ = c.l.Cancel(r.id)
+		if c.recvActive && !c.recvCanceled {
+			c.recvCanceled = true
+			_ = c.l.Cancel(c.recv.id)
 		}
 		return
 	}
@@ -439,7 +435,7 @@ func (c *Conn) onEOF() {
 	if c.rare != nil {
 		stopTimer(&c.rare.readTimer)
 	}
-	if c.recv.active {
+	if c.recvActive {
 		_ = c.l.Cancel(c.recv.id)
 	}
 	if c.cfg.halfClose {

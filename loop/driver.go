@@ -84,6 +84,7 @@ type driverConfig struct {
 	wait        WaitMode     // how poll blocks
 	shared      bool         // the loop goroutine is not locked to one thread (WithSharedThread)
 	park        *parkHooks   // set by the loop; called around netpoller waits
+	ops         *opTable     // the loop's op table (the epoll driver finds an op by its slot there)
 }
 
 // parkHooks are the loop's side of a netpoller wait: park runs before the

@@ -84,8 +84,7 @@ type epollDriver struct {
 
 // epollOp is the driver's state for one op, indexed by its slot.
 type epollOp struct {
-	o          *op
-	gen        uint32 // o.gen when submitted: guards a reused slot
+	gen        uint32 // the op's gen when submitted: guards a reused slot
 	next, prev uint32 // links in the fd's list, noSlot at the ends
 	heap       int32  // index in the timer heap, -1 when not there
 	where      uint8  // epIdle, epRead, epWrite, epPoll or epTimer
@@ -313,10 +312,10 @@ func (d *epollDriver) now() int64 { return int64(time.Since(d.epoch)) }
 func (d *epollDriver) track(o *op) (*epollOp, error) {
 	d.side.grow(o.slot)
 	e := d.side.at(o.slot)
-	if e.o == o && e.gen == o.gen && e.where != epIdle {
+	if e.gen == o.gen && e.where != epIdle {
 		return nil, fmt.Errorf("loop: epoll: %v op in slot %d submitted twice", o.tag, o.slot)
 	}
-	*e = epollOp{o: o, gen: o.gen, next: noSlot, prev: noSlot, heap: -1}
+	*e = epollOp{gen: o.gen, next: noSlot, prev: noSlot, heap: -1}
 	return e, nil
 }
 
@@ -379,7 +378,7 @@ func (d *epollDriver) withdraw(o *op) bool {
 		return false
 	}
 	e := d.side.at(o.slot)
-	if e.o != o || e.gen != o.gen {
+	if e.gen != o.gen {
 		return false
 	}
 	switch e.where {
@@ -587,7 +586,7 @@ func (d *epollDriver) expireTimers() {
 	for len(d.timers.h) > 0 && d.timers.h[0].when <= now {
 		slot := d.timers.h[0].slot
 		d.timers.remove(0, &d.side)
-		d.final(d.side.at(slot).o, -int32(unix.ETIME))
+		d.final(d.cfg.ops.at(slot), -int32(unix.ETIME))
 	}
 }
 

@@ -152,7 +152,7 @@ func (d *epollDriver) failFd(fd int, res int32) {
 	f := d.fds.at(fd)
 	for i := range f.lists {
 		for f.lists[i].head != noSlot {
-			o := d.side.at(f.lists[i].head).o
+			o := d.cfg.ops.at(f.lists[i].head)
 			d.finish(fd, o, res)
 		}
 	}
@@ -234,7 +234,7 @@ func (d *epollDriver) runRead(fd int) {
 		if s == noSlot {
 			return
 		}
-		o := d.side.at(s).o
+		o := d.cfg.ops.at(s)
 		var st epStep
 		switch o.tag {
 		case tagAccept:
@@ -266,7 +266,7 @@ func (d *epollDriver) runWrite(fd int) {
 			d.addRetry(fd)
 			return
 		}
-		o := d.side.at(s).o
+		o := d.cfg.ops.at(s)
 		var st epStep
 		switch o.tag {
 		case tagConnect:
@@ -526,7 +526,7 @@ func (d *epollDriver) pollAdd(o *op) {
 // notifyPoll reports events to fd's pollers whose mask they match.
 func (d *epollDriver) notifyPoll(fd int, events uint32) {
 	for s := d.fds.at(fd).lists[epPoll-1].head; s != noSlot; {
-		o := d.side.at(s).o
+		o := d.cfg.ops.at(s)
 		next := d.side.at(s).next
 		if m := events & (o.arg | unix.POLLERR | unix.POLLHUP); m != 0 {
 			if o.multishot {
@@ -543,7 +543,7 @@ func (d *epollDriver) notifyPoll(fd int, events uint32) {
 // rebuild, when events may have been lost with the old instance).
 func (d *epollDriver) recheckPoll(fd int) {
 	for s := d.fds.at(fd).lists[epPoll-1].head; s != noSlot; {
-		o := d.side.at(s).o
+		o := d.cfg.ops.at(s)
 		next := d.side.at(s).next
 		if rev := d.pollNow(fd, o.arg); rev != 0 {
 			if o.multishot {

@@ -71,6 +71,8 @@ func newEpHarness(tb testing.TB, cfg ...driverConfig) *epHarness {
 	if len(cfg) > 0 {
 		c = cfg[0]
 	}
+	tab := newOpTable(0)
+	c.ops = tab
 	d, err := newEpollDriver(c)
 	if err != nil {
 		tb.Fatalf("newEpollDriver: %v", err)
@@ -80,7 +82,7 @@ func newEpHarness(tb testing.TB, cfg ...driverConfig) *epHarness {
 			tb.Errorf("close: %v", err)
 		}
 	})
-	return &epHarness{tb: tb, d: d, tab: newOpTable(0), max: 64}
+	return &epHarness{tb: tb, d: d, tab: tab, max: 64}
 }
 
 func (h *epHarness) complete(ud uint64, res int32, flags uint32, data []byte) {

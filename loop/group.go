@@ -56,6 +56,7 @@ func NewGroup(opts ...Option) (*Group, error) {
 	sel := backendSelector{backend: c.backend}
 	for i := 0; i < c.loops; i++ {
 		dcfg := driverConfig{
+			ops:         newOpTable(c.maxOps),
 			name:        loopName(g, i),
 			ringEntries: c.ringEntries,
 			bufCount:    c.bufCount,
@@ -69,7 +70,7 @@ func NewGroup(opts ...Option) (*Group, error) {
 		drv, err := sel.create(dcfg)
 		if err == nil {
 			var l *Loop
-			if l, err = newLoop(g, i, drv, sel.reason); err == nil {
+			if l, err = newLoop(g, i, drv, sel.reason, dcfg.ops); err == nil {
 				if dcfg.shared {
 					dcfg.park.park, dcfg.park.resume = l.parkThread, l.resumeThread
 				}

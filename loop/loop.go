@@ -79,7 +79,7 @@ type hook struct {
 	removed atomic.Bool
 }
 
-func newLoop(g *Group, index int, drv driver, fallback string) (*Loop, error) {
+func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*Loop, error) {
 	c := g.cfg
 	w, err := sched.NewWheel(sched.WheelConfig{Tick: c.tick, Clock: c.clock})
 	if err != nil {
@@ -98,7 +98,7 @@ func newLoop(g *Group, index int, drv driver, fallback string) (*Loop, error) {
 		tail:     sched.NewQueue(0),
 		wheel:    w,
 		done:     make(chan struct{}),
-		ops:      newOpTable(c.maxOps),
+		ops:      ops,
 	}
 	l.state.Store(int32(StateNotStarted))
 	l.nextWakeup.Store(awake)

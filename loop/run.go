@@ -142,14 +142,16 @@ func (l *Loop) turn() {
 			timeout = min(timeout, l.shutdownWait(now))
 		}
 		if timeout > 0 {
+			// Counted before the deadline is visible: a producer may
+			// write the eventfd as soon as it is, and Stats must never
+			// show that write without its sleep (WakeWrites ≤ Sleeps).
+			l.stats.sleeps.Add(1)
 			sleeping = l.publishWait(now + int64(timeout))
 			if !sleeping {
+				l.stats.sleeps.Add(^uint64(0))
 				timeout = 0
 			}
 		}
-	}
-	if sleeping {
-		l.stats.sleeps.Add(1)
 	}
 	l.ioStarted = false
 	l.drv.setHandOff(l.handOff.Load() && l.handOff.Swap(false))
