@@ -2,6 +2,7 @@ package loop_test
 
 import (
 	"bytes"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,9 @@ func newStarveRig(t *testing.T, pairs int) *starveRig {
 	return r
 }
 
+// endRefused marks a receive whose re-arm the terminating loop refused.
+const endRefused = 2
+
 // arm (re-)arms receive i. On the loop.
 func (r *starveRig) arm(i int) {
 	id, err := r.l.RecvProvided(r.rd[i], 0, completerFunc(func(c *loop.Completion) {
@@ -90,10 +94,20 @@ func (r *starveRig) arm(i int) {
 		r.ends[i] = c.Res
 	}))
 	if err != nil {
+		if errors.Is(err, loop.ErrClosed) {
+			// The loop is shutting down: the receive ends with its
+			// last completion.
+			r.mu.Lock()
+			r.ends[i] = endRefused
+			r.mu.Unlock()
+			return
+		}
 		r.t.Errorf("RecvProvided: %v", err)
 		return
 	}
+	r.mu.Lock()
 	r.ids[i] = id
+	r.mu.Unlock()
 }
 
 // send writes n patterned bytes to pair i from a goroutine; the returned
@@ -199,6 +213,7 @@ func TestParkedRecvCancel(t *testing.T) {
 	var canceled []loop.OpID
 	var cancelErr error
 	ids := r.waitParked()
+	which := map[int]bool{} // the pairs whose receive was canceled
 	runOn(t, r.l, func() {
 		for _, id := range r.l.ParkedOps() {
 			if err := r.l.Cancel(id); err != nil {
@@ -209,34 +224,39 @@ func TestParkedRecvCancel(t *testing.T) {
 			}
 			canceled = append(canceled, id)
 		}
+		r.mu.Lock() // on the loop, no receive re-arms meanwhile
+		for i, id := range r.ids {
+			for _, c := range canceled {
+				if id == c {
+					which[i] = true
+				}
+			}
+		}
+		r.mu.Unlock()
 	})
-	if cancelErr != nil || len(canceled) == 0 {
-		t.Fatalf("Cancel: %v (%d parked, %d canceled)", cancelErr, len(ids), len(canceled))
-	}
-	which := map[loop.OpID]bool{}
-	for _, id := range canceled {
-		which[id] = true
+	if cancelErr != nil || len(canceled) == 0 || len(which) != len(canceled) {
+		t.Fatalf("Cancel: %v (%d parked, %d canceled, %d pairs)", cancelErr, len(ids), len(canceled), len(which))
 	}
 	// The canceled receives end with -ECANCELED; unblock their writers.
 	waitFor(t, 10*time.Second, "the canceled receives to end", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		n := 0
-		for i, id := range r.ids {
-			if which[id] && r.ends[i] == -int32(unix.ECANCELED) {
+		for i := range r.ends {
+			if which[i] && r.ends[i] == -int32(unix.ECANCELED) {
 				n++
 			}
 		}
 		return n == len(canceled)
 	})
-	for i, id := range r.ids {
-		if which[id] {
+	for i := range r.rd {
+		if which[i] {
 			unix.Shutdown(r.rd[i], unix.SHUT_RD)
 		}
 	}
 	for i, w := range writes {
 		err := <-w
-		if !which[r.ids[i]] && err != nil {
+		if !which[i] && err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 		unix.Shutdown(r.wr[i], unix.SHUT_WR)
@@ -245,7 +265,7 @@ func TestParkedRecvCancel(t *testing.T) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for i, e := range r.ends {
-			if !which[r.ids[i]] && e != 0 {
+			if !which[i] && e != 0 {
 				return false
 			}
 		}
@@ -253,7 +273,7 @@ func TestParkedRecvCancel(t *testing.T) {
 	})
 	r.mu.Lock()
 	for i := range pairs {
-		if !which[r.ids[i]] && !bytes.Equal(r.got[i], pattern(i, size)) {
+		if !which[i] && !bytes.Equal(r.got[i], pattern(i, size)) {
 			t.Errorf("receive %d: %d bytes, not the %d sent in order", i, len(r.got[i]), size)
 		}
 	}
