@@ -47,6 +47,10 @@ type BufRing struct {
 	// held buffer, so a buffer can never be in the ring twice, where the
 	// kernel could hand it to two receives at once.
 	held []uint64
+	// slotOf is the ring position (the 16-bit index the tail counts in)
+	// each buffer was last added at, so TakeBundle finds the entries that
+	// followed a bundle's first buffer.
+	slotOf []uint16
 	// Misuse counts refused calls: Take of a buffer already held (the
 	// kernel handed out a buffer it did not own) and Recycle of a buffer
 	// not held (a double or stray give-back).
@@ -88,6 +92,7 @@ func (r *Ring) NewBufRing(bgid uint16, entries uint32, bufSize uint32) (*BufRing
 		mask:     uint16(entries - 1),
 		bgid:     bgid,
 		held:     make([]uint64, (entries+63)/64),
+		slotOf:   make([]uint16, entries),
 	}
 	reg := BufReg{RingAddr: uint64(uintptr(mem)), RingEntries: entries, Bgid: bgid}
 	if _, err := r.register("PBUF_RING", registerPbufRing, unsafe.Pointer(&reg), 1); err != nil {
@@ -188,7 +193,72 @@ func (b *BufRing) Add(bid uint16, offset int) {
 	e.Addr = uint64(uintptr(b.bufs) + uintptr(bid)*uintptr(b.bufSize))
 	e.Len = b.bufSize
 	e.Bid = bid
+	b.slotOf[bid] = b.tail + uint16(offset)
 	b.held[bid/64] &^= uint64(1) << (bid % 64)
+}
+
+// TakeBundle hands the buffers of a bundle receive's completion
+// (RecvsendBundle) to the caller, as Take hands one: the CQE names the
+// first buffer, the others are the ring entries that followed it, as many
+// as the result fills at BufSize each (the kernel takes consecutive
+// entries from the ring's head). It appends their ids, in order, to bids.
+// ok is false, and nothing is taken, when the CQE names no buffer of this
+// ring or any of those buffers is held already (counted in Misuse). The
+// bytes are the first res of the buffers' concatenation: see Bundle.
+func (b *BufRing) TakeBundle(c *CQE, bids []uint16) (_ []uint16, ok bool) {
+	if c.Flags&CQEFBuffer == 0 || b.closed {
+		return bids, false
+	}
+	first := uint16(c.Flags >> CQEBufferShift)
+	if first > b.mask {
+		b.misuse++
+		return bids, false
+	}
+	n := 1
+	if c.Res > 0 {
+		n = (int(c.Res) + int(b.bufSize) - 1) / int(b.bufSize)
+	}
+	if n > b.Entries() {
+		b.misuse++
+		return bids, false
+	}
+	start := len(bids)
+	pos := b.slotOf[first]
+	for i := range n {
+		bid := b.ring[(pos+uint16(i))&b.mask].Bid
+		if i == 0 {
+			bid = first
+		}
+		if b.Held(bid) {
+			b.misuse++
+			for _, t := range bids[start:] { // take none
+				b.held[t/64] &^= uint64(1) << (t % 64)
+			}
+			return bids[:start], false
+		}
+		b.held[bid/64] |= uint64(1) << (bid % 64)
+		bids = append(bids, bid)
+	}
+	return bids, true
+}
+
+// Bundle returns the bytes a bundle completion of n bytes left in bids
+// (from TakeBundle): one slice when the buffers lie next to each other in
+// memory (consecutive ids, as a freshly made or orderly recycled ring
+// gives), else nil, and the caller reads them buffer by buffer with Buf.
+func (b *BufRing) Bundle(bids []uint16, n int) []byte {
+	if len(bids) == 0 || n <= 0 || b.closed {
+		return nil
+	}
+	for i := 1; i < len(bids); i++ {
+		if bids[i] != bids[0]+uint16(i) {
+			return nil
+		}
+	}
+	if n > len(bids)*int(b.bufSize) {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(b.bufs, uintptr(bids[0])*uintptr(b.bufSize))), n)
 }
 
 // Advance publishes n buffers added since the last Advance.
