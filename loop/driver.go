@@ -85,6 +85,7 @@ type driverConfig struct {
 	shared      bool         // the loop goroutine is not locked to one thread (WithSharedThread)
 	park        *parkHooks   // set by the loop; called around netpoller waits
 	ops         *opTable     // the loop's op table (the epoll driver finds an op by its slot there)
+	recvBundles bool         // WithRecvBundles
 }
 
 // parkHooks are the loop's side of a netpoller wait: park runs before the
@@ -151,6 +152,7 @@ type Features struct {
 	ExtArg          bool     // waits use IORING_ENTER_EXT_ARG (else a TIMEOUT SQE)
 	MultishotAccept bool     // accept is multishot (else re-armed single shots)
 	MultishotRecv   bool     // recv is multishot with provided buffers
+	RecvBundle      bool     // a provided-buffer receive may fill several buffers per completion (WithRecvBundles)
 	BufRing         bool     // a provided-buffer ring is registered
 	BufCount        uint32   // provided buffers per loop, as configured (WithBufferRing)
 	BufSize         uint32   // bytes per provided buffer, as configured (WithBufferRing)

@@ -152,6 +152,8 @@ type uringDriver struct {
 	lostCQEs     atomic.Uint64 // CQEs the kernel reports as dropped (cq overflow counter)
 	lastOverflow uint32        // cq overflow counter at the last poll
 	bufMisuse    atomic.Uint64 // completions naming a provided buffer not the kernel's to give
+	bundles      atomic.Uint64 // provided-buffer completions that carried several buffers
+	bundleBids   []uint16      // TakeBundle's scratch
 
 	// Fault-injection state (fault_on.go; unused in ordinary builds):
 	// fake results planned by slot, buffers held back for fake failures.
@@ -238,6 +240,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		SetupFlags:      d.flags,
 		BufCount:        d.cfg.bufCount,
 		BufSize:         d.cfg.bufSize,
+		RecvBundle:      cfg.recvBundles && r.Features()&ring.FeatRecvSendBundle != 0,
 	}
 	d.feat.Wait, d.feat.SharedThread = cfg.wait, cfg.shared
 	if cfg.wait == WaitNetpoll && d.waitErr != nil {
@@ -577,6 +580,9 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			sqe.PrepRecv(fd, nil, o.arg)
 		}
 		sqe.SetBufferGroup(d.br.Group())
+		if d.feat.RecvBundle {
+			sqe.IoPrio |= ring.RecvsendBundle
+		}
 	case tagSend:
 		sqe.PrepSend(fd, o.buf, o.arg|unix.MSG_NOSIGNAL)
 	case tagSendmsg:
@@ -804,6 +810,9 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	ud, res, flags := c.UserData, c.Res, c.Flags
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
+	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil && d.feat.RecvBundle:
+		d.deliverBundle(c, br, sink)
+		return
 	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil:
 		// The buffer id is the CQE's, also on failure (kernels of the
 		// 5.19 era post res < 0 with the buffer the receive selected):
@@ -835,6 +844,58 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 		}
 	}
 	sink.complete(ud, res, flags, nil)
+}
+
+// deliverBundle passes a provided-buffer completion that may carry several
+// buffers (IORING_RECVSEND_BUNDLE): the bytes as one Data when the buffers
+// lie together, else one completion per buffer, in order, all but the last
+// with CQEFMore added. Every buffer is recycled after the calls.
+func (d *uringDriver) deliverBundle(c *ring.CQE, br *ring.BufRing, sink completionSink) {
+	ud, res, flags := c.UserData, c.Res, c.Flags
+	bids, ok := br.TakeBundle(c, d.bundleBids[:0])
+	d.bundleBids = bids
+	switch {
+	case !ok:
+		if res > 0 {
+			res = -int32(unix.EIO) // bytes in buffers the loop already held: not to be trusted
+		}
+		sink.complete(ud, res, flags, nil)
+		d.bufMisuse.Add(1)
+		d.cfg.logger.Error("io_uring completion names a buffer the loop already holds",
+			"loop", d.cfg.name, "bid", uint16(flags>>ring.CQEBufferShift), "res", res)
+		if debugChecks {
+			panic("loop: provided buffer handed out twice")
+		}
+		return
+	case res <= 0:
+		sink.complete(ud, res, flags, nil)
+	case len(bids) == 1:
+		sink.complete(ud, res, flags, br.Buf(bids[0])[:res])
+	default:
+		d.bundles.Add(1)
+		if v := br.Bundle(bids, int(res)); v != nil {
+			sink.complete(ud, res, flags, v)
+			break
+		}
+		left, size := int(res), br.BufSize()
+		for i, bid := range bids {
+			k := min(left, size)
+			f := flags
+			if i < len(bids)-1 {
+				f |= ring.CQEFMore
+			}
+			sink.complete(ud, int32(k), f, br.Buf(bid)[:k])
+			left -= k
+		}
+	}
+	for _, bid := range bids {
+		if faultsEnabled && res > 0 && d.faultHoldBuf(br, bid) {
+			continue
+		}
+		if !br.Recycle(bid) {
+			d.bufMisuse.Add(1)
+		}
+	}
 }
 
 // connectResult turns the POLLOUT completion of a connect continued by a
@@ -965,6 +1026,7 @@ func (d *uringDriver) close() error {
 func (d *uringDriver) counters(s *Stats) {
 	s.LostCompletions = d.lostCQEs.Load()
 	s.BufferMisuse = d.bufMisuse.Load()
+	s.RecvBundles = d.bundles.Load()
 }
 
 // setHandOff implements driver.

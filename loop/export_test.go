@@ -2,6 +2,7 @@ package loop
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 )
@@ -92,4 +93,14 @@ func (l *Loop) ParkedOps() []OpID {
 		}
 	}
 	return ids
+}
+
+// LiveOps describes the loop's live ops (tag and state). Must be called on
+// the loop goroutine.
+func (l *Loop) LiveOps() []string {
+	var out []string
+	l.ops.each(func(o *op) {
+		out = append(out, fmt.Sprintf("%v fd %d state %d multishot %v", o.tag, o.fd, o.state, o.multishot))
+	})
+	return out
 }

@@ -65,6 +65,7 @@ func NewGroup(opts ...Option) (*Group, error) {
 			logger:      c.logger,
 			wait:        c.resolveWait(),
 			shared:      c.sharedThread,
+			recvBundles: c.recvBundles,
 			park:        &parkHooks{},
 		}
 		drv, err := sel.create(dcfg)

@@ -37,6 +37,7 @@ type config struct {
 	drainTimeout   time.Duration
 	wait           WaitMode
 	sharedThread   bool
+	recvBundles    bool // WithRecvBundles
 }
 
 // Defaults.
@@ -72,6 +73,7 @@ func defaultConfig() config {
 		drainTimeout:   DefaultDrainTimeout,
 		wait:           waitFromEnv(),
 		sharedThread:   os.Getenv("RINGLOOP_THREAD") == "shared",
+		recvBundles:    os.Getenv("RINGLOOP_RECV_BUNDLE") == "on",
 	}
 }
 
@@ -142,6 +144,16 @@ func WithWait(m WaitMode) Option { return func(c *config) { c.wait = m } }
 // not register its fd. docs/loop.md, "Locked or shared thread", says when
 // to pick which; the locked thread is the default.
 func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread = on } }
+
+// WithRecvBundles lets a provided-buffer receive fill several buffers per
+// completion where the kernel can (IORING_RECVSEND_BUNDLE, Linux 6.10;
+// Features.RecvBundle reports it): one completion for a burst instead of
+// one per buffer. The Completer sees the same bytes in the same order,
+// as one Data when the buffers lie together in memory and else as one
+// completion per buffer (all but the last with ring.CQEFMore). Off by
+// default while it is being measured; RINGLOOP_RECV_BUNDLE=on in the
+// environment turns it on. io_uring only.
+func WithRecvBundles(on bool) Option { return func(c *config) { c.recvBundles = on } }
 
 // WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0):
 // one loop per P, because each loop is a goroutine locked to an OS thread

@@ -53,6 +53,10 @@ type Stats struct {
 	// loop already held (never given back twice: see ring.BufRing.Take).
 	LostCompletions uint64
 	BufferMisuse    uint64
+
+	// RecvBundles counts provided-buffer completions that carried several
+	// buffers (WithRecvBundles).
+	RecvBundles uint64
 }
 
 // GroupStats is a snapshot of every loop of a group plus their sum.
@@ -129,5 +133,6 @@ func (s *Stats) add(o *Stats) {
 	s.Quarantined += o.Quarantined
 	s.QuarantinedBytes += o.QuarantinedBytes
 	s.LostCompletions += o.LostCompletions
+	s.RecvBundles += o.RecvBundles
 	s.BufferMisuse += o.BufferMisuse
 }
