@@ -139,6 +139,54 @@ func pattern(i, n int) []byte {
 	return p
 }
 
+// sendAll starts a writer of n bytes on every pair.
+func (r *starveRig) sendAll(n int) []chan error {
+	var writes []chan error
+	for i := range r.wr {
+		writes = append(writes, r.send(i, n))
+	}
+	return writes
+}
+
+// finish waits for the writers, fails on a write error of a pair not in
+// skip, and shuts every writer's side, so the receives reach EOF.
+func (r *starveRig) finish(writes []chan error, skip map[int]bool) {
+	for i, w := range writes {
+		if err := <-w; err != nil && !skip[i] {
+			r.t.Fatalf("write %d: %v", i, err)
+		}
+		unix.Shutdown(r.wr[i], unix.SHUT_WR)
+	}
+}
+
+// checkStreams waits until every receive not in skip has ended, then checks
+// that each ended at EOF with the n bytes sent, in order.
+func (r *starveRig) checkStreams(n int, skip map[int]bool) {
+	waitFor(r.t, 20*time.Second, "every receive to reach EOF", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for i, e := range r.ends {
+			if !skip[i] && e == 1 {
+				return false
+			}
+		}
+		return true
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.ends {
+		if skip[i] {
+			continue
+		}
+		if r.ends[i] != 0 {
+			r.t.Errorf("receive %d ended with %d, want EOF", i, r.ends[i])
+		}
+		if !bytes.Equal(r.got[i], pattern(i, n)) {
+			r.t.Errorf("receive %d: %d bytes, not the %d sent in order", i, len(r.got[i]), n)
+		}
+	}
+}
+
 func (r *starveRig) parked() []loop.OpID {
 	var ids []loop.OpID
 	runOn(r.t, r.l, func() { ids = r.l.ParkedOps() })
@@ -150,36 +198,10 @@ func (r *starveRig) parked() []loop.OpID {
 func TestParkedRecvIntegrity(t *testing.T) {
 	const pairs, size = 8, 256 << 10
 	r := newStarveRig(t, pairs)
-	var writes []chan error
-	for i := range pairs {
-		writes = append(writes, r.send(i, size))
-	}
-	for i, w := range writes {
-		if err := <-w; err != nil {
-			t.Fatalf("write %d: %v", i, err)
-		}
-		unix.Shutdown(r.wr[i], unix.SHUT_WR)
-	}
-	waitFor(t, 20*time.Second, "every receive to reach EOF", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, e := range r.ends {
-			if e == 1 {
-				return false
-			}
-		}
-		return true
-	})
+	r.finish(r.sendAll(size), nil)
+	r.checkStreams(size, nil)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := range pairs {
-		if r.ends[i] != 0 {
-			t.Errorf("receive %d ended with %d, want EOF", i, r.ends[i])
-		}
-		if !bytes.Equal(r.got[i], pattern(i, size)) {
-			t.Errorf("receive %d: %d bytes, not the %d sent in order", i, len(r.got[i]), size)
-		}
-	}
 	if r.noBufs != 0 {
 		t.Errorf("%d -ENOBUFS completions reached a Completer", r.noBufs)
 	}
@@ -206,10 +228,7 @@ func (r *starveRig) waitParked() []loop.OpID {
 func TestParkedRecvCancel(t *testing.T) {
 	const pairs, size = 8, 1 << 20
 	r := newStarveRig(t, pairs)
-	var writes []chan error
-	for i := range pairs {
-		writes = append(writes, r.send(i, size))
-	}
+	writes := r.sendAll(size)
 	var canceled []loop.OpID
 	var cancelErr error
 	ids := r.waitParked()
@@ -254,30 +273,8 @@ func TestParkedRecvCancel(t *testing.T) {
 			unix.Shutdown(r.rd[i], unix.SHUT_RD)
 		}
 	}
-	for i, w := range writes {
-		err := <-w
-		if !which[i] && err != nil {
-			t.Fatalf("write %d: %v", i, err)
-		}
-		unix.Shutdown(r.wr[i], unix.SHUT_WR)
-	}
-	waitFor(t, 20*time.Second, "the other receives to reach EOF", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for i, e := range r.ends {
-			if !which[i] && e != 0 {
-				return false
-			}
-		}
-		return true
-	})
-	r.mu.Lock()
-	for i := range pairs {
-		if !which[i] && !bytes.Equal(r.got[i], pattern(i, size)) {
-			t.Errorf("receive %d: %d bytes, not the %d sent in order", i, len(r.got[i]), size)
-		}
-	}
-	r.mu.Unlock()
+	r.finish(writes, which)
+	r.checkStreams(size, which)
 	var inFlight int
 	runOn(t, r.l, func() { inFlight = r.l.OpsInFlight() })
 	if inFlight != 0 {
@@ -290,38 +287,14 @@ func TestParkedRecvCancel(t *testing.T) {
 func TestParkedRecvRebuild(t *testing.T) {
 	const pairs, size = 8, 512 << 10
 	r := newStarveRig(t, pairs)
-	var writes []chan error
-	for i := range pairs {
-		writes = append(writes, r.send(i, size))
-	}
+	writes := r.sendAll(size)
 	r.waitParked()
 	if err := r.l.RebuildRing(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the rebuild", func() bool { return r.l.Stats().Rebuilds > 0 })
-	for i, w := range writes {
-		if err := <-w; err != nil {
-			t.Fatalf("write %d: %v", i, err)
-		}
-		unix.Shutdown(r.wr[i], unix.SHUT_WR)
-	}
-	waitFor(t, 20*time.Second, "every receive to reach EOF", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, e := range r.ends {
-			if e != 0 {
-				return false
-			}
-		}
-		return true
-	})
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := range pairs {
-		if !bytes.Equal(r.got[i], pattern(i, size)) {
-			t.Errorf("receive %d: %d bytes, not the %d sent in order", i, len(r.got[i]), size)
-		}
-	}
+	r.finish(writes, nil)
+	r.checkStreams(size, nil)
 	if st := r.l.Stats(); st.RebuildFailures != 0 || st.Quarantined != 0 {
 		t.Fatalf("rebuild failures %d, quarantined %d", st.RebuildFailures, st.Quarantined)
 	}
