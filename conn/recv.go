@@ -71,7 +71,13 @@ func (c *Conn) armRecv() {
 		err error
 	)
 	if !c.recvSingle {
-		id, err = c.l.RecvProvided(int(c.fd), 0, (*recvDone)(c))
+		if c.unixSock {
+			// Single shots: a multishot receive over AF_UNIX can miss
+			// the peer's shutdown (RecvProvidedOnce).
+			id, err = c.l.RecvProvidedOnce(int(c.fd), 0, (*recvDone)(c))
+		} else {
+			id, err = c.l.RecvProvided(int(c.fd), 0, (*recvDone)(c))
+		}
 		if err != nil {
 			c.recvSingle = true // provided buffers refused: fall back for good
 		}

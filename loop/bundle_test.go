@@ -37,9 +37,8 @@ func TestRecvBundles(t *testing.T) {
 			longest := 0
 			trace := make([][]string, pairs)
 			var rd, wr []int
-			// TCP: over AF_UNIX socket pairs a multishot receive was seen
-			// to miss the peer's shutdown after receives ran the ring dry
-			// (docs/conn.md, "Known issues").
+			// TCP: over AF_UNIX a multishot receive can miss the peer's
+			// shutdown (RecvProvidedOnce).
 			for range pairs {
 				client, server := testutil.TCPPair(t)
 				unix.SetNonblock(server, true)

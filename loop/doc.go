@@ -19,8 +19,8 @@
 // "Must be called on the loop goroutine". Execute*, LazyExecute,
 // ExecuteAfterTurn, Schedule*, RebuildRing, Stats and the shutdown methods
 // may be called from anywhere. The op API (Accept, Recv, RecvProvided,
-// Send, Sendmsg, SendZC, Connect, Close, Shutdown, Poll, Timeout, Nop,
-// Cancel) is loop-only: call it from a task or a callback. [Loop.InLoop]
+// RecvProvidedOnce, Send, Sendmsg, SendZC, Connect, Close, Shutdown, Poll,
+// Timeout, Nop, Cancel) is loop-only: call it from a task or a callback. [Loop.InLoop]
 // tells code where it runs (it compares gettid(2) with the loop thread's
 // id); builds with the uringdebug tag check loop-only calls this way and
 // panic on stale completions.

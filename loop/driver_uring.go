@@ -572,7 +572,8 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		// thread. A single shot is re-armed from the thread the loop
 		// runs on. (Accepts stay multishot: one such wakeup per
 		// connection at most.)
-		if d.feat.MultishotRecv && !d.cfg.shared {
+		// RecvProvidedOnce asks for single shots too (AF_UNIX).
+		if o.multishot && d.feat.MultishotRecv && !d.cfg.shared {
 			sqe.PrepRecvMultishot(fd, o.arg)
 		} else {
 			// Single shot from the buffer group: the completion has no

@@ -364,7 +364,7 @@ type recvStream struct {
 
 func (s *recvStream) arm() {
 	o := s.h.tab.alloc(tagRecvBuf)
-	o.fd = int32(s.fd)
+	o.fd, o.multishot = int32(s.fd), true
 	o.c = s
 	if err := s.h.d.submit(o); err != nil {
 		s.h.tb.Fatalf("submit recv-provided: %v", err)
@@ -742,7 +742,7 @@ func TestUringDriverStaleCQE(t *testing.T) {
 
 	client, server := testutil.TCPPair(t)
 	ro := h.tab.alloc(tagRecvBuf)
-	ro.fd = int32(server)
+	ro.fd, ro.multishot = int32(server), true
 	if err := h.d.submit(ro); err != nil {
 		t.Fatal(err)
 	}
@@ -813,7 +813,7 @@ func TestUringDriverCloseIdempotent(t *testing.T) {
 	lfd, _ := testutil.ListenFd(t)
 	a, _ := testutil.SocketPair(t)
 	h.submit(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
-	h.submit(tagRecvBuf, func(o *op) { o.fd = int32(a) })
+	h.submit(tagRecvBuf, func(o *op) { o.fd, o.multishot = int32(a), true })
 	h.poll(0)
 	if _, err := h.d.rebuild(h.tab, h.sink); err != nil {
 		t.Fatal(err)
@@ -851,7 +851,7 @@ func TestUringDriverNoAllocs(t *testing.T) {
 
 	client, server := testutil.TCPPair(t)
 	o := h.tab.alloc(tagRecvBuf)
-	o.fd, o.c = int32(server), c
+	o.fd, o.c, o.multishot = int32(server), c, true
 	h.d.submit(o)
 	one := []byte{1}
 	recv := func() {

@@ -76,8 +76,8 @@ type Completer interface {
 //
 //	tagAccept   fd; multishot. Res: the new fd (SOCK_NONBLOCK|SOCK_CLOEXEC).
 //	tagRecv     fd, buf, arg = recv flags. Res: bytes, 0 at EOF.
-//	tagRecvBuf  fd, arg = recv flags; always multishot, provided buffers;
-//	            Completion.Data holds the bytes.
+//	tagRecvBuf  fd, arg = recv flags; provided buffers; multishot unless
+//	            RecvProvidedOnce. Completion.Data holds the bytes.
 //	tagSend     fd, buf, arg = send flags (MSG_NOSIGNAL is always added).
 //	tagSendmsg  fd, bufs (iov and msg are built from them), arg = flags.
 //	tagSendZC   fd, buf, arg = flags; final completion is the notification.

@@ -108,6 +108,27 @@ func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 	return l.startOp(o)
 }
 
+// RecvProvidedOnce is RecvProvided without the kernel's multishot receive:
+// on io_uring each submission completes once, without ring.CQEFMore, and
+// the caller re-arms after it (as after any completion without F_MORE).
+// Everything else is as for RecvProvided: provided buffers, bundles where
+// enabled, parking while the buffers run out.
+//
+// Use it for AF_UNIX stream sockets: there a multishot receive can miss
+// the peer's shutdown on current kernels (all the bytes arrive, the end
+// of stream never does; liburing issue 1549), which a single shot does
+// not. The epoll backend reads until EAGAIN either way, so its
+// completions may still carry ring.CQEFMore; a caller handles both.
+// Must be called on the loop goroutine.
+func (l *Loop) RecvProvidedOnce(fd int, flags int, c Completer) (OpID, error) {
+	o, err := l.newOp(tagRecvBuf, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.arg = uint32(flags)
+	return l.startOp(o)
+}
+
 // Send sends buf (MSG_NOSIGNAL is always added to flags). Res is the byte
 // count, possibly short, or -errno. Must be called on the loop goroutine.
 func (l *Loop) Send(fd int, buf []byte, flags int, c Completer) (OpID, error) {

@@ -70,7 +70,7 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 	deliver := func(c ring.CQE) rec {
 		o := h.tab.alloc(tagRecvBuf)
 		r := &recorder{}
-		o.c, o.fd, o.state = r, int32(a), opInFlight
+		o.c, o.fd, o.state, o.multishot = r, int32(a), opInFlight, true
 		c.UserData = o.userData()
 		h.d.deliver(&c, h.d.br, h.sink)
 		if len(r.got) != 1 {
