@@ -77,6 +77,12 @@ func main() {
 	idle := flag.Int("idle", 0, "measure server memory per idle connection with this many connections instead of the sweep (echo servers; -reps repetitions, -sizes' first size echoed once per connection)")
 	idleSettle := flag.Duration("idle-settle", 3*time.Second, "with -idle: wait between the last connection and the RSS reading")
 	where := flag.Bool("where", false, "one run per server and cell with perf attached: system calls, SQEs and context switches per request and a grouped CPU profile, into where.md (needs perf)")
+	var variants []variant
+	flag.Func("variant", "`NAME=SERVER:ENV=VALUE[:ENV=VALUE…]`: also run SERVER as NAME with this extra environment, side by side with it (repeatable; e.g. uring-bundle=ringloop-uring:RINGLOOP_RECV_BUNDLE=on)", func(v string) error {
+		x, err := parseVariant(v)
+		variants = append(variants, x)
+		return err
+	})
 	flag.Parse()
 
 	p, ok := profiles[*prof]
@@ -148,6 +154,12 @@ func main() {
 			wanted[s] = true
 		}
 	}
+	for _, v := range variants {
+		if !contains(serverOrder, v.base) || contains(serverOrder, v.name) {
+			fatal(fmt.Errorf("variant %s: unknown server %q or a name already taken", v.name, v.base))
+		}
+		wanted[v.base] = true
+	}
 	for s := range wanted {
 		if !contains(serverOrder, s) {
 			fatal(fmt.Errorf("unknown server %q (have %s)", s, strings.Join(serverOrder, ", ")))
@@ -160,6 +172,7 @@ func main() {
 		fatal(err)
 	}
 	meta.CInfo = cinfo
+	addVariants(servers, variants)
 	var order []server
 	for _, n := range serverOrder {
 		if s, ok := servers[n]; ok {
@@ -337,3 +350,51 @@ func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "harness:", err)
 	os.Exit(1)
 }
+
+// A variant runs one of the servers under another name with extra
+// environment (a loop option's variable, say), so that the two are
+// measured side by side in one run.
+type variant struct {
+	name, base string
+	env        []string
+}
+
+func parseVariant(v string) (variant, error) {
+	name, rest, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return variant{}, fmt.Errorf("want NAME=SERVER:ENV=VALUE, got %q", v)
+	}
+	parts := strings.Split(rest, ":")
+	x := variant{name: name, base: parts[0]}
+	for _, e := range parts[1:] {
+		if !strings.Contains(e, "=") {
+			return variant{}, fmt.Errorf("variant %s: %q is not ENV=VALUE", name, e)
+		}
+		x.env = append(x.env, e)
+	}
+	if len(x.env) == 0 {
+		return variant{}, fmt.Errorf("variant %s: no ENV=VALUE", name)
+	}
+	return x, nil
+}
+
+// addVariants adds each variant whose server was built, placed after it in
+// the report's order.
+func addVariants(servers map[string]server, variants []variant) {
+	for i, v := range variants {
+		sv, ok := servers[v.base]
+		if !ok {
+			continue
+		}
+		sv.Name = v.name
+		sv.Env = append(append([]string(nil), sv.Env...), v.env...)
+		servers[v.name] = sv
+		at := indexOf(serverOrder, v.base) + 1
+		serverOrder = append(serverOrder[:at], append([]string{v.name}, serverOrder[at:]...)...)
+		if serverColor[v.name] == "" {
+			serverColor[v.name] = variantColors[i%len(variantColors)]
+		}
+	}
+}
+
+var variantColors = []string{"#e377c2", "#17becf", "#bcbd22", "#7f7f7f"}
