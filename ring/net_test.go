@@ -442,3 +442,97 @@ func TestRecvBundle(t *testing.T) {
 		}
 	}
 }
+
+// TestRecvIncremental: on an incremental buffer ring (6.12) small receives
+// fill one buffer piece by piece: each completion names the same buffer
+// with CQEFBufMore and its bytes follow the last ones; the receive that
+// fills the buffer to its end comes without CQEFBufMore, and only then
+// does the caller hold (and recycle) the buffer. A result of 0 (end of
+// stream) fills nothing and leaves the buffer with the kernel.
+func TestRecvIncremental(t *testing.T) {
+	r := newRing(t, 8, nil)
+	client, server := testutil.TCPPair(t)
+	const (
+		bgid    = 11
+		nbufs   = 4
+		bufSize = 1024
+	)
+	br, err := r.NewBufRingInc(bgid, nbufs, bufSize)
+	if errors.Is(err, unix.EINVAL) {
+		t.Skip("kernel without IOU_PBUF_RING_INC (6.12)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !br.Incremental() {
+		t.Fatal("Incremental() false on an incremental ring")
+	}
+	recv := func() ring.CQE {
+		sqe := getSQE(t, r)
+		sqe.PrepRecv(server, nil, 0)
+		sqe.SetBufferGroup(bgid)
+		if _, err := r.Submit(); err != nil {
+			t.Fatal(err)
+		}
+		return reapOne(t, r)
+	}
+	var sent, got []byte
+	pieces := map[uint16]int{} // completions per buffer
+	retired := 0
+	for round := range 40 { // 40 × 100 B: the first buffers fill and retire
+		msg := make([]byte, 100)
+		for i := range msg {
+			msg[i] = byte(round*13 + i)
+		}
+		if _, err := unix.Write(client, msg); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, msg...)
+		for len(got) < len(sent) {
+			c := recv()
+			data, bid, ok := br.Take(&c)
+			if !ok || c.Res <= 0 || len(data) != int(c.Res) {
+				t.Fatalf("round %d: recv %+v: take ok %v, %d bytes", round, c, ok, len(data))
+			}
+			got = append(got, data...)
+			pieces[bid]++
+			more := c.Flags&ring.CQEFBufMore != 0
+			if more == br.Holds(&c) {
+				t.Fatalf("round %d: BUF_MORE %v but held %v", round, more, br.Holds(&c))
+			}
+			if !more {
+				retired++
+				if !br.Recycle(bid) {
+					t.Fatalf("recycle of retired buffer %d refused", bid)
+				}
+			} else if br.Recycle(bid) {
+				t.Fatalf("recycle of buffer %d the kernel still fills was accepted", bid)
+			}
+		}
+	}
+	if !bytes.Equal(got, sent) {
+		t.Fatalf("received %d bytes, sent %d: not the same in order", len(got), len(sent))
+	}
+	if retired < 3 {
+		t.Fatalf("%d buffers retired; 4,000 bytes in 1,024-byte buffers should retire 3", retired)
+	}
+	for bid, n := range pieces {
+		if n < 8 {
+			t.Fatalf("buffer %d filled by %d receives; want ≥ 8 pieces of ≤ 100 B", bid, n)
+		}
+	}
+	misuse := br.Misuse() // the refused Recycle calls above
+	unix.Shutdown(client, unix.SHUT_WR)
+	c := recv()
+	if c.Res != 0 {
+		t.Fatalf("recv at EOF = %+v", c)
+	}
+	if c.Flags&ring.CQEFBuffer != 0 {
+		if _, _, ok := br.Take(&c); !ok || br.Holds(&c) {
+			t.Fatalf("EOF completion %+v: take ok %v, held %v; want the kernel to keep it", c, ok, br.Holds(&c))
+		}
+	}
+	if br.Misuse() != misuse {
+		t.Fatalf("misuse %d after EOF, was %d", br.Misuse(), misuse)
+	}
+}
