@@ -13,139 +13,261 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Provided-buffer receives with and without bundles (WithRecvBundles): the
-// same bytes in the same order either way; with bundles on a kernel that
-// has them, completions carry several buffers (as one Data longer than a
-// buffer, or as one completion per buffer), without them never.
-func TestRecvBundles(t *testing.T) {
-	testutil.SkipIfNoUring(t)
-	for _, on := range []bool{true, false} {
-		name := map[bool]string{true: "bundles", false: "no-bundles"}[on]
-		t.Run(name, func(t *testing.T) {
-			const pairs, size, bufSize = 4, 512 << 10, 1024
-			g := newGroup(t, loop.BackendUring, loop.WithLoops(1), loop.WithBufferRing(64, bufSize), loop.WithRecvBundles(on))
-			l := g.Loop(0)
-			if on && !l.Features().RecvBundle {
-				t.Skip("kernel without IORING_RECVSEND_BUNDLE (6.10)")
-			}
-			if !on && l.Features().RecvBundle {
-				t.Fatal("Features.RecvBundle with WithRecvBundles(false)")
-			}
-			var mu sync.Mutex
-			got := make([][]byte, pairs)
-			ended := make([]bool, pairs)
-			longest := 0
-			trace := make([][]string, pairs)
-			var rd, wr []int
-			// TCP: over AF_UNIX a multishot receive can miss the peer's
-			// shutdown (RecvProvidedOnce).
-			for range pairs {
-				client, server := testutil.TCPPair(t)
-				unix.SetNonblock(server, true)
-				unix.SetNonblock(client, false)
-				rd, wr = append(rd, server), append(wr, client)
-			}
-			var writers sync.WaitGroup
-			t.Cleanup(func() { // before testutil's, which close the fds
-				shutdown(t, g)
-				for i := range rd {
-					unix.Shutdown(rd[i], unix.SHUT_RDWR)
-				}
-				writers.Wait()
-			})
-			var arm func(i int)
-			arm = func(i int) {
-				_, err := l.RecvProvided(rd[i], 0, completerFunc(func(c *loop.Completion) {
-					mu.Lock()
-					trace[i] = append(trace[i], fmt.Sprintf("%d/%#x", c.Res, c.Flags&0xffff))
-					if c.Res > 0 {
-						got[i] = append(got[i], c.Data...)
-						longest = max(longest, len(c.Data))
-					}
-					final := c.Flags&ring.CQEFMore == 0
-					res := c.Res
-					mu.Unlock()
-					switch {
-					case final && res > 0:
-						arm(i)
-					case final:
-						mu.Lock()
-						ended[i] = true
-						mu.Unlock()
-					}
-				}))
-				if err != nil {
-					t.Errorf("RecvProvided: %v", err)
-				}
-			}
-			runOn(t, l, func() {
-				for i := range rd {
-					arm(i)
-				}
-			})
-			for i := range wr {
-				writers.Add(1)
-				go func() {
-					defer writers.Done()
-					p := pattern(i, size)
-					for len(p) > 0 {
-						k, err := unix.Write(wr[i], p)
-						if err != nil {
-							return
-						}
-						p = p[k:]
-					}
-					unix.Shutdown(wr[i], unix.SHUT_WR)
-				}()
-			}
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				mu.Lock()
-				done := true
-				for _, e := range ended {
-					done = done && e
-				}
-				mu.Unlock()
-				if done {
-					break
-				}
-				if time.Now().After(deadline) {
-					mu.Lock()
-					var lens []int
-					for i := range got {
-						lens = append(lens, len(got[i]))
-					}
-					mu.Unlock()
-					var parked []loop.OpID
-					var inFlight int
-					var live []string
-					runOn(t, l, func() { parked, inFlight, live = l.ParkedOps(), l.OpsInFlight(), l.LiveOps() })
-					t.Logf("live ops: %v; fds %v", live, rd)
-					for i := range trace {
-						if !ended[i] {
-							tr := trace[i]
-							t.Logf("pair %d: %d completions, last %v", i, len(tr), tr[max(0, len(tr)-8):])
-						}
-					}
-					st := l.Stats()
-					t.Fatalf("receives did not end: received %v of %d each, ended %v; %d parked now (%d parkings), %d ops in flight; stale %d misuse %d lost %d", lens, size, ended, len(parked), st.ParkedRecvs, inFlight, st.StaleCompletions, st.BufferMisuse, st.LostCompletions)
-				}
-				time.Sleep(time.Millisecond)
-			}
+// recvRun is what runRecvs saw: the loop's features and stats, the
+// longest Data and the completions that left their buffer to the kernel
+// (ring.CQEFBufMore).
+type recvRun struct {
+	feat    loop.Features
+	st      loop.Stats
+	longest int
+	bufMore int
+}
+
+// runRecvs receives 4 TCP streams of 512 KiB with RecvProvided on a loop of
+// backend b with 64 buffers of bufSize and opts, and checks that every
+// byte arrives in order and every receive reaches EOF. skipIf names a
+// reason to skip given the loop's features ("" runs).
+func runRecvs(t *testing.T, b loop.Backend, bufSize uint32, skipIf func(loop.Features) string, opts ...loop.Option) recvRun {
+	const pairs, size = 4, 512 << 10
+	g := newGroup(t, b, append([]loop.Option{loop.WithLoops(1), loop.WithBufferRing(64, bufSize)}, opts...)...)
+	l := g.Loop(0)
+	var r recvRun
+	runOn(t, l, func() { r.feat = l.Features() }) // as the started loop has them
+	if skip := skipIf(r.feat); skip != "" {
+		t.Skip(skip)
+	}
+	var mu sync.Mutex
+	got := make([][]byte, pairs)
+	ended := make([]bool, pairs)
+	trace := make([][]string, pairs)
+	var rd, wr []int
+	// TCP: over AF_UNIX a multishot receive can miss the peer's
+	// shutdown (RecvProvidedOnce).
+	for range pairs {
+		client, server := testutil.TCPPair(t)
+		unix.SetNonblock(server, true)
+		unix.SetNonblock(client, false)
+		rd, wr = append(rd, server), append(wr, client)
+	}
+	var writers sync.WaitGroup
+	t.Cleanup(func() { // before testutil's, which close the fds
+		shutdown(t, g)
+		for i := range rd {
+			unix.Shutdown(rd[i], unix.SHUT_RDWR)
+		}
+		writers.Wait()
+	})
+	var arm func(i int)
+	arm = func(i int) {
+		_, err := l.RecvProvided(rd[i], 0, completerFunc(func(c *loop.Completion) {
 			mu.Lock()
-			defer mu.Unlock()
-			for i := range pairs {
-				if !bytes.Equal(got[i], pattern(i, size)) {
-					t.Errorf("pair %d: %d bytes, not the %d sent in order", i, len(got[i]), size)
+			trace[i] = append(trace[i], fmt.Sprintf("%d/%#x", c.Res, c.Flags&0xffff))
+			if c.Res > 0 {
+				got[i] = append(got[i], c.Data...)
+				r.longest = max(r.longest, len(c.Data))
+				if c.Flags&ring.CQEFBufMore != 0 {
+					r.bufMore++
+				}
+			}
+			final := c.Flags&ring.CQEFMore == 0
+			res := c.Res
+			mu.Unlock()
+			switch {
+			case final && res > 0:
+				arm(i)
+			case final:
+				mu.Lock()
+				ended[i] = true
+				mu.Unlock()
+			}
+		}))
+		if err != nil {
+			t.Errorf("RecvProvided: %v", err)
+		}
+	}
+	runOn(t, l, func() {
+		for i := range rd {
+			arm(i)
+		}
+	})
+	for i := range wr {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			p := pattern(i, size)
+			for len(p) > 0 {
+				k, err := unix.Write(wr[i], p)
+				if err != nil {
+					return
+				}
+				p = p[k:]
+			}
+			unix.Shutdown(wr[i], unix.SHUT_WR)
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		done := true
+		for _, e := range ended {
+			done = done && e
+		}
+		mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			var lens []int
+			for i := range got {
+				lens = append(lens, len(got[i]))
+			}
+			mu.Unlock()
+			var parked []loop.OpID
+			var inFlight int
+			var live []string
+			runOn(t, l, func() { parked, inFlight, live = l.ParkedOps(), l.OpsInFlight(), l.LiveOps() })
+			t.Logf("live ops: %v; fds %v", live, rd)
+			for i := range trace {
+				if !ended[i] {
+					tr := trace[i]
+					t.Logf("pair %d: %d completions, last %v", i, len(tr), tr[max(0, len(tr)-8):])
 				}
 			}
 			st := l.Stats()
-			t.Logf("%d completions carried several buffers; longest Data %d bytes", st.RecvBundles, longest)
-			switch {
-			case on && st.RecvBundles == 0:
-				t.Fatal("no completion carried several buffers")
-			case !on && (st.RecvBundles != 0 || longest > bufSize):
-				t.Fatalf("without bundles: %d bundle completions, a Data of %d bytes", st.RecvBundles, longest)
+			t.Fatalf("receives did not end: received %v of %d each, ended %v; %d parked now (%d parkings), %d ops in flight; stale %d misuse %d lost %d", lens, size, ended, len(parked), st.ParkedRecvs, inFlight, st.StaleCompletions, st.BufferMisuse, st.LostCompletions)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range pairs {
+		if !bytes.Equal(got[i], pattern(i, size)) {
+			t.Errorf("pair %d: %d bytes, not the %d sent in order", i, len(got[i]), size)
+		}
+	}
+	r.st = l.Stats()
+	t.Logf("%d completions carried several buffers, %d left theirs to the kernel; longest Data %d bytes", r.st.RecvBundles, r.bufMore, r.longest)
+	return r
+}
+
+// Provided-buffer receives in every mode: plain, bundles
+// (WithRecvBundles), incremental buffers (WithIncrementalBuffers), with a
+// cap (WithRecvCap), and the combinations. The same bytes arrive in the
+// same order in each, and each mode shows in what the Completer sees: a
+// Data longer than a buffer only with bundles, ring.CQEFBufMore only on an
+// incremental ring, no Data over the cap where one is in force. A kernel
+// that lacks a feature skips the mode (the loop then runs without it:
+// TestRecvFallbacks).
+func TestRecvModes(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	const bufSize = 1024
+	none := func(loop.Features) string { return "" }
+	needBundle := func(f loop.Features) string {
+		if !f.RecvBundle {
+			return "kernel without IORING_RECVSEND_BUNDLE (6.10)"
+		}
+		return ""
+	}
+	needInc := func(f loop.Features) string {
+		if !f.IncrementalBuffers {
+			return "kernel without IOU_PBUF_RING_INC (6.12)"
+		}
+		return ""
+	}
+	needCap := func(f loop.Features) string {
+		if f.RecvCap == 0 {
+			return "kernel without a length on multishot receives (6.17)"
+		}
+		return ""
+	}
+	t.Run("plain", func(t *testing.T) {
+		r := runRecvs(t, loop.BackendUring, bufSize, none, loop.WithRecvBundles(false), loop.WithIncrementalBuffers(false))
+		if r.feat.RecvBundle || r.feat.IncrementalBuffers || r.feat.RecvCap != 0 {
+			t.Fatalf("features %+v with every option off", r.feat)
+		}
+		if r.st.RecvBundles != 0 || r.longest > bufSize || r.bufMore != 0 {
+			t.Fatalf("plain ring: %d bundles, a Data of %d bytes, %d BUF_MORE", r.st.RecvBundles, r.longest, r.bufMore)
+		}
+	})
+	t.Run("bundles", func(t *testing.T) {
+		r := runRecvs(t, loop.BackendUring, bufSize, needBundle, loop.WithRecvBundles(true), loop.WithIncrementalBuffers(false))
+		if r.st.RecvBundles == 0 || r.bufMore != 0 {
+			t.Fatalf("bundles: %d bundle completions, %d BUF_MORE", r.st.RecvBundles, r.bufMore)
+		}
+	})
+	t.Run("incremental", func(t *testing.T) {
+		r := runRecvs(t, loop.BackendUring, bufSize, needInc, loop.WithIncrementalBuffers(true))
+		if r.bufMore == 0 || r.longest > bufSize {
+			t.Fatalf("incremental: %d BUF_MORE, a Data of %d bytes", r.bufMore, r.longest)
+		}
+	})
+	t.Run("incremental-not-bundled", func(t *testing.T) {
+		r := runRecvs(t, loop.BackendUring, bufSize, needInc, loop.WithIncrementalBuffers(true), loop.WithRecvBundles(true))
+		if r.feat.RecvBundle || r.st.RecvBundles != 0 || r.longest > bufSize {
+			t.Fatalf("bundles over an incremental ring: feature %v, %d bundles, a Data of %d bytes", r.feat.RecvBundle, r.st.RecvBundles, r.longest)
+		}
+	})
+	for _, mode := range []struct {
+		name string
+		opts []loop.Option
+		skip func(loop.Features) string
+	}{
+		{"cap", nil, needCap},
+		{"cap-bundles", []loop.Option{loop.WithRecvBundles(true)}, needCap},
+		{"cap-incremental", []loop.Option{loop.WithIncrementalBuffers(true)}, needCap},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			const limit = 256
+			r := runRecvs(t, loop.BackendUring, bufSize, mode.skip, append(mode.opts, loop.WithRecvCap(limit))...)
+			if r.feat.RecvCap != limit || r.longest > limit {
+				t.Fatalf("cap %d: Features.RecvCap %d, a Data of %d bytes", limit, r.feat.RecvCap, r.longest)
+			}
+		})
+	}
+	t.Run("cap-epoll", func(t *testing.T) {
+		const limit = 256
+		r := runRecvs(t, loop.BackendEpoll, bufSize, none, loop.WithRecvCap(limit))
+		if r.feat.RecvCap != limit || r.longest > limit {
+			t.Fatalf("cap %d on epoll: Features.RecvCap %d, a Data of %d bytes", limit, r.feat.RecvCap, r.longest)
+		}
+	})
+}
+
+// The loop falls back feature by feature where the kernel lacks one: asked
+// for bundles, incremental buffers and a cap on a kernel without them, it
+// receives with plain single-buffer completions (the cap then holds for
+// single shots only, so Features.RecvCap is 0), and the bytes are the same.
+func TestRecvFallbacks(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	const bufSize = 1024
+	bundles, inc, capped := loop.WithRecvBundles(true), loop.WithIncrementalBuffers(true), loop.WithRecvCap(256)
+	for _, tc := range []struct {
+		name                  string
+		opts                  []loop.Option
+		bundle, inc, mshotLen bool // hidden
+	}{
+		{"no-bundles", []loop.Option{bundles}, true, false, false},
+		{"no-incremental", []loop.Option{inc, bundles}, false, true, false},
+		{"no-multishot-len", []loop.Option{capped}, false, false, true},
+		{"none", []loop.Option{bundles, inc, capped}, true, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			restore := loop.HideKernelFeatures(tc.bundle, tc.inc, tc.mshotLen)
+			defer restore()
+			r := runRecvs(t, loop.BackendUring, bufSize, func(loop.Features) string { return "" }, tc.opts...)
+			f := r.feat
+			if tc.bundle && (f.RecvBundle || r.st.RecvBundles != 0) {
+				t.Fatalf("bundles without the kernel feature: %v, %d bundle completions", f.RecvBundle, r.st.RecvBundles)
+			}
+			if tc.inc && (f.IncrementalBuffers || r.bufMore != 0) {
+				t.Fatalf("incremental buffers without the kernel feature: %v, %d BUF_MORE", f.IncrementalBuffers, r.bufMore)
+			}
+			if tc.mshotLen && f.RecvCap != 0 {
+				t.Fatalf("Features.RecvCap %d without a length on multishot receives", f.RecvCap)
+			}
+			if !f.BufRing {
+				t.Fatal("no buffer ring after a fallback")
 			}
 		})
 	}

@@ -86,6 +86,8 @@ type driverConfig struct {
 	park        *parkHooks   // set by the loop; called around netpoller waits
 	ops         *opTable     // the loop's op table (the epoll driver finds an op by its slot there)
 	recvBundles bool         // WithRecvBundles
+	recvInc     bool         // WithIncrementalBuffers
+	recvCap     uint32       // WithRecvCap (0: none)
 }
 
 // parkHooks are the loop's side of a netpoller wait: park runs before the
@@ -146,18 +148,20 @@ func (b Backend) String() string {
 
 // Features describes what a loop's backend found in the kernel.
 type Features struct {
-	Backend         Backend  // BackendUring or BackendEpoll
-	RingFeatures    uint32   // io_uring IORING_FEAT_* bits (uring only)
-	SetupFlags      uint32   // io_uring setup flags in use (uring only)
-	ExtArg          bool     // waits use IORING_ENTER_EXT_ARG (else a TIMEOUT SQE)
-	MultishotAccept bool     // accept is multishot (else re-armed single shots)
-	MultishotRecv   bool     // recv is multishot with provided buffers
-	RecvBundle      bool     // a provided-buffer receive may fill several buffers per completion (WithRecvBundles)
-	BufRing         bool     // a provided-buffer ring is registered
-	BufCount        uint32   // provided buffers per loop, as configured (WithBufferRing)
-	BufSize         uint32   // bytes per provided buffer, as configured (WithBufferRing)
-	SendZC          bool     // SEND_ZC is available
-	FallbackReason  string   // why auto fell back to epoll, if it did
-	Wait            WaitMode // how the loop waits
-	SharedThread    bool     // the loop runs as a shared-thread goroutine (WithSharedThread)
+	Backend            Backend  // BackendUring or BackendEpoll
+	RingFeatures       uint32   // io_uring IORING_FEAT_* bits (uring only)
+	SetupFlags         uint32   // io_uring setup flags in use (uring only)
+	ExtArg             bool     // waits use IORING_ENTER_EXT_ARG (else a TIMEOUT SQE)
+	MultishotAccept    bool     // accept is multishot (else re-armed single shots)
+	MultishotRecv      bool     // recv is multishot with provided buffers
+	RecvBundle         bool     // a provided-buffer receive may fill several buffers per completion (WithRecvBundles)
+	IncrementalBuffers bool     // the kernel consumes provided buffers incrementally (WithIncrementalBuffers)
+	RecvCap            uint32   // bytes a provided-buffer completion may take at most, where in force (WithRecvCap); 0: none
+	BufRing            bool     // a provided-buffer ring is registered
+	BufCount           uint32   // provided buffers per loop, as configured (WithBufferRing)
+	BufSize            uint32   // bytes per provided buffer, as configured (WithBufferRing)
+	SendZC             bool     // SEND_ZC is available
+	FallbackReason     string   // why auto fell back to epoll, if it did
+	Wait               WaitMode // how the loop waits
+	SharedThread       bool     // the loop runs as a shared-thread goroutine (WithSharedThread)
 }

@@ -187,6 +187,7 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 			MultishotRecv:   true,
 			BufCount:        cfg.bufCount,
 			BufSize:         cfg.bufSize,
+			RecvCap:         cfg.recvCap,
 		},
 	}
 	d.pool.init(cfg.bufCount, cfg.bufSize)

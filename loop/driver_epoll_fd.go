@@ -376,6 +376,9 @@ func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 			}
 			return epYield
 		}
+		if c := d.cfg.recvCap; c != 0 && int(c) < len(b) {
+			b = b[:c]
+		}
 		n, err := epollRecv(fd, b, o.arg)
 		if err != nil || n == 0 {
 			d.pool.put(bi)

@@ -47,9 +47,23 @@ var errDriverClosed = errors.New("loop: uring backend: closed")
 // make io_uring unavailable, e.g. returning &ring.SetupError{Errno: EPERM}.
 var newRingFn = ring.New
 
-// newBufRingFn is (*ring.Ring).NewBufRing; tests (and the fault mode)
-// replace it to make a registration fail.
-var newBufRingFn = (*ring.Ring).NewBufRing
+// newBufRingFn is (*ring.Ring).NewBufRing, or NewBufRingInc with inc;
+// tests replace it to make a registration fail.
+var newBufRingFn = func(r *ring.Ring, bgid uint16, n, size uint32, inc bool) (*ring.BufRing, error) {
+	if inc {
+		return r.NewBufRingInc(bgid, n, size)
+	}
+	return r.NewBufRing(bgid, n, size)
+}
+
+// hiddenFeatures removes kernel features from what uring drivers find, as
+// a kernel without them would; tests of the fallbacks set it before making
+// a group.
+var hiddenFeatures struct {
+	bundle       bool // IORING_FEAT_RECVSEND_BUNDLE (6.10)
+	incremental  bool // IOU_PBUF_RING_INC (6.12): registration refused
+	multishotLen bool // a length on multishot receives (6.17)
+}
 
 // getProbeFn is ring.GetProbe; tests replace it to hide opcodes.
 var getProbeFn = ring.GetProbe
@@ -154,6 +168,7 @@ type uringDriver struct {
 	bufMisuse    atomic.Uint64 // completions naming a provided buffer not the kernel's to give
 	bundles      atomic.Uint64 // provided-buffer completions that carried several buffers
 	bundleBids   []uint16      // TakeBundle's scratch
+	capMultishot bool          // multishot receives take WithRecvCap's length (6.17)
 
 	// Fault-injection state (fault_on.go; unused in ordinary builds):
 	// fake results planned by slot, buffers held back for fake failures.
@@ -240,7 +255,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		SetupFlags:      d.flags,
 		BufCount:        d.cfg.bufCount,
 		BufSize:         d.cfg.bufSize,
-		RecvBundle:      cfg.recvBundles && r.Features()&ring.FeatRecvSendBundle != 0,
+		RecvBundle:      cfg.recvBundles && r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
 	}
 	d.feat.Wait, d.feat.SharedThread = cfg.wait, cfg.shared
 	if cfg.wait == WaitNetpoll && d.waitErr != nil {
@@ -337,6 +352,11 @@ func (d *uringDriver) start() error {
 	}
 	d.br = br
 	d.feat.BufRing = br != nil
+	if br != nil && br.Incremental() {
+		d.feat.IncrementalBuffers = true
+		d.feat.RecvBundle = false // not over an incremental ring
+	}
+	d.setRecvCap()
 	if d.cfg.wait == WaitNetpoll {
 		d.startNetpoll()
 	}
@@ -462,7 +482,16 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 			return nil, nil
 		}
 	}
-	br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize)
+	if d.cfg.recvInc && !hiddenFeatures.incremental {
+		// Before 6.12 the kernel refuses the flag (EINVAL): the plain
+		// ring then.
+		br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize, true)
+		if err == nil {
+			return br, nil
+		}
+		d.cfg.logger.Debug("io_uring incremental buffer ring refused; using a plain one", "loop", d.cfg.name, "err", err)
+	}
+	br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize, false)
 	if err != nil {
 		if errors.Is(err, unix.EINVAL) {
 			return nil, nil
@@ -581,8 +610,11 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			sqe.PrepRecv(fd, nil, o.arg)
 		}
 		sqe.SetBufferGroup(d.br.Group())
-		if d.feat.RecvBundle {
+		if d.feat.RecvBundle && !d.br.Incremental() {
 			sqe.IoPrio |= ring.RecvsendBundle
+		}
+		if sqe.IoPrio&ring.RecvMultishot == 0 || d.capMultishot {
+			sqe.Len = d.cfg.recvCap
 		}
 	case tagSend:
 		sqe.PrepSend(fd, o.buf, o.arg|unix.MSG_NOSIGNAL)
@@ -811,7 +843,7 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	ud, res, flags := c.UserData, c.Res, c.Flags
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
-	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil && d.feat.RecvBundle:
+	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil && d.feat.RecvBundle && !br.Incremental():
 		d.deliverBundle(c, br, sink)
 		return
 	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil:
@@ -825,6 +857,9 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			res = -int32(unix.EIO)
 		}
 		sink.complete(ud, res, flags, data)
+		if ok && !br.Holds(c) {
+			return // an incremental buffer the kernel goes on filling
+		}
 		if faultsEnabled && ok && res > 0 && d.faultHoldBuf(br, bid) {
 			return
 		}
@@ -932,8 +967,9 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 		// sticky.
 	case internalCancel:
 		d.cancelCQEs++
-	case internalTimeout:
-		// The ring consumes its own wait timeouts; nothing to do.
+	case internalTimeout, internalProbe:
+		// The ring consumes its own wait timeouts, and a probe's
+		// completions are reaped by the probe; nothing to do.
 	}
 }
 
@@ -1056,3 +1092,85 @@ func (d *uringDriver) features() Features {
 
 // injectStall implements driver. Safe for concurrent use.
 func (d *uringDriver) injectStall(n int) { d.stall.Add(int64(n)) }
+
+// setRecvCap decides where WithRecvCap is in force: single-shot receives
+// take the cap as their length on every kernel; multishot ones only where
+// the kernel takes a length on them (6.17), which start probes once.
+// Features.RecvCap is the cap when every provided-buffer receive honours
+// it, else 0.
+func (d *uringDriver) setRecvCap() {
+	d.feat.RecvCap = 0
+	if d.cfg.recvCap == 0 || d.br == nil {
+		return
+	}
+	if d.feat.MultishotRecv && !d.cfg.shared {
+		d.capMultishot = d.probeMultishotLen()
+		if !d.capMultishot {
+			d.cfg.logger.Debug("io_uring multishot receives take no length; WithRecvCap caps single shots only", "loop", d.cfg.name)
+			return
+		}
+	}
+	d.feat.RecvCap = d.cfg.recvCap
+}
+
+// probeMultishotLen reports whether the kernel takes a length on a
+// multishot receive with provided buffers. Before 6.17 the prep fails at
+// once with -EINVAL; from 6.17 the receive arms (its socket pair is empty)
+// and the probe cancels it. It runs in start, before anything else is in
+// flight, and reaps its own completions.
+func (d *uringDriver) probeMultishotLen() bool {
+	if hiddenFeatures.multishotLen {
+		return false
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fds[1])
+	defer unix.Close(fds[0])
+	ud := internalUserData(internalProbe)
+	sqe, err := d.getSQE()
+	if err != nil {
+		return false
+	}
+	sqe.PrepRecvMultishot(fds[0], 0)
+	sqe.SetBufferGroup(d.br.Group())
+	sqe.Len = 64
+	sqe.UserData = ud
+	if _, err := d.r.Submit(); err != nil {
+		return false
+	}
+	if c, ok := d.r.PeekCQE(); ok { // failed at prep: posted before submit returned
+		res := c.Res
+		d.r.CQESeen()
+		return res != -int32(unix.EINVAL) && res >= 0
+	}
+	sqe, err = d.getSQE()
+	if err != nil {
+		return false
+	}
+	sqe.PrepCancel64(ud, 0)
+	sqe.UserData = internalUserData(internalCancel)
+	if _, err := d.r.Submit(); err != nil {
+		return false
+	}
+	// Two completions: the cancel's and the receive's last (-ECANCELED).
+	// Bounded: should one never come, its late arrival is an internal
+	// completion the loop ignores.
+	recvDone, cancelDone := false, false
+	deadline := time.Now().Add(time.Second)
+	for !(recvDone && cancelDone) && time.Now().Before(deadline) {
+		c, err := d.r.WaitCQETimeout(100 * time.Millisecond)
+		if err != nil {
+			continue
+		}
+		switch c.UserData {
+		case ud:
+			recvDone = c.Flags&ring.CQEFMore == 0
+		case internalUserData(internalCancel):
+			cancelDone = true
+		}
+		d.r.CQESeen()
+	}
+	return recvDone
+}

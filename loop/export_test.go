@@ -104,3 +104,12 @@ func (l *Loop) LiveOps() []string {
 	})
 	return out
 }
+
+// HideKernelFeatures makes the uring drivers made until restore is called
+// find a kernel without receive bundles, incremental buffer rings or a
+// length on multishot receives, as named.
+func HideKernelFeatures(bundle, incremental, multishotLen bool) (restore func()) {
+	old := hiddenFeatures
+	hiddenFeatures.bundle, hiddenFeatures.incremental, hiddenFeatures.multishotLen = bundle, incremental, multishotLen
+	return func() { hiddenFeatures = old }
+}

@@ -66,6 +66,8 @@ func NewGroup(opts ...Option) (*Group, error) {
 			wait:        c.resolveWait(),
 			shared:      c.sharedThread,
 			recvBundles: c.recvBundles,
+			recvInc:     c.recvInc,
+			recvCap:     uint32(c.recvCap),
 			park:        &parkHooks{},
 		}
 		drv, err := sel.create(dcfg)

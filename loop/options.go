@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,8 @@ type config struct {
 	wait           WaitMode
 	sharedThread   bool
 	recvBundles    bool // WithRecvBundles
+	recvInc        bool // WithIncrementalBuffers
+	recvCap        int  // WithRecvCap
 }
 
 // Defaults.
@@ -58,6 +61,7 @@ const (
 )
 
 func defaultConfig() config {
+	count, size := bufRingFromEnv()
 	return config{
 		loops:          runtime.GOMAXPROCS(0),
 		name:           "ringloop",
@@ -67,13 +71,15 @@ func defaultConfig() config {
 		stallThreshold: DefaultStallThreshold,
 		tick:           sched.DefaultTick,
 		logger:         slog.Default(),
-		bufCount:       DefaultBufCount,
-		bufSize:        DefaultBufSize,
+		bufCount:       count,
+		bufSize:        size,
 		clock:          sched.SystemClock(),
 		drainTimeout:   DefaultDrainTimeout,
 		wait:           waitFromEnv(),
 		sharedThread:   os.Getenv("RINGLOOP_THREAD") == "shared",
 		recvBundles:    os.Getenv("RINGLOOP_RECV_BUNDLE") == "on",
+		recvInc:        os.Getenv("RINGLOOP_RECV_INC") == "on",
+		recvCap:        recvCapFromEnv(),
 	}
 }
 
@@ -155,6 +161,49 @@ func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread 
 // environment turns it on. io_uring only.
 func WithRecvBundles(on bool) Option { return func(c *config) { c.recvBundles = on } }
 
+// WithIncrementalBuffers has the kernel consume each provided buffer
+// incrementally (IOU_PBUF_RING_INC, Linux 6.12): a receive takes only the
+// bytes it fills, and the next goes on in the same buffer, so large
+// buffers (WithBufferRing) waste nothing on small messages. Features.
+// IncrementalBuffers reports it; a kernel without it gets the plain ring.
+// A ring consumed incrementally is never used for bundles (WithRecvBundles
+// is then ignored): each completion fills part of one buffer. Off by
+// default while it is being measured; RINGLOOP_RECV_INC=on in the
+// environment turns it on. io_uring only.
+func WithIncrementalBuffers(on bool) Option { return func(c *config) { c.recvInc = on } }
+
+// WithRecvCap caps the bytes one provided-buffer completion takes (0, the
+// default, leaves it to the buffer size), so one fast connection cannot
+// take the whole buffer ring in one turn. On io_uring it is the receive's
+// length: honoured by single-shot receives on every kernel and by
+// multishot ones from Linux 6.17 (Features.RecvCap says which is in force;
+// older kernels receive uncapped). On epoll each read is capped. Negative
+// values and values over 1 GiB are rejected. RINGLOOP_RECV_CAP=<bytes> in
+// the environment sets the default.
+func WithRecvCap(n int) Option { return func(c *config) { c.recvCap = n } }
+
+// bufRingFromEnv is the default buffer ring geometry: RINGLOOP_BUF_RING=
+// <count>x<size> if both parse (validate checks them), else the defaults.
+func bufRingFromEnv() (count, size uint32) {
+	c, s, ok := strings.Cut(os.Getenv("RINGLOOP_BUF_RING"), "x")
+	n, err1 := strconv.ParseUint(c, 10, 32)
+	m, err2 := strconv.ParseUint(s, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return DefaultBufCount, DefaultBufSize
+	}
+	return uint32(n), uint32(m)
+}
+
+// recvCapFromEnv is the default receive cap: RINGLOOP_RECV_CAP if it is a
+// byte count, else 0 (no cap).
+func recvCapFromEnv() int {
+	n, err := strconv.Atoi(os.Getenv("RINGLOOP_RECV_CAP"))
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
 // WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0):
 // one loop per P, because each loop is a goroutine locked to an OS thread
 // that competes with the Go scheduler's Ps for CPU; Netty's 2 × cores
@@ -217,7 +266,8 @@ const maxBufRingBytes = 256 << 20
 // WithBufferRing sizes each loop's provided-buffer ring used by
 // RecvProvided: count buffers (a power of two, at most 32768) of size bytes
 // (1..1 MiB), at most 256 MiB in all. 0 for either means its default (256
-// buffers of 4 KiB).
+// buffers of 4 KiB, or RINGLOOP_BUF_RING=<count>x<size> from the
+// environment, e.g. 64x65536).
 func WithBufferRing(count, size uint32) Option {
 	return func(c *config) { c.bufCount, c.bufSize = count, size }
 }
@@ -271,6 +321,9 @@ func (c *config) validate() error {
 	}
 	if err := checkIORatio(c.ioRatio); err != nil {
 		return err
+	}
+	if c.recvCap < 0 || c.recvCap > 1<<30 {
+		return invalidOption("receive cap %d (expected 0 to 1 GiB; 0 means none)", c.recvCap)
 	}
 	if c.ringEntries == 0 {
 		c.ringEntries = d.ringEntries

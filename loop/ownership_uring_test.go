@@ -145,11 +145,11 @@ func TestUringDriverRebuildBufRingRefused(t *testing.T) {
 	old, oldBR, feat := h.d.r, h.d.br, h.d.features()
 	refuse := true
 	saved := newBufRingFn
-	newBufRingFn = func(r *ring.Ring, bgid uint16, n, size uint32) (*ring.BufRing, error) {
+	newBufRingFn = func(r *ring.Ring, bgid uint16, n, size uint32, inc bool) (*ring.BufRing, error) {
 		if refuse {
 			return nil, unix.EINVAL
 		}
-		return saved(r, bgid, n, size)
+		return saved(r, bgid, n, size, inc)
 	}
 	t.Cleanup(func() { newBufRingFn = saved })
 

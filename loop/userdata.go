@@ -49,6 +49,7 @@ const (
 	internalWake    internalID = 1 + iota // the armed eventfd read
 	internalCancel                        // an ASYNC_CANCEL's own completion
 	internalTimeout                       // the wait timeout SQE (kernels without EXT_ARG)
+	internalProbe                         // a start-up probe (probeMultishotLen)
 )
 
 const (
