@@ -142,7 +142,7 @@ func (d *recvDone) Complete(cp *loop.Completion) {
 		if c.recvSingle {
 			data = c.rare.rbuf[:res]
 		}
-		c.deliver(data)
+		c.deliverChunks(data)
 		if final {
 			c.armRecv()
 		}
@@ -232,6 +232,27 @@ func (c *Conn) consume(n int) {
 			k.buf = nil
 		}
 	}
+}
+
+// deliverChunks delivers data a loop buffer at a time when it is longer
+// (a bundle receive fills several buffers at once): a handler that pauses
+// reading, or a connection that does on becoming unwritable, stops the
+// bytes after the chunk it was given, and the rest is kept for the resume,
+// as bytes arriving while paused are. So what a paused connection takes in
+// stays within one buffer of what it had when it paused. Must be called on
+// c's loop.
+func (c *Conn) deliverChunks(data []byte) {
+	if len(data) > 512 {
+		chunk := int(c.l.Features().BufSize)
+		for chunk > 0 && len(data) > chunk && c.pause == 0 && c.pending() == 0 && c.state == stateOpen {
+			c.deliver(data[:chunk])
+			data = data[chunk:]
+		}
+		if c.state != stateOpen {
+			return
+		}
+	}
+	c.deliver(data)
 }
 
 // deliver hands received bytes to the handler, or keeps them

@@ -168,7 +168,8 @@ type uringDriver struct {
 	bufMisuse    atomic.Uint64 // completions naming a provided buffer not the kernel's to give
 	bundles      atomic.Uint64 // provided-buffer completions that carried several buffers
 	bundleBids   []uint16      // TakeBundle's scratch
-	capMultishot bool          // multishot receives take WithRecvCap's length (6.17)
+	capMultishot bool          // multishot receives take a length (6.17)
+	recvLen      uint32        // provided-buffer receives' length (setRecvCap); 0: a buffer's
 
 	// Fault-injection state (fault_on.go; unused in ordinary builds):
 	// fake results planned by slot, buffers held back for fake failures.
@@ -614,7 +615,7 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			sqe.IoPrio |= ring.RecvsendBundle
 		}
 		if sqe.IoPrio&ring.RecvMultishot == 0 || d.capMultishot {
-			sqe.Len = d.cfg.recvCap
+			sqe.Len = d.recvLen
 		}
 	case tagSend:
 		sqe.PrepSend(fd, o.buf, o.arg|unix.MSG_NOSIGNAL)
@@ -1093,24 +1094,41 @@ func (d *uringDriver) features() Features {
 // injectStall implements driver. Safe for concurrent use.
 func (d *uringDriver) injectStall(n int) { d.stall.Add(int64(n)) }
 
-// setRecvCap decides where WithRecvCap is in force: single-shot receives
-// take the cap as their length on every kernel; multishot ones only where
-// the kernel takes a length on them (6.17), which start probes once.
-// Features.RecvCap is the cap when every provided-buffer receive honours
-// it, else 0.
+// bundleBufs is how many buffers a bundle takes at most when WithRecvCap
+// sets no cap: 16, 64 KiB of the default 4 KiB buffers.
+const bundleBufs = 16
+
+// setRecvCap decides the receives' length and where it is in force.
+// Single-shot receives take it on every kernel; multishot ones only where
+// the kernel takes a length on them (6.17), which start probes once. The
+// length is WithRecvCap's, or with bundles bundleBufs buffers: without a
+// cap a bundle may take up to 256 buffers, so bundles stay off where
+// multishot receives cannot be capped. Features.RecvCap is the length when
+// every provided-buffer receive honours it, else 0.
 func (d *uringDriver) setRecvCap() {
-	d.feat.RecvCap = 0
-	if d.cfg.recvCap == 0 || d.br == nil {
+	d.feat.RecvCap, d.recvLen = 0, 0
+	if d.br == nil {
+		d.feat.RecvBundle = false
 		return
 	}
-	if d.feat.MultishotRecv && !d.cfg.shared {
-		d.capMultishot = d.probeMultishotLen()
-		if !d.capMultishot {
-			d.cfg.logger.Debug("io_uring multishot receives take no length; WithRecvCap caps single shots only", "loop", d.cfg.name)
-			return
+	d.recvLen = d.cfg.recvCap
+	if d.recvLen == 0 && d.feat.RecvBundle {
+		d.recvLen = bundleBufs * d.cfg.bufSize
+	}
+	if d.recvLen == 0 {
+		return
+	}
+	// The probe also stands for bundles' length: kernels before 6.17
+	// ignore it on a bundle, single shot or not.
+	d.capMultishot = d.feat.MultishotRecv && d.probeMultishotLen()
+	if !d.capMultishot {
+		d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles, and WithRecvCap caps plain single shots only", "loop", d.cfg.name)
+		d.feat.RecvBundle = false
+		if d.recvLen = d.cfg.recvCap; d.recvLen == 0 || (d.feat.MultishotRecv && !d.cfg.shared) {
+			return // multishot receives uncapped
 		}
 	}
-	d.feat.RecvCap = d.cfg.recvCap
+	d.feat.RecvCap = d.recvLen
 }
 
 // probeMultishotLen reports whether the kernel takes a length on a

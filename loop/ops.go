@@ -109,8 +109,10 @@ func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 }
 
 // RecvProvidedOnce is RecvProvided without the kernel's multishot receive:
-// on io_uring each submission completes once, without ring.CQEFMore, and
-// the caller re-arms after it (as after any completion without F_MORE).
+// on io_uring each submission completes once, without ring.CQEFMore (a
+// bundle whose buffers lie apart still arrives as one completion per
+// buffer, all but the last with it), and the caller re-arms after it (as
+// after any completion without F_MORE).
 // Everything else is as for RecvProvided: provided buffers, bundles where
 // enabled, parking while the buffers run out.
 //

@@ -77,7 +77,7 @@ func defaultConfig() config {
 		drainTimeout:   DefaultDrainTimeout,
 		wait:           waitFromEnv(),
 		sharedThread:   os.Getenv("RINGLOOP_THREAD") == "shared",
-		recvBundles:    os.Getenv("RINGLOOP_RECV_BUNDLE") == "on",
+		recvBundles:    os.Getenv("RINGLOOP_RECV_BUNDLE") != "off",
 		recvInc:        os.Getenv("RINGLOOP_RECV_INC") == "on",
 		recvCap:        recvCapFromEnv(),
 	}
@@ -156,9 +156,10 @@ func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread 
 // Features.RecvBundle reports it): one completion for a burst instead of
 // one per buffer. The Completer sees the same bytes in the same order,
 // as one Data when the buffers lie together in memory and else as one
-// completion per buffer (all but the last with ring.CQEFMore). Off by
-// default while it is being measured; RINGLOOP_RECV_BUNDLE=on in the
-// environment turns it on. io_uring only.
+// completion per buffer (all but the last with ring.CQEFMore). On by
+// default: on bulk transfers it saves up to half the CPU per request
+// (docs/benchmarks-analysis.md); RINGLOOP_RECV_BUNDLE=off in the
+// environment turns it off. io_uring only.
 func WithRecvBundles(on bool) Option { return func(c *config) { c.recvBundles = on } }
 
 // WithIncrementalBuffers has the kernel consume each provided buffer
@@ -168,8 +169,10 @@ func WithRecvBundles(on bool) Option { return func(c *config) { c.recvBundles = 
 // IncrementalBuffers reports it; a kernel without it gets the plain ring.
 // A ring consumed incrementally is never used for bundles (WithRecvBundles
 // is then ignored): each completion fills part of one buffer. Off by
-// default while it is being measured; RINGLOOP_RECV_INC=on in the
-// environment turns it on. io_uring only.
+// default: with 64 KiB buffers it measured level with bundles over 4 KiB
+// ones, better at 1,024 connections × 16 KiB, worse at 4 KiB, for four
+// times the memory (docs/benchmarks-analysis.md). RINGLOOP_RECV_INC=on in
+// the environment turns it on. io_uring only.
 func WithIncrementalBuffers(on bool) Option { return func(c *config) { c.recvInc = on } }
 
 // WithRecvCap caps the bytes one provided-buffer completion takes (0, the

@@ -78,7 +78,7 @@ func main() {
 	idleSettle := flag.Duration("idle-settle", 3*time.Second, "with -idle: wait between the last connection and the RSS reading")
 	where := flag.Bool("where", false, "one run per server and cell with perf attached: system calls, SQEs and context switches per request and a grouped CPU profile, into where.md (needs perf)")
 	var variants []variant
-	flag.Func("variant", "`NAME=SERVER:ENV=VALUE[:ENV=VALUE…]`: also run SERVER as NAME with this extra environment, side by side with it (repeatable; e.g. uring-bundle=ringloop-uring:RINGLOOP_RECV_BUNDLE=on)", func(v string) error {
+	flag.Func("variant", "`NAME=SERVER:ENV=VALUE[:ENV=VALUE…]`: also run SERVER as NAME with this extra environment, side by side with it (repeatable; e.g. nobundle=ringloop-uring:RINGLOOP_RECV_BUNDLE=off)", func(v string) error {
 		x, err := parseVariant(v)
 		variants = append(variants, x)
 		return err
