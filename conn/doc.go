@@ -76,12 +76,17 @@
 // # Receiving
 //
 // Each open connection keeps one multishot receive into the loop's
-// provided-buffer ring (sized by loop.WithBufferRing). When the kernel ends
-// the multishot receive the connection re-arms it; a receive the ring ran
-// dry for is parked by the loop, which resubmits one receive per 16
-// buffers of the ring each loop turn, oldest first (loop/starved.go).
-// Nothing is lost either way. Where the backend lacks multishot receive the
-// connection uses single-shot receives into a 16 KiB buffer of its own.
+// provided-buffer ring (sized by loop.WithBufferRing); a TCP one, that is:
+// a connection on a Unix socket re-arms single shots instead, because a
+// multishot receive over AF_UNIX can miss the peer's shutdown. When the
+// kernel ends the multishot receive the connection re-arms it; a receive
+// the ring ran dry for is parked by the loop, which resubmits one receive
+// per 16 buffers of the ring each loop turn, oldest first (loop/starved.go).
+// Nothing is lost either way. A receive may fill up to 16 buffers at once
+// (a bundle); the handler still gets the bytes a buffer at a time, so a
+// pause stops them within one buffer. Where the backend lacks multishot
+// receive the connection uses single-shot receives into a 16 KiB buffer of
+// its own.
 // After the peer's FIN, receiving stops, the queued writes are sent, and the
 // connection closes with io.EOF: a half-closed peer (CloseWrite) still gets
 // every byte written before that. Under WithHalfClose it stays open instead.
