@@ -2,6 +2,7 @@ package loop_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -200,6 +201,31 @@ func TestRecvModes(t *testing.T) {
 		r := runRecvs(t, loop.BackendUring, bufSize, needInc, loop.WithIncrementalBuffers(true))
 		if r.bufMore == 0 || r.longest > bufSize {
 			t.Fatalf("incremental: %d BUF_MORE, a Data of %d bytes", r.bufMore, r.longest)
+		}
+	})
+	t.Run("incremental-no-single-shots", func(t *testing.T) {
+		// Single shots and multishot receives must not share an
+		// incremental ring (the order their completions are posted in
+		// decides where the bytes are): RecvProvidedOnce is refused
+		// there, and conn then receives into a buffer of its own.
+		g := newGroup(t, loop.BackendUring, loop.WithLoops(1), loop.WithIncrementalBuffers(true))
+		l := g.Loop(0)
+		var f loop.Features
+		var err error
+		a, _ := testutil.SocketPair(t)
+		runOn(t, l, func() {
+			f = l.Features()
+			_, err = l.RecvProvidedOnce(a, 0, completerFunc(func(*loop.Completion) {}))
+		})
+		switch {
+		case !f.IncrementalBuffers:
+			t.Skip("kernel without IOU_PBUF_RING_INC (6.12)")
+		case f.SharedThread:
+			if err != nil {
+				t.Fatalf("RecvProvidedOnce on a shared-thread loop (single shots only): %v", err)
+			}
+		case !errors.Is(err, ring.ErrNotSupported):
+			t.Fatalf("RecvProvidedOnce on an incremental ring: %v, want ring.ErrNotSupported", err)
 		}
 	})
 	t.Run("incremental-not-bundled", func(t *testing.T) {

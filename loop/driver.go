@@ -156,7 +156,7 @@ type Features struct {
 	MultishotRecv      bool     // recv is multishot with provided buffers
 	RecvBundle         bool     // a provided-buffer receive may fill several buffers per completion (WithRecvBundles)
 	IncrementalBuffers bool     // the kernel consumes provided buffers incrementally (WithIncrementalBuffers)
-	RecvCap            uint32   // bytes a provided-buffer completion may take at most, where in force (WithRecvCap); 0: none
+	RecvCap            uint32   // bytes a provided-buffer completion may take at most, where every receive honours it: WithRecvCap's, or a bundle's 16 buffers; 0: none
 	BufRing            bool     // a provided-buffer ring is registered
 	BufCount           uint32   // provided buffers per loop, as configured (WithBufferRing)
 	BufSize            uint32   // bytes per provided buffer, as configured (WithBufferRing)

@@ -568,6 +568,16 @@ func (d *uringDriver) check(o *op) error {
 			return fmt.Errorf("loop: uring backend: receive into provided buffers: %w",
 				&ring.UnsupportedError{Op: "IORING_REGISTER_PBUF_RING", MinKernel: "5.19"})
 		}
+		if !o.multishot && !d.cfg.shared && d.br.Incremental() {
+			// On an incremental ring the bytes' place in a buffer follows
+			// the order the completions are posted in. A single shot's
+			// completion can be posted after a multishot one that
+			// consumed later bytes of the same buffer (kernels without
+			// the 2025 fix flushing deferred completions first), so the
+			// two kinds must not share the ring.
+			return fmt.Errorf("loop: uring backend: single-shot receive beside multishot ones on an incremental buffer ring: %w",
+				&ring.UnsupportedError{Op: "RecvProvidedOnce with WithIncrementalBuffers"})
+		}
 		return nil
 	case tagSendZC:
 		if !d.feat.SendZC {
@@ -614,7 +624,12 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		if d.feat.RecvBundle && !d.br.Incremental() {
 			sqe.IoPrio |= ring.RecvsendBundle
 		}
-		if sqe.IoPrio&ring.RecvMultishot == 0 || d.capMultishot {
+		switch {
+		case sqe.IoPrio&ring.RecvMultishot != 0 && d.capMultishot:
+			sqe.Len = d.recvLen
+		case sqe.IoPrio&ring.RecvMultishot == 0 && !d.br.Incremental():
+			// Not on an incremental ring: a single shot the kernel
+			// hands to a worker commits its whole length at selection.
 			sqe.Len = d.recvLen
 		}
 	case tagSend:
@@ -1144,8 +1159,13 @@ func (d *uringDriver) probeMultishotLen() bool {
 	if err != nil {
 		return false
 	}
-	defer unix.Close(fds[1])
-	defer unix.Close(fds[0])
+	leak := false
+	defer func() {
+		if !leak {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+		}
+	}()
 	ud := internalUserData(internalProbe)
 	sqe, err := d.getSQE()
 	if err != nil {
@@ -1156,12 +1176,14 @@ func (d *uringDriver) probeMultishotLen() bool {
 	sqe.Len = 64
 	sqe.UserData = ud
 	if _, err := d.r.Submit(); err != nil {
+		// The SQE may still be queued: keep the pair open, so that the
+		// receive cannot land on a socket that reuses its fd.
+		leak = true
 		return false
 	}
-	if c, ok := d.r.PeekCQE(); ok { // failed at prep: posted before submit returned
-		res := c.Res
+	if _, ok := d.r.PeekCQE(); ok { // failed at prep: posted before submit returned
 		d.r.CQESeen()
-		return res != -int32(unix.EINVAL) && res >= 0
+		return false
 	}
 	sqe, err = d.getSQE()
 	if err != nil {
@@ -1170,12 +1192,13 @@ func (d *uringDriver) probeMultishotLen() bool {
 	sqe.PrepCancel64(ud, 0)
 	sqe.UserData = internalUserData(internalCancel)
 	if _, err := d.r.Submit(); err != nil {
+		leak = true
 		return false
 	}
 	// Two completions: the cancel's and the receive's last (-ECANCELED).
 	// Bounded: should one never come, its late arrival is an internal
 	// completion the loop ignores.
-	recvDone, cancelDone := false, false
+	recvDone, cancelDone, took := false, false, false
 	deadline := time.Now().Add(time.Second)
 	for !(recvDone && cancelDone) && time.Now().Before(deadline) {
 		c, err := d.r.WaitCQETimeout(100 * time.Millisecond)
@@ -1184,11 +1207,17 @@ func (d *uringDriver) probeMultishotLen() bool {
 		}
 		switch c.UserData {
 		case ud:
-			recvDone = c.Flags&ring.CQEFMore == 0
+			if c.Flags&ring.CQEFMore == 0 {
+				// Armed, then canceled: the kernel took the length.
+				recvDone, took = true, c.Res == -int32(unix.ECANCELED)
+			}
 		case internalUserData(internalCancel):
 			cancelDone = true
 		}
 		d.r.CQESeen()
 	}
-	return recvDone
+	if !recvDone {
+		leak = true // the receive may still be armed on the pair
+	}
+	return took
 }

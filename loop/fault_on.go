@@ -230,7 +230,7 @@ func (d *uringDriver) faultResult(c *ring.CQE) bool {
 // the ring, for a later fake failure to carry. At most two are held, so the
 // ring never runs dry because of it.
 func (d *uringDriver) faultHoldBuf(br *ring.BufRing, bid uint16) bool {
-	if br != d.br || len(d.faultHeld) >= 2 {
+	if br != d.br || len(d.faultHeld) >= 2 || br.Incremental() {
 		return false
 	}
 	if ok, _ := roll(func(f *Faults) float64 { return f.BufOnFailure }, 0); !ok {

@@ -77,7 +77,7 @@ func defaultConfig() config {
 		drainTimeout:   DefaultDrainTimeout,
 		wait:           waitFromEnv(),
 		sharedThread:   os.Getenv("RINGLOOP_THREAD") == "shared",
-		recvBundles:    os.Getenv("RINGLOOP_RECV_BUNDLE") != "off",
+		recvBundles:    !envOff("RINGLOOP_RECV_BUNDLE"),
 		recvInc:        os.Getenv("RINGLOOP_RECV_INC") == "on",
 		recvCap:        recvCapFromEnv(),
 	}
@@ -168,7 +168,12 @@ func WithRecvBundles(on bool) Option { return func(c *config) { c.recvBundles = 
 // buffers (WithBufferRing) waste nothing on small messages. Features.
 // IncrementalBuffers reports it; a kernel without it gets the plain ring.
 // A ring consumed incrementally is never used for bundles (WithRecvBundles
-// is then ignored): each completion fills part of one buffer. Off by
+// is then ignored): each completion fills part of one buffer. Nor does it
+// serve RecvProvidedOnce beside multishot receives (refused with
+// ring.ErrNotSupported; conn's Unix connections then receive into buffers
+// of their own): where a buffer's bytes go follows the order completions
+// are posted in, which single shots and multishot receives do not keep
+// with each other on every kernel. Off by
 // default: with 64 KiB buffers it measured level with bundles over 4 KiB
 // ones, better at 1,024 connections × 16 KiB, worse at 4 KiB, for four
 // times the memory (docs/benchmarks-analysis.md). RINGLOOP_RECV_INC=on in
@@ -184,6 +189,16 @@ func WithIncrementalBuffers(on bool) Option { return func(c *config) { c.recvInc
 // values and values over 1 GiB are rejected. RINGLOOP_RECV_CAP=<bytes> in
 // the environment sets the default.
 func WithRecvCap(n int) Option { return func(c *config) { c.recvCap = n } }
+
+// envOff reports whether the environment variable turns a default off:
+// "off", "0" or "false".
+func envOff(name string) bool {
+	switch os.Getenv(name) {
+	case "off", "0", "false":
+		return true
+	}
+	return false
+}
 
 // bufRingFromEnv is the default buffer ring geometry: RINGLOOP_BUF_RING=
 // <count>x<size> if both parse (validate checks them), else the defaults.
