@@ -83,10 +83,10 @@
 // the ring ran dry for is parked by the loop, which resubmits one receive
 // per 16 buffers of the ring each loop turn, oldest first (loop/starved.go).
 // Nothing is lost either way. A receive may fill up to 16 buffers at once
-// (a bundle); the handler still gets the bytes a buffer at a time, so a
-// pause stops them within one buffer. Where the backend lacks multishot
-// receive the connection uses single-shot receives into a 16 KiB buffer of
-// its own.
+// (a bundle); the handler still gets the bytes at most 16 KiB at a time,
+// so a pause stops them within one receive buffer. Where the backend lacks
+// multishot receive the connection uses single-shot receives into a 16 KiB
+// buffer of its own.
 // After the peer's FIN, receiving stops, the queued writes are sent, and the
 // connection closes with io.EOF: a half-closed peer (CloseWrite) still gets
 // every byte written before that. Under WithHalfClose it stays open instead.

@@ -234,17 +234,18 @@ func (c *Conn) consume(n int) {
 	}
 }
 
-// deliverChunks delivers data a loop buffer at a time when it is longer
-// (a bundle receive fills several buffers at once): a handler that pauses
-// reading, or a connection that does on becoming unwritable, stops the
-// bytes after the chunk it was given, and the rest is kept for the resume,
-// as bytes arriving while paused are. So what a paused connection takes in
-// stays within one buffer of what it had when it paused. Must be called on
-// c's loop.
+// deliverChunks delivers data in pieces of one receive buffer when it is
+// longer (a bundle receive fills several buffers at once): 16 KiB, as the
+// own-buffer receive and the resume of kept bytes deliver, or the loop's
+// buffer size if larger. A handler that pauses reading, or a connection
+// that does on becoming unwritable, stops the bytes after the piece it was
+// given, and the rest is kept for the resume, as bytes arriving while
+// paused are. So what a paused connection takes in stays within one
+// receive buffer of what it had when it paused. Must be called on c's loop.
 func (c *Conn) deliverChunks(data []byte) {
-	if len(data) > 512 {
-		chunk := int(c.l.Features().BufSize)
-		for chunk > 0 && len(data) > chunk && c.pause == 0 && c.pending() == 0 && c.state == stateOpen {
+	if len(data) > singleRecvSize {
+		chunk := max(int(c.l.Features().BufSize), singleRecvSize)
+		for len(data) > chunk && c.pause == 0 && c.pending() == 0 && c.state == stateOpen {
 			c.deliver(data[:chunk])
 			data = data[chunk:]
 		}
