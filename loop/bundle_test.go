@@ -178,7 +178,7 @@ func TestRecvModes(t *testing.T) {
 	}
 	needCap := func(f loop.Features) string {
 		if f.RecvCap == 0 {
-			return "kernel without a length on multishot receives (6.17)"
+			return "cap not in force: a kernel without a length on multishot receives (6.17), or single shots on an incremental ring"
 		}
 		return ""
 	}

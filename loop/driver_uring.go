@@ -1143,6 +1143,9 @@ func (d *uringDriver) setRecvCap() {
 			return // multishot receives uncapped
 		}
 	}
+	if (!d.feat.MultishotRecv || d.cfg.shared) && d.br.Incremental() {
+		return // single shots only, and they take no length on this ring
+	}
 	d.feat.RecvCap = d.recvLen
 }
 
