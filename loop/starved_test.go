@@ -46,8 +46,14 @@ func newStarveRig(t *testing.T, pairs int) *starveRig {
 func newRecvRig(t *testing.T, pairs int, bufs uint32, once bool) *starveRig {
 	testutil.SkipIfNoUring(t)
 	// Without bundles for single shots: a bundle whose buffers lie apart
-	// arrives as several completions, all but the last with F_MORE.
-	g := newGroup(t, loop.BackendUring, loop.WithLoops(1), loop.WithBufferRing(bufs, 4096), loop.WithRecvBundles(!once))
+	// arrives as several completions, all but the last with F_MORE. Nor
+	// on an incremental ring, which refuses single shots beside multishot
+	// receives.
+	opts := []loop.Option{loop.WithLoops(1), loop.WithBufferRing(bufs, 4096)}
+	if once {
+		opts = append(opts, loop.WithRecvBundles(false), loop.WithIncrementalBuffers(false))
+	}
+	g := newGroup(t, loop.BackendUring, opts...)
 	r := &starveRig{t: t, g: g, l: g.Loop(0), got: make([][]byte, pairs), ends: make([]int32, pairs), ids: make([]loop.OpID, pairs), once: once}
 	// TCP for multishot: over AF_UNIX a multishot receive can miss the
 	// peer's shutdown (RecvProvidedOnce). Both kinds of pair are closed
