@@ -880,12 +880,7 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			return
 		}
 		if !ok || !br.Recycle(bid) {
-			d.bufMisuse.Add(1)
-			d.cfg.logger.Error("io_uring completion names a buffer the loop already holds",
-				"loop", d.cfg.name, "bid", bid, "res", res)
-			if debugChecks {
-				panic("loop: provided buffer " + strconv.Itoa(int(bid)) + " handed out twice")
-			}
+			d.bufferHeld(bid, res)
 		}
 		return
 	case tag == tagConnect && len(d.connWait) != 0:
@@ -912,12 +907,7 @@ func (d *uringDriver) deliverBundle(c *ring.CQE, br *ring.BufRing, sink completi
 			res = -int32(unix.EIO) // bytes in buffers the loop already held: not to be trusted
 		}
 		sink.complete(ud, res, flags, nil)
-		d.bufMisuse.Add(1)
-		d.cfg.logger.Error("io_uring completion names a buffer the loop already holds",
-			"loop", d.cfg.name, "bid", uint16(flags>>ring.CQEBufferShift), "res", res)
-		if debugChecks {
-			panic("loop: provided buffer handed out twice")
-		}
+		d.bufferHeld(uint16(flags>>ring.CQEBufferShift), res)
 		return
 	case res <= 0:
 		sink.complete(ud, res, flags, nil)
@@ -947,6 +937,17 @@ func (d *uringDriver) deliverBundle(c *ring.CQE, br *ring.BufRing, sink completi
 		if !br.Recycle(bid) {
 			d.bufMisuse.Add(1)
 		}
+	}
+}
+
+// bufferHeld counts and reports a completion naming provided buffer bid,
+// which the loop already held (or could not give back); uringdebug panics.
+func (d *uringDriver) bufferHeld(bid uint16, res int32) {
+	d.bufMisuse.Add(1)
+	d.cfg.logger.Error("io_uring completion names a buffer the loop already holds",
+		"loop", d.cfg.name, "bid", bid, "res", res)
+	if debugChecks {
+		panic("loop: provided buffer " + strconv.Itoa(int(bid)) + " handed out twice")
 	}
 }
 

@@ -99,13 +99,7 @@ func (l *Loop) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 // (re-arm then).
 // Must be called on the loop goroutine.
 func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
-	o, err := l.newOp(tagRecvBuf, fd, c)
-	if err != nil {
-		return 0, err
-	}
-	o.multishot = true
-	o.arg = uint32(flags)
-	return l.startOp(o)
+	return l.recvProvided(fd, flags, true, c)
 }
 
 // RecvProvidedOnce is RecvProvided without the kernel's multishot receive:
@@ -126,10 +120,15 @@ func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 // completions may still carry ring.CQEFMore; a caller handles both.
 // Must be called on the loop goroutine.
 func (l *Loop) RecvProvidedOnce(fd int, flags int, c Completer) (OpID, error) {
+	return l.recvProvided(fd, flags, false, c)
+}
+
+func (l *Loop) recvProvided(fd int, flags int, multishot bool, c Completer) (OpID, error) {
 	o, err := l.newOp(tagRecvBuf, fd, c)
 	if err != nil {
 		return 0, err
 	}
+	o.multishot = multishot
 	o.arg = uint32(flags)
 	return l.startOp(o)
 }
