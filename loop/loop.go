@@ -68,6 +68,7 @@ type Loop struct {
 	confirming  bool        // confirmShutdown ran at least once
 	sinkRefused bool        // the last timer move hit a full queue
 	parked      parkedQueue // receives waiting for provided buffers (starved.go)
+	fair        bool        // WithFairReceives: rotate receives while some are parked (starved.go)
 	parkBudget  int         // parked receives resubmitted per turn; 0: no buffers to wait for, never park
 	runTaskFn   func(sched.Task)
 	timerSinkFn func(*sched.Timer) bool
@@ -107,6 +108,7 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 	l.timerSinkFn = l.timerSink
 	if n := int(drv.features().BufCount); n > 0 {
 		l.parkBudget = max(1, n/starvedPerBuffers)
+		l.fair = c.fairRecv
 	}
 	return l, nil
 }

@@ -96,7 +96,10 @@ func (l *Loop) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 // the op stays armed. When the buffers run out the loop parks the receive
 // and resubmits it once buffers are back (-ENOBUFS never reaches c where the
 // loop has a buffer ring); a completion without ring.CQEFMore still ends it
-// (re-arm then).
+// (re-arm then). While receives are parked, the loop rotates them
+// (WithFairReceives): one resubmitted from the queue completes once, with
+// bytes and without ring.CQEFMore, and one armed meanwhile is queued behind
+// the parked ones before it runs.
 // Must be called on the loop goroutine.
 func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 	return l.recvProvided(fd, flags, true, c)
@@ -130,6 +133,12 @@ func (l *Loop) recvProvided(fd int, flags int, multishot bool, c Completer) (OpI
 	}
 	o.multishot = multishot
 	o.arg = uint32(flags)
+	if l.parked.len() > 0 && l.rotating() {
+		// Others wait for buffers: this one waits behind them.
+		id := OpID(o.userData())
+		l.queueParked(o)
+		return id, nil
+	}
 	return l.startOp(o)
 }
 

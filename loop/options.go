@@ -41,6 +41,7 @@ type config struct {
 	recvBundles    bool // WithRecvBundles
 	recvInc        bool // WithIncrementalBuffers
 	recvCap        int  // WithRecvCap
+	fairRecv       bool // WithFairReceives
 }
 
 // Defaults.
@@ -80,6 +81,7 @@ func defaultConfig() config {
 		recvBundles:    !envOff("RINGLOOP_RECV_BUNDLE"),
 		recvInc:        os.Getenv("RINGLOOP_RECV_INC") == "on",
 		recvCap:        recvCapFromEnv(),
+		fairRecv:       !envOff("RINGLOOP_RECV_FAIR"),
 	}
 }
 
@@ -161,6 +163,24 @@ func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread 
 // (docs/benchmarks-analysis.md); RINGLOOP_RECV_BUNDLE=off in the
 // environment turns it off. io_uring only.
 func WithRecvBundles(on bool) Option { return func(c *config) { c.recvBundles = on } }
+
+// WithFairReceives rotates provided-buffer receives while the buffers run
+// short. Once a receive has been parked for lack of buffers (see
+// RecvProvided), every receive the loop resubmits from the parked queue
+// runs as a single shot, and a receive armed meanwhile joins the back of
+// the queue: each connection with bytes waiting gets one completion's
+// worth (up to a bundle) per round, in order. Without it a multishot
+// receive still armed keeps taking the buffers the loop recycles, while
+// the parked ones get the few a turn resubmits, so the unluckiest
+// connections wait many turns: at 1,024 connections with 64 KiB in
+// flight each, the p99 latency was 2–3× that of a rotating loop, for the
+// same throughput (docs/benchmarks-analysis.md, "Fair receives"). Once no
+// receive is parked, receives are multishot again. On by default;
+// RINGLOOP_RECV_FAIR=off in the environment turns it off. Ignored on a
+// ring consumed incrementally (WithIncrementalBuffers), which refuses
+// single shots beside multishot receives, and on the epoll backend, which
+// parks nothing.
+func WithFairReceives(on bool) Option { return func(c *config) { c.fairRecv = on } }
 
 // WithIncrementalBuffers has the kernel consume each provided buffer
 // incrementally (IOU_PBUF_RING_INC, Linux 6.12): a receive takes only the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -34,6 +35,11 @@ type starveRig struct {
 	more   int     // completions with F_MORE
 
 	once bool // AF_UNIX pairs, received with RecvProvidedOnce
+
+	// With target > 0, lens records every stream's length at the moment
+	// the first one reaches target bytes.
+	target int
+	lens   []int
 }
 
 func newStarveRig(t *testing.T, pairs int) *starveRig {
@@ -43,7 +49,14 @@ func newStarveRig(t *testing.T, pairs int) *starveRig {
 // newRecvRig makes a rig of pairs connections on one uring loop with a
 // ring of bufs buffers: TCP pairs received with RecvProvided, or with once
 // AF_UNIX pairs received with RecvProvidedOnce.
-func newRecvRig(t *testing.T, pairs int, bufs uint32, once bool) *starveRig {
+func newRecvRig(t *testing.T, pairs int, bufs uint32, once bool, extra ...loop.Option) *starveRig {
+	return newPrefilledRig(t, pairs, bufs, once, 0, extra...)
+}
+
+// newPrefilledRig is newRecvRig where, with prefill > 0, every pair
+// already holds prefill patterned bytes and its end of stream when the
+// receives are armed.
+func newPrefilledRig(t *testing.T, pairs int, bufs uint32, once bool, prefill int, extra ...loop.Option) *starveRig {
 	testutil.SkipIfNoUring(t)
 	// Without bundles for single shots: a bundle whose buffers lie apart
 	// arrives as several completions, all but the last with F_MORE. Nor
@@ -53,7 +66,7 @@ func newRecvRig(t *testing.T, pairs int, bufs uint32, once bool) *starveRig {
 	if once {
 		opts = append(opts, loop.WithRecvBundles(false), loop.WithIncrementalBuffers(false))
 	}
-	g := newGroup(t, loop.BackendUring, opts...)
+	g := newGroup(t, loop.BackendUring, append(opts, extra...)...)
 	r := &starveRig{t: t, g: g, l: g.Loop(0), got: make([][]byte, pairs), ends: make([]int32, pairs), ids: make([]loop.OpID, pairs), once: once}
 	// TCP for multishot: over AF_UNIX a multishot receive can miss the
 	// peer's shutdown (RecvProvidedOnce). Both kinds of pair are closed
@@ -78,6 +91,11 @@ func newRecvRig(t *testing.T, pairs int, bufs uint32, once bool) *starveRig {
 		}
 		r.writers.Wait()
 	})
+	for i := range r.wr {
+		if prefill > 0 {
+			r.prefill(i, prefill)
+		}
+	}
 	runOn(t, r.l, func() {
 		for i := range r.rd {
 			r.ends[i] = 1
@@ -85,6 +103,26 @@ func newRecvRig(t *testing.T, pairs int, bufs uint32, once bool) *starveRig {
 		}
 	})
 	return r
+}
+
+// prefill writes n patterned bytes into pair i's socket buffers and shuts
+// the writing side.
+func (r *starveRig) prefill(i, n int) {
+	for _, o := range []struct{ fd, opt int }{{r.wr[i], unix.SO_SNDBUF}, {r.rd[i], unix.SO_RCVBUF}} {
+		if err := unix.SetsockoptInt(o.fd, unix.SOL_SOCKET, o.opt, 2*n); err != nil {
+			r.t.Fatalf("setsockopt: %v", err)
+		}
+	}
+	unix.SetNonblock(r.wr[i], true)
+	p := pattern(i, n)
+	for len(p) > 0 {
+		k, err := unix.Write(r.wr[i], p)
+		if err != nil {
+			r.t.Fatalf("prefill %d: %d bytes left: %v", i, len(p), err)
+		}
+		p = p[k:]
+	}
+	unix.Shutdown(r.wr[i], unix.SHUT_WR)
 }
 
 // endRefused marks a receive whose re-arm the terminating loop refused.
@@ -102,6 +140,11 @@ func (r *starveRig) arm(i int) {
 		switch {
 		case c.Res > 0:
 			r.got[i] = append(r.got[i], c.Data...)
+			if r.target > 0 && r.lens == nil && len(r.got[i]) >= r.target {
+				for _, b := range r.got {
+					r.lens = append(r.lens, len(b))
+				}
+			}
 		case c.Res == -int32(unix.ENOBUFS):
 			r.noBufs++
 		}
@@ -233,6 +276,34 @@ func TestParkedRecvIntegrity(t *testing.T) {
 	t.Logf("parked %d receives", st.ParkedRecvs)
 	if st.ParkedRecvs == 0 {
 		t.Fatal("no receive was parked: the test does not exercise the starved queue")
+	}
+}
+
+// While receives are parked the loop rotates them: every stream moves at
+// the pace of the others. Without rotation a receive still armed takes the
+// buffers the loop recycles and the parked ones wait many turns.
+func TestParkedRecvFair(t *testing.T) {
+	const pairs, size = 16, 1 << 20
+	for _, fair := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			r := newPrefilledRig(t, pairs, 16, false, size, loop.WithFairReceives(fair))
+			if r.l.Features().IncrementalBuffers {
+				t.Skip("an incremental ring (RINGLOOP_RECV_INC) does not rotate: it refuses the single shots rotation runs")
+			}
+			r.mu.Lock()
+			r.target = size
+			r.mu.Unlock()
+			r.checkStreams(size, nil)
+			r.mu.Lock()
+			lens := r.lens
+			r.mu.Unlock()
+			t.Logf("stream lengths when the first reached %d bytes: %v; parked %d", size, lens, r.l.Stats().ParkedRecvs)
+			// A round gives every stream one completion: 16 buffers at
+			// most, or 64 KiB.
+			if least := slices.Min(lens); fair && least < size-2*16*4096 {
+				t.Errorf("a stream had %d bytes when the first had all %d: receives were not rotated", least, size)
+			}
+		})
 	}
 }
 

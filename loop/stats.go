@@ -24,7 +24,7 @@ type Stats struct {
 	Completions      uint64 // completions delivered to Completers
 	StaleCompletions uint64 // completions naming no live op (dropped; uringdebug panics)
 	OpsInFlight      int    // op-table records not yet at their final completion (as of the last turn)
-	ParkedRecvs      uint64 // provided-buffer receives parked after -ENOBUFS, to be resubmitted (starved.go)
+	ParkedRecvs      uint64 // provided-buffer receives parked for buffers (after -ENOBUFS, or armed while others were parked), to be resubmitted (starved.go)
 
 	EarlyReturns    uint64 // waits that returned early with nothing to do (stall-detector input)
 	Interrupts      uint64 // waits interrupted by a signal (EINTR; never a stall)
