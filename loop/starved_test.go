@@ -328,7 +328,7 @@ func TestParkedRecvCancel(t *testing.T) {
 	var cancelErr error
 	ids := r.waitParked()
 	which := map[int]bool{} // the pairs whose receive was canceled
-	runOn(t, r.l, func() {
+	cancelParked := func() {
 		for _, id := range r.l.ParkedOps() {
 			if err := r.l.Cancel(id); err != nil {
 				cancelErr = err
@@ -347,6 +347,12 @@ func TestParkedRecvCancel(t *testing.T) {
 			}
 		}
 		r.mu.Unlock()
+	}
+	// Parked receives come and go as the loop rotates them: cancel those
+	// parked when the loop runs this, until there were some.
+	waitFor(t, 10*time.Second, "a parked receive to cancel", func() bool {
+		runOn(t, r.l, cancelParked)
+		return len(canceled) > 0 || cancelErr != nil
 	})
 	if cancelErr != nil || len(canceled) == 0 || len(which) != len(canceled) {
 		t.Fatalf("Cancel: %v (%d parked, %d canceled, %d pairs)", cancelErr, len(ids), len(canceled), len(which))
