@@ -98,7 +98,7 @@ type op struct {
 	state opState
 
 	multishot bool
-	zcNotif   bool // a SEND_ZC whose notification is still due
+	marks     opMarks
 
 	fd int32
 	c  Completer
@@ -111,6 +111,14 @@ type op struct {
 	// next links free records (free list) or records of one fd.
 	next uint32
 }
+
+// opMarks are an op's flags beyond its state.
+type opMarks uint8
+
+const (
+	markZCNotif opMarks = 1 << iota // a SEND_ZC whose notification is still due
+	markYield                       // a provided-buffer receive the loop canceled to rotate it (starved.go)
+)
 
 // opExt holds what only some ops hand the kernel: a sendmsg's header, an
 // accept's or a connect's address, a timeout's timespec. Most records only ever receive and send

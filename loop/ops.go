@@ -300,6 +300,7 @@ func (l *Loop) Cancel(id OpID) error {
 	}
 	switch o.state {
 	case opCanceling, opParkedCanceled:
+		o.marks &^= markYield // the loop's rotation cancel is now the caller's
 		return nil
 	case opParked:
 		l.cancelParked(o)
@@ -350,7 +351,7 @@ func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 		case flags&ring.CQEFNotif != 0:
 			final = true
 		case !final:
-			o.zcNotif = true
+			o.marks |= markZCNotif
 		}
 	}
 	if final {
@@ -358,6 +359,8 @@ func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 			return // resubmitted when the turn ends (starved.go)
 		}
 		res = l.noBufsResult(o, res)
+	} else if o.tag == tagRecvBuf && o.multishot && o.state == opInFlight && l.parked.len() > 0 && l.rotating() {
+		l.yieldRecv(o)
 	}
 	c := o.c
 	if final {

@@ -52,7 +52,7 @@ func quarantine(o *op, extra uint64) uint64 {
 // result was delivered gets the notification no cancel can hurry (its
 // result stands); any other op -ECANCELED, its outcome unknown.
 func givenUpResult(o *op) (res int32, flags uint32) {
-	if o.tag == tagSendZC && o.zcNotif {
+	if o.tag == tagSendZC && o.marks&markZCNotif != 0 {
 		return 0, ring.CQEFNotif
 	}
 	return -int32(unix.ECANCELED), 0

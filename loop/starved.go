@@ -32,8 +32,12 @@ import "golang.org/x/sys/unix"
 // resubmits from the queue runs as a single shot, so it completes once
 // (one buffer, or one bundle) and its Completer re-arms it; and a receive
 // armed while the queue is not empty joins the back of the queue instead
-// of going to the kernel. Each connection with bytes waiting then gets one
-// completion's worth per round, in arrival order. Once the queue is empty,
+// of going to the kernel; and a multishot receive still armed from before
+// the buffers ran short (the kernel retries it as soon as the loop
+// recycles buffers, so it would take them all) is canceled after its next
+// completion and parked behind the others once the cancel ends it. Each
+// connection with bytes waiting then gets one completion's worth per
+// round, in arrival order. Once the queue is empty,
 // receives are armed multishot as before. An incremental ring refuses
 // single shots beside multishot receives, so it does not rotate.
 //
@@ -64,7 +68,20 @@ func (q *parkedQueue) len() int { return len(q.ops) - q.head }
 // while the op is being canceled, nor where the backend has no buffers to
 // wait for.
 func (l *Loop) park(o *op, res int32) bool {
-	if o.tag != tagRecvBuf || res != -int32(unix.ENOBUFS) || o.state != opInFlight || l.parkBudget == 0 {
+	if o.tag != tagRecvBuf {
+		return false
+	}
+	if o.marks&markYield != 0 {
+		// The loop's own cancel (yieldRecv) ended it: it goes to the back
+		// of the queue as if its buffers had run out. A final completion
+		// with bytes (the receive ended before the cancel reached it) is
+		// delivered as it is.
+		o.marks &^= markYield
+		if res == -int32(unix.ECANCELED) || res == -int32(unix.ENOBUFS) {
+			o.state, res = opInFlight, -int32(unix.ENOBUFS)
+		}
+	}
+	if res != -int32(unix.ENOBUFS) || o.state != opInFlight || l.parkBudget == 0 {
 		return false
 	}
 	if State(l.state.Load()) >= StateShutdown {
@@ -72,6 +89,19 @@ func (l *Loop) park(o *op, res int32) bool {
 	}
 	l.queueParked(o)
 	return true
+}
+
+// yieldRecv cancels o, a multishot receive still armed while others wait
+// for buffers, so that its final completion parks it behind them (park).
+// A receive armed before the buffers ran short would otherwise keep taking
+// every buffer the loop recycles. A cancel the backend refuses leaves it
+// armed.
+func (l *Loop) yieldRecv(o *op) {
+	if l.drv.cancel(o) != nil {
+		return
+	}
+	o.state = opCanceling
+	o.marks |= markYield
 }
 
 // queueParked puts o at the back of the parked queue.

@@ -299,8 +299,10 @@ func TestParkedRecvFair(t *testing.T) {
 			r.mu.Unlock()
 			t.Logf("stream lengths when the first reached %d bytes: %v; parked %d", size, lens, r.l.Stats().ParkedRecvs)
 			// A round gives every stream one completion: 16 buffers at
-			// most, or 64 KiB.
-			if least := slices.Min(lens); fair && least < size-2*16*4096 {
+			// most, or 64 KiB. The receives armed before the ring ran
+			// dry may take a bundle or two more before their rotation
+			// cancel lands.
+			if least := slices.Min(lens); fair && least < size-4*16*4096 {
 				t.Errorf("a stream had %d bytes when the first had all %d: receives were not rotated", least, size)
 			}
 		})
