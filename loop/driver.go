@@ -3,6 +3,8 @@ package loop
 import (
 	"log/slog"
 	"time"
+
+	"github.com/ringloop/ringloop/ring"
 )
 
 // driver is a loop's I/O backend: one io_uring ring (driver_uring.go) or one
@@ -88,6 +90,7 @@ type driverConfig struct {
 	recvBundles bool         // WithRecvBundles
 	recvInc     bool         // WithIncrementalBuffers
 	recvCap     uint32       // WithRecvCap (0: none)
+	kernel      ring.Kernel  // WithKernel: the release whose features the uring driver keeps to
 }
 
 // parkHooks are the loop's side of a netpoller wait: park runs before the
@@ -164,4 +167,6 @@ type Features struct {
 	FallbackReason     string   // why auto fell back to epoll, if it did
 	Wait               WaitMode // how the loop waits
 	SharedThread       bool     // the loop runs as a shared-thread goroutine (WithSharedThread)
+	Kernel             string   // the kernel profile in use (WithKernel), "" for the running kernel
+	MultishotPoll      bool     // a multishot Poll stays armed (else it completes once; re-arm)
 }

@@ -188,6 +188,8 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 			BufCount:        cfg.bufCount,
 			BufSize:         cfg.bufSize,
 			RecvCap:         cfg.recvCap,
+			MultishotPoll:   true,
+			Kernel:          cfg.kernel.String(),
 		},
 	}
 	d.pool.init(cfg.bufCount, cfg.bufSize)

@@ -45,7 +45,7 @@ var errDriverClosed = errors.New("loop: uring backend: closed")
 
 // newRingFn is ring.New; tests (and the loop's fallback tests) replace it to
 // make io_uring unavailable, e.g. returning &ring.SetupError{Errno: EPERM}.
-var newRingFn = ring.New
+var newRingFn = ring.NewFor
 
 // newBufRingFn is (*ring.Ring).NewBufRing, or NewBufRingInc with inc;
 // tests replace it to make a registration fail.
@@ -112,7 +112,8 @@ var requiredOps = []struct {
 	{ring.OpRead, "IORING_OP_READ", "5.6"},
 	{ring.OpSend, "IORING_OP_SEND", "5.6"},
 	{ring.OpRecv, "IORING_OP_RECV", "5.6"},
-	{ring.OpShutdown, "IORING_OP_SHUTDOWN", "5.11"},
+	// Not IORING_OP_SHUTDOWN (5.11): without it a Shutdown runs
+	// shutdown(2) (prep).
 }
 
 // faultPlan is a fake result the fault-injection mode planned for an op
@@ -135,6 +136,16 @@ type uringDriver struct {
 	started   bool
 	closed    bool
 	cancelAny bool // ASYNC_CANCEL_ANY (5.19): rebuild cancels with one SQE
+
+	// shutdownOp: IORING_OP_SHUTDOWN (5.11). Without it a Shutdown runs
+	// shutdown(2) when submitted and a NOP carries its result, kept in
+	// syncRes by user_data until the NOP completes.
+	shutdownOp bool
+	syncRes    map[uint64]int32
+
+	// subs holds the submission counts of the rings rebuilds closed
+	// (countSubmissions).
+	subs ring.SubmitCounts
 
 	// The eventfd wakeup. wakeBuf is the READ's 8-byte target: a field of
 	// this long-lived heap object, so it outlives every READ armed on it.
@@ -218,14 +229,18 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		return nil, fmt.Errorf("loop: uring backend: %w", err)
 	}
 	probe, err := getProbeFn()
+	if err == nil && !cfg.kernel.HasFeature(ring.FeatureProbe) {
+		err = &ring.UnsupportedError{Op: "IORING_REGISTER_PROBE", MinKernel: "5.6"}
+	}
 	if err != nil {
 		r.Close()
-		return nil, fmt.Errorf("loop: uring backend: opcode probe: %w", err)
+		return nil, fmt.Errorf("loop: uring backend%s: opcode probe: %w", profileSuffix(cfg.kernel), err)
 	}
+	probe = probe.For(cfg.kernel)
 	for _, req := range requiredOps {
 		if !probe.Supported(req.op) {
 			r.Close()
-			return nil, fmt.Errorf("loop: uring backend: %w",
+			return nil, fmt.Errorf("loop: uring backend%s: %w", profileSuffix(cfg.kernel),
 				&ring.UnsupportedError{Op: req.name, MinKernel: req.min})
 		}
 	}
@@ -246,6 +261,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	// lists opcodes only, so the newest opcode of a release stands for its
 	// flags.
 	d.cancelAny = probe.Supported(ring.OpSocket)
+	d.shutdownOp = probe.Supported(ring.OpShutdown)
 	d.feat = Features{
 		Backend:         BackendUring,
 		RingFeatures:    r.Features(),
@@ -257,6 +273,10 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		BufCount:        d.cfg.bufCount,
 		BufSize:         d.cfg.bufSize,
 		RecvBundle:      cfg.recvBundles && r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
+		// IORING_POLL_ADD_MULTI came in 5.13, with FEAT_RSRC_TAGS and
+		// without an opcode of its own.
+		MultishotPoll: r.Features()&ring.FeatRsrcTags != 0,
+		Kernel:        cfg.kernel.String(),
 	}
 	d.feat.Wait, d.feat.SharedThread = cfg.wait, cfg.shared
 	if cfg.wait == WaitNetpoll && d.waitErr != nil {
@@ -285,8 +305,8 @@ func (d *uringDriver) publishFeatures() {
 // enables it on the loop thread, which SINGLE_ISSUER then binds as the only
 // submitter. Without R_DISABLED, SINGLE_ISSUER would bind the constructing
 // thread, so it is dropped when disabled is asked for but not supported.
-func setupFlags(disabled, shared bool) uint32 {
-	ok := ring.SetupFlagSupported
+func setupFlags(k ring.Kernel, disabled, shared bool) uint32 {
+	ok := k.SetupFlagSupported
 	flags := ring.SetupCQSize
 	if ok(ring.SetupSubmitAll) {
 		flags |= ring.SetupSubmitAll
@@ -318,9 +338,17 @@ func setupFlags(disabled, shared bool) uint32 {
 // newRing creates a ring with the driver's size and the best setup flags;
 // the CQ is twice the SQ.
 func (d *uringDriver) newRing(disabled bool) (*ring.Ring, error) {
-	p := ring.Params{Flags: setupFlags(disabled, d.cfg.shared), CQEntries: min(2*d.entries, ring.MaxCQEntries)}
-	return newRingFn(d.entries, &p)
+	p := ring.Params{Flags: setupFlags(d.cfg.kernel, disabled, d.cfg.shared), CQEntries: min(2*d.entries, ring.MaxCQEntries)}
+	r, err := newRingFn(d.cfg.kernel, d.entries, &p)
+	if err == nil && countSubmissions {
+		r.CountSubmissions(true)
+	}
+	return r, err
 }
+
+// countSubmissions makes the drivers count what their rings submit (a test
+// seam: the op-count tests prove what each kernel profile leaves out).
+var countSubmissions bool
 
 // backend implements driver.
 func (d *uringDriver) backend() Backend { return BackendUring }
@@ -504,6 +532,14 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 
 // getSQE returns a free SQE of the current ring, flushing the SQ to the
 // kernel when it is full.
+// profileSuffix names a kernel profile in an error, if there is one.
+func profileSuffix(k ring.Kernel) string {
+	if k.IsZero() {
+		return ""
+	}
+	return " (kernel profile " + k.String() + ")"
+}
+
 func (d *uringDriver) getSQE() (*ring.SQE, error) {
 	sqe, err := d.r.GetSQE()
 	if err == ring.ErrSQFull {
@@ -644,9 +680,24 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	case tagClose:
 		sqe.PrepClose(fd)
 	case tagShutdown:
-		sqe.PrepShutdown(fd, int(o.arg))
+		if d.shutdownOp {
+			sqe.PrepShutdown(fd, int(o.arg))
+			break
+		}
+		// No IORING_OP_SHUTDOWN (before 5.11): shutdown(2) now, and a
+		// NOP brings its result back among the loop's completions. A
+		// resubmission (ring rebuild) keeps the first result.
+		ud := o.userData()
+		if _, done := d.syncRes[ud]; !done {
+			res := epollRes(unix.Shutdown(fd, int(o.arg)))
+			if d.syncRes == nil {
+				d.syncRes = make(map[uint64]int32)
+			}
+			d.syncRes[ud] = res
+		}
+		sqe.PrepNop()
 	case tagPoll:
-		if o.multishot {
+		if o.multishot && d.feat.MultishotPoll {
 			sqe.PrepPollMultishot(fd, o.arg)
 		} else {
 			sqe.PrepPollAdd(fd, o.arg)
@@ -883,6 +934,13 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			d.bufferHeld(bid, res)
 		}
 		return
+	case tag == tagShutdown && len(d.syncRes) != 0:
+		if r, ok := d.syncRes[ud]; ok {
+			delete(d.syncRes, ud)
+			if res >= 0 {
+				res = r
+			}
+		}
 	case tag == tagConnect && len(d.connWait) != 0:
 		if fd, ok := d.connWait[ud]; ok {
 			delete(d.connWait, ud)
@@ -1156,7 +1214,7 @@ func (d *uringDriver) setRecvCap() {
 // and the probe cancels it. It runs in start, before anything else is in
 // flight, and reaps its own completions.
 func (d *uringDriver) probeMultishotLen() bool {
-	if hiddenFeatures.multishotLen {
+	if hiddenFeatures.multishotLen || !d.cfg.kernel.HasFeature(ring.FeatureMultishotRecvLen) {
 		return false
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)

@@ -246,6 +246,9 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	}
 	// Close the old ring before failing the unknown ops: the kernel
 	// cancels what is left as it tears the ring down.
+	if countSubmissions {
+		d.subs.Add(old.Submissions())
+	}
 	if err := old.Close(); err != nil {
 		d.cfg.logger.Warn("io_uring rebuild: closing the old ring", "loop", d.cfg.name, "err", err)
 	}

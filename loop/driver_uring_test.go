@@ -758,14 +758,14 @@ func TestUringDriverStaleCQE(t *testing.T) {
 func TestUringDriverSetupRefused(t *testing.T) {
 	old := newRingFn
 	t.Cleanup(func() { newRingFn = old })
-	newRingFn = func(uint32, *ring.Params) (*ring.Ring, error) {
+	newRingFn = func(ring.Kernel, uint32, *ring.Params) (*ring.Ring, error) {
 		return nil, &ring.SetupError{Errno: unix.EPERM}
 	}
 	_, err := newUringDriver(testDriverConfig(t))
 	if !errors.Is(err, ring.ErrNotSupported) || !errors.Is(err, unix.EPERM) {
 		t.Fatalf("newUringDriver with setup refused: %v; want ErrNotSupported and EPERM", err)
 	}
-	newRingFn = func(uint32, *ring.Params) (*ring.Ring, error) {
+	newRingFn = func(ring.Kernel, uint32, *ring.Params) (*ring.Ring, error) {
 		return nil, &ring.SetupError{Errno: unix.EINVAL}
 	}
 	if _, err = newUringDriver(testDriverConfig(t)); errors.Is(err, ring.ErrNotSupported) || !errors.Is(err, unix.EINVAL) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+
+	"github.com/ringloop/ringloop/ring"
 )
 
 // Test seams for the external loop_test package.
@@ -112,4 +114,26 @@ func HideKernelFeatures(bundle, incremental, multishotLen bool) (restore func())
 	old := hiddenFeatures
 	hiddenFeatures.bundle, hiddenFeatures.incremental, hiddenFeatures.multishotLen = bundle, incremental, multishotLen
 	return func() { hiddenFeatures = old }
+}
+
+// CountSubmissions makes the uring drivers made until restore is called
+// count what their rings submit (Loop.Submissions).
+func CountSubmissions() (restore func()) {
+	old := countSubmissions
+	countSubmissions = true
+	return func() { countSubmissions = old }
+}
+
+// Submissions returns what l's rings submitted (CountSubmissions), summed
+// over its rebuilds; zero counts on epoll. Must be called on the loop
+// goroutine.
+func (l *Loop) Submissions() ring.SubmitCounts {
+	var c ring.SubmitCounts
+	if d, ok := l.drv.(*uringDriver); ok {
+		c.Add(d.subs)
+		if d.r != nil {
+			c.Add(d.r.Submissions())
+		}
+	}
+	return c
 }

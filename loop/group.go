@@ -68,6 +68,7 @@ func NewGroup(opts ...Option) (*Group, error) {
 			recvBundles: c.recvBundles,
 			recvInc:     c.recvInc,
 			recvCap:     uint32(c.recvCap),
+			kernel:      c.profile,
 			park:        &parkHooks{},
 		}
 		drv, err := sel.create(dcfg)
@@ -86,7 +87,11 @@ func NewGroup(opts ...Option) (*Group, error) {
 		return nil, fmt.Errorf("loop: create %s: %w", dcfg.name, err)
 	}
 	if sel.reason != "" {
-		c.logger.Warn("loop: io_uring unavailable; using epoll", "group", g.name, "reason", sel.reason)
+		attrs := []any{"group", g.name, "reason", sel.reason}
+		if !c.profile.IsZero() {
+			attrs = append(attrs, "kernel_profile", c.profile.String())
+		}
+		c.logger.Warn("loop: io_uring unavailable; using epoll", attrs...)
 	}
 	g.live.Store(int64(len(g.loops)))
 	g.chooser = newChooser(len(g.loops))

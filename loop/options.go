@@ -42,6 +42,8 @@ type config struct {
 	recvInc        bool // WithIncrementalBuffers
 	recvCap        int  // WithRecvCap
 	fairRecv       bool // WithFairReceives
+	kernel         string      // WithKernel, or RINGLOOP_KERNEL
+	profile        ring.Kernel // kernel, parsed by validate
 }
 
 // Defaults.
@@ -82,6 +84,7 @@ func defaultConfig() config {
 		recvInc:        os.Getenv("RINGLOOP_RECV_INC") == "on",
 		recvCap:        recvCapFromEnv(),
 		fairRecv:       !envOff("RINGLOOP_RECV_FAIR"),
+		kernel:         os.Getenv("RINGLOOP_KERNEL"),
 	}
 }
 
@@ -163,6 +166,21 @@ func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread 
 // (docs/benchmarks-analysis.md); RINGLOOP_RECV_BUNDLE=off in the
 // environment turns it off. io_uring only.
 func WithRecvBundles(on bool) Option { return func(c *config) { c.recvBundles = on } }
+
+// WithKernel runs the io_uring backend as it would run on Linux release
+// version ("5.10", "5.15", "6.1", or a uname release such as
+// "5.15.0-91-generic"; "" for the running kernel, the default): every
+// probe is capped to what that release offers, so the loop takes the same
+// fallbacks it would take there, one feature at a time, as listed in
+// docs/kernel-support.md (the table in ring.KernelTable). A profile only
+// takes features away: on a kernel older than the profile, what the
+// kernel lacks is still missing. Below 5.6 (no opcode probe, nor the
+// opcodes the loop needs) the io_uring backend is refused, and
+// BackendAuto falls back to epoll. Features.Kernel reports the profile.
+// RINGLOOP_KERNEL=<version> in the environment sets it for every group
+// that does not pass this option. The epoll backend is the same on every
+// release a profile names.
+func WithKernel(version string) Option { return func(c *config) { c.kernel = version } }
 
 // WithFairReceives rotates provided-buffer receives while the buffers run
 // short. Once a receive has been parked for lack of buffers (see
@@ -360,6 +378,11 @@ func (c *config) validate() error {
 	if err := checkIORatio(c.ioRatio); err != nil {
 		return err
 	}
+	k, err := ring.ParseKernel(c.kernel)
+	if err != nil {
+		return invalidOption("kernel profile %q (WithKernel or RINGLOOP_KERNEL): %v", c.kernel, err)
+	}
+	c.profile = k
 	if c.recvCap < 0 || c.recvCap > 1<<30 {
 		return invalidOption("receive cap %d (expected 0 to 1 GiB; 0 means none)", c.recvCap)
 	}

@@ -95,6 +95,12 @@ func (r *Ring) newBufRing(bgid uint16, entries uint32, bufSize uint32, inc bool)
 	if bufSize == 0 || bufSize > 1<<30 {
 		return nil, fmt.Errorf("ring: buffer size %d outside [1, 1<<30]", bufSize)
 	}
+	if !r.kernel.HasFeature(FeatureBufRing) {
+		return nil, profileRefusal(r.kernel, FeatureBufRing)
+	}
+	if inc && !r.kernel.HasFeature(FeatureBufRingInc) {
+		return nil, profileRefusal(r.kernel, FeatureBufRingInc)
+	}
 	page := uintptr(unix.Getpagesize())
 	ringBytes := roundUp(uintptr(entries)*unsafe.Sizeof(BufRingEntry{}), page)
 	total := roundUp(ringBytes+uintptr(entries)*uintptr(bufSize), page)

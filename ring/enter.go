@@ -16,6 +16,9 @@ const (
 // enter calls io_uring_enter on the ring, through the registered ring index
 // when RegisterRingFd succeeded.
 func (r *Ring) enter(toSubmit, minComplete, flags uint32, arg unsafe.Pointer, argSz uintptr) (int, error) {
+	if r.counts != nil {
+		r.countEnter(flags | r.enterFlags)
+	}
 	return sysEnter(r.enterFd, toSubmit, minComplete, flags|r.enterFlags, arg, argSz, r.handOff)
 }
 

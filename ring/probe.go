@@ -30,6 +30,9 @@ type probeBuf struct {
 // Probe asks the kernel which opcodes it supports.
 // Must be called by the goroutine that owns the ring.
 func (r *Ring) Probe() (*Probe, error) {
+	if !r.kernel.HasFeature(FeatureProbe) {
+		return nil, &UnsupportedError{Op: "IORING_REGISTER_PROBE", MinKernel: "5.6"}
+	}
 	buf := new(probeBuf)
 	if _, err := r.register("PROBE", registerProbe, unsafe.Pointer(buf), uint32(len(buf.ops))); err != nil {
 		if errors.Is(err, unix.EINVAL) {
@@ -44,7 +47,7 @@ func (r *Ring) Probe() (*Probe, error) {
 			p.ops[o.Op] = true
 		}
 	}
-	return p, nil
+	return p.For(r.kernel), nil
 }
 
 var probeOnce struct {

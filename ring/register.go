@@ -69,6 +69,9 @@ func (r *Ring) RegisterFilesSparse(n uint32) error {
 	if n == 0 {
 		return errnoErr(unix.EINVAL)
 	}
+	if !r.kernel.HasFeature(FeatureSparseFiles) {
+		return profileRefusal(r.kernel, FeatureSparseFiles)
+	}
 	reg := RsrcRegister{Nr: n, Flags: RsrcRegisterSparse}
 	_, err := r.register("FILES2", registerFiles2, unsafe.Pointer(&reg), uint32(unsafe.Sizeof(reg)))
 	return err
@@ -140,6 +143,9 @@ func (r *Ring) RegisterRingFd() error {
 	}
 	if r.ringFdIndex >= 0 {
 		return errnoErr(unix.EEXIST)
+	}
+	if !r.kernel.HasFeature(FeatureRingFds) {
+		return profileRefusal(r.kernel, FeatureRingFds)
 	}
 	up := RingFdUpdate{Offset: ^uint32(0), Data: uint64(r.fd)} // offset -1: kernel picks a slot
 	n, err := r.register("RING_FDS", registerRingFds, unsafe.Pointer(&up), 1)

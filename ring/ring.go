@@ -47,7 +47,9 @@ type Ring struct {
 	flags      uint32 // setup flags granted
 	features   uint32 // IORING_FEAT_* reported by the kernel
 	closed     bool
-	noExtArg   bool // wait with a TIMEOUT SQE instead of EnterExtArg (old kernels, tests)
+	noExtArg   bool          // wait with a TIMEOUT SQE instead of EnterExtArg (old kernels, tests)
+	kernel     Kernel        // the profile the ring was made for (NewFor)
+	counts     *SubmitCounts // CountSubmissions; nil when off
 
 	fd          int
 	ringFdIndex int // registered ring fd slot, -1 when not registered
@@ -88,7 +90,18 @@ var sysSetupFn = sysSetup
 // When io_uring_setup fails with ENOSYS, EPERM or ENOMEM the error is a
 // *SetupError matching both ErrNotSupported and the errno.
 // Safe for concurrent use.
-func New(entries uint32, p *Params) (*Ring, error) {
+func New(entries uint32, p *Params) (*Ring, error) { return NewFor(Kernel{}, entries, p) }
+
+// NewFor is New for a kernel of profile k: the ring uses only what that
+// release offers (see Kernel). Setup flags k does not define are refused
+// as that kernel would refuse them (the error matches both
+// ErrNotSupported and unix.EINVAL), before k's first io_uring release
+// (5.1) io_uring_setup itself is (a *SetupError with ENOSYS), and the
+// ring reports only the feature bits k can have, so every path that
+// depends on one (waits with EXT_ARG, a single mapping) takes the older
+// way. Its Probe, RegisterRingFd, RegisterFilesSparse, NewBufRing and
+// NewBufRingInc answer as k would. The zero Kernel is New.
+func NewFor(k Kernel, entries uint32, p *Params) (*Ring, error) {
 	var params Params
 	if p != nil {
 		params = *p
@@ -96,11 +109,18 @@ func New(entries uint32, p *Params) (*Ring, error) {
 	if err := validateParams(entries, &params); err != nil {
 		return nil, err
 	}
+	if !k.HasFeature(FeatureRingSetup) {
+		return nil, &SetupError{Errno: unix.ENOSYS}
+	}
+	if extra := params.Flags &^ k.SetupFlags(); extra != 0 {
+		return nil, profileRefusal(k, setupFlagName(extra))
+	}
 	fd, err := sysSetupFn(entries, &params)
 	if err != nil {
 		return nil, &SetupError{Errno: errnoOf(err)}
 	}
-	r := &Ring{fd: fd, enterFd: fd, ringFdIndex: -1}
+	params.Features &= k.FeatureBits()
+	r := &Ring{fd: fd, enterFd: fd, ringFdIndex: -1, kernel: k}
 	if err := r.mapRings(&params); err != nil {
 		r.unmapAll()
 		closeFd(fd)
@@ -233,6 +253,10 @@ func (r *Ring) Close() error {
 	r.fd, r.enterFd = -1, -1
 	return first
 }
+
+// Kernel returns the profile the ring was made for (NewFor); the zero
+// Kernel for New.
+func (r *Ring) Kernel() Kernel { return r.kernel }
 
 // Fd returns the ring's file descriptor (-1 after Close), for MSG_RING
 // targets and epoll. Safe for concurrent use with everything but Close.

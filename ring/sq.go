@@ -106,6 +106,9 @@ func (r *Ring) flushSQ() uint32 {
 	sq := &r.sq
 	tail := sq.sqeTail
 	if sq.sqeHead != tail {
+		if r.counts != nil {
+			r.countSQEs(sq.sqeHead, tail)
+		}
 		sq.sqeHead = tail
 		// liburing: __io_uring_flush_sq, io_uring_smp_store_release(sq->ktail, tail):
 		// the SQE contents written above must be visible before the new tail.

@@ -31,7 +31,11 @@ func printBanner(w io.Writer, cfg config, srv *conn.Server, g *loop.Group) {
 		thread = "shared"
 	}
 	fmt.Fprintf(w, "  loops:    %d (ioratio %d, reuseport %v, %s thread, %s wait)\n", g.Len(), cfg.ioRatio, cfg.reusePort, thread, f.Wait)
-	fmt.Fprintf(w, "  kernel:   %s\n", featureList(f))
+	kernel := featureList(f)
+	if f.Kernel != "" {
+		kernel = "profile " + f.Kernel + " (RINGLOOP_KERNEL): " + kernel
+	}
+	fmt.Fprintf(w, "  kernel:   %s\n", kernel)
 	fmt.Fprintf(w, "  stop with Ctrl-C (SIGINT) or SIGTERM\n")
 }
 
@@ -69,6 +73,8 @@ func featureList(f loop.Features) string {
 		{f.MultishotAccept, "multishot-accept"},
 		{f.MultishotRecv, "multishot-recv"},
 		{f.BufRing, "buffer-ring"},
+		{f.RecvBundle, "recv-bundle"},
+		{f.IncrementalBuffers, "incremental-buffers"},
 		{f.SendZC, "send-zc"},
 	} {
 		if b.on {

@@ -1,0 +1,291 @@
+package loop_test
+
+import (
+	"bytes"
+	"cmp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringloop/ringloop/internal/testutil"
+	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// kernelProfiles are the releases the profile tests run under, with what
+// each must and must not submit. "" is the running kernel.
+var kernelProfiles = []struct {
+	kernel string
+	// What the profile has; the op counts may show it only if it does.
+	multishotAccept, multishotRecv, bufRing, bundle, extArg, registeredRing, shutdownOp, multishotPoll bool
+}{
+	{kernel: "5.10"},
+	{kernel: "5.15", extArg: true, shutdownOp: true, multishotPoll: true},
+	{kernel: "5.19", multishotAccept: true, bufRing: true, extArg: true, registeredRing: true, shutdownOp: true, multishotPoll: true},
+	{kernel: "6.1", multishotAccept: true, multishotRecv: true, bufRing: true, extArg: true, registeredRing: true, shutdownOp: true, multishotPoll: true},
+	// Bundles need a length on multishot receives (6.17) as well.
+	{kernel: "6.12", multishotAccept: true, multishotRecv: true, bufRing: true, extArg: true, registeredRing: true, shutdownOp: true, multishotPoll: true},
+	{kernel: "", multishotAccept: true, multishotRecv: true, bufRing: true, bundle: true, extArg: true, registeredRing: true, shutdownOp: true, multishotPoll: true},
+}
+
+// Under each kernel profile the loop submits only what that release has:
+// the ops it ran are counted by kind as its ring published them, and a
+// feature the profile lacks must not appear once. The workload asks for
+// everything (multishot accept, multishot provided-buffer receives, a
+// multishot poll, SHUTDOWN, timed waits), so a profile that leaks a newer
+// feature fails here.
+func TestKernelProfileOpCounts(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	defer loop.CountSubmissions()()
+	for _, p := range kernelProfiles {
+		t.Run("kernel="+cmp.Or(p.kernel, "running"), func(t *testing.T) {
+			k := ring.MustKernel(p.kernel)
+			g, err := loop.NewGroup(loop.WithBackend(loop.BackendUring), loop.WithLogger(quietLogger),
+				loop.WithLoops(1), loop.WithKernel(p.kernel))
+			if err != nil {
+				t.Fatalf("a uring group under %s: %v", p.kernel, err)
+			}
+			t.Cleanup(func() { shutdown(t, g) })
+			l := g.Loop(0)
+			runOn(t, l, func() {}) // started: the buffer ring is registered
+			f := l.Features()
+			if f.Kernel != k.String() || f.MultishotAccept != p.multishotAccept || f.MultishotRecv != p.multishotRecv ||
+				f.BufRing != p.bufRing || f.ExtArg != p.extArg || f.MultishotPoll != p.multishotPoll {
+				t.Errorf("features under %s: %+v", p.kernel, f)
+			}
+			if f.RecvBundle && !p.bundle {
+				t.Errorf("bundles under %s", p.kernel)
+			}
+			if f.SetupFlags&^k.SetupFlags() != 0 {
+				t.Errorf("setup flags %#x beyond %s's %#x", f.SetupFlags, p.kernel, k.SetupFlags())
+			}
+			profileWorkload(t, l, f.BufRing)
+			var c ring.SubmitCounts
+			runOn(t, l, func() { c = l.Submissions() })
+			t.Logf("%s: %v; enters %d (ext-arg %d, registered %d)", p.kernel, c.SQEs, c.Enters, c.ExtArgEnters, c.RegisteredEnters)
+			multi := func(k ring.SQEKind) bool { return k.Multishot }
+			bufSel := func(k ring.SQEKind) bool { return k.BufferSelect }
+			bundle := func(k ring.SQEKind) bool { return k.Bundle }
+			for _, chk := range []struct {
+				what    string
+				n       uint64
+				allowed bool
+			}{
+				{"multishot ACCEPT", c.Count(ring.OpAccept, multi), p.multishotAccept},
+				{"multishot RECV", c.Count(ring.OpRecv, multi), p.multishotRecv},
+				{"RECV from a buffer ring", c.Count(ring.OpRecv, bufSel), p.bufRing},
+				{"bundled RECV", c.Count(ring.OpRecv, bundle), p.bundle},
+				{"multishot POLL_ADD", c.Count(ring.OpPollAdd, multi), p.multishotPoll},
+				{"SHUTDOWN", c.Count(ring.OpShutdown, nil), p.shutdownOp},
+				{"enters with EXT_ARG", c.ExtArgEnters, p.extArg},
+				{"enters through a registered ring fd", c.RegisteredEnters, p.registeredRing},
+			} {
+				if chk.n > 0 && !chk.allowed {
+					t.Errorf("%s: %d %s, which the release does not have", p.kernel, chk.n, chk.what)
+				}
+			}
+			for kind := range c.SQEs {
+				if int(kind.Op) >= k.OpcodeLimit() {
+					t.Errorf("%s: opcode %d submitted, past the release's last (%d)", p.kernel, kind.Op, k.OpcodeLimit()-1)
+				}
+			}
+			// And what it has, the workload used: the counts can see.
+			if c.Count(ring.OpAccept, nil) == 0 || c.Count(ring.OpRecv, nil) == 0 || c.Enters == 0 {
+				t.Errorf("%s: the workload submitted no ACCEPT or RECV, or never entered: %v", p.kernel, c.SQEs)
+			}
+			if p.multishotAccept && c.Count(ring.OpAccept, multi) == 0 {
+				t.Errorf("%s: no multishot ACCEPT, which the release has", p.kernel)
+			}
+			if p.multishotRecv && c.Count(ring.OpRecv, multi) == 0 {
+				t.Errorf("%s: no multishot RECV, which the release has", p.kernel)
+			}
+			if !p.extArg && c.Count(ring.OpTimeout, nil) == 0 {
+				t.Errorf("%s: no TIMEOUT SQE: the timed waits did not take the pre-5.11 way", p.kernel)
+			}
+			if p.bundle && c.Count(ring.OpRecv, bundle) == 0 {
+				t.Errorf("%s: no bundled RECV, which the kernel has", p.kernel)
+			}
+		})
+	}
+}
+
+// profileWorkload runs on l: a listener accepting 4 connections (multishot
+// asked for), an echo of 64 KiB on each (provided-buffer receives where
+// the loop has a buffer ring, else receives into a buffer of the
+// connection's own), a SHUTDOWN of each server side, a multishot poll on a
+// pipe, and a timer, so the loop waits with a timeout.
+func profileWorkload(t *testing.T, l *loop.Loop, bufRing bool) {
+	const conns, size = 4, 64 << 10
+	lfd, addr := testutil.ListenFd(t)
+	type server struct {
+		fd   int
+		got  []byte
+		own  []byte
+		done bool
+	}
+	var (
+		mu      sync.Mutex
+		servers []*server
+		errs    []string
+	)
+	fail := func(s string) {
+		mu.Lock()
+		errs = append(errs, s)
+		mu.Unlock()
+	}
+	var recv func(s *server)
+	recv = func(s *server) {
+		c := completerFunc(func(cp *loop.Completion) {
+			switch {
+			case cp.Res > 0:
+				data := cp.Data
+				if !bufRing {
+					data = s.own[:cp.Res]
+				}
+				mu.Lock()
+				s.got = append(s.got, data...)
+				full := len(s.got) == size
+				mu.Unlock()
+				if full {
+					// The whole message: echo it, then shut the
+					// sending side.
+					out := bytes.Clone(s.got)
+					if _, err := l.Send(s.fd, out, 0, completerFunc(func(cp *loop.Completion) {
+						if cp.Res != int32(len(out)) {
+							fail("short send")
+						}
+						if _, err := l.Shutdown(s.fd, unix.SHUT_WR, completerFunc(func(cp *loop.Completion) {
+							if cp.Res != 0 {
+								fail("shutdown failed")
+							}
+							mu.Lock()
+							s.done = true
+							mu.Unlock()
+						})); err != nil {
+							fail("Shutdown: " + err.Error())
+						}
+					})); err != nil {
+						fail("Send: " + err.Error())
+					}
+				}
+				if cp.Flags&ring.CQEFMore == 0 && !full {
+					recv(s)
+				}
+			case cp.Res == 0:
+			default:
+				if cp.Flags&ring.CQEFMore == 0 {
+					fail("receive failed: " + unix.Errno(-cp.Res).Error())
+				}
+			}
+		})
+		var err error
+		if bufRing {
+			_, err = l.RecvProvided(s.fd, 0, c)
+		} else {
+			_, err = l.Recv(s.fd, s.own, 0, c)
+		}
+		if err != nil {
+			fail("receive: " + err.Error())
+		}
+	}
+	var accept func()
+	accept = func() {
+		if _, err := l.Accept(lfd, true, completerFunc(func(cp *loop.Completion) {
+			if cp.Res < 0 {
+				if cp.Res != -int32(unix.ECANCELED) {
+					fail("accept: " + unix.Errno(-cp.Res).Error())
+				}
+				return
+			}
+			s := &server{fd: int(cp.Res), own: make([]byte, 16<<10)}
+			t.Cleanup(func() { unix.Close(s.fd) })
+			mu.Lock()
+			servers = append(servers, s)
+			n := len(servers)
+			mu.Unlock()
+			recv(s)
+			if cp.Flags&ring.CQEFMore == 0 && n < conns {
+				accept()
+			}
+		})); err != nil {
+			fail("Accept: " + err.Error())
+		}
+	}
+	var pipe [2]int
+	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(pipe[0]); unix.Close(pipe[1]) })
+	polled := make(chan struct{}, 8)
+	fired := make(chan struct{})
+	runOn(t, l, func() {
+		accept()
+		if _, err := l.Poll(pipe[0], unix.POLLIN, true, completerFunc(func(cp *loop.Completion) {
+			select {
+			case polled <- struct{}{}:
+			default:
+			}
+		})); err != nil {
+			fail("Poll: " + err.Error())
+		}
+	})
+	if _, err := l.Schedule(20*time.Millisecond, func() { close(fired) }); err != nil {
+		t.Fatal(err)
+	}
+	for range conns {
+		fd, _ := testutil.Dial(t, addr)
+		go func() {
+			msg := pattern(fd, size)
+			for p := msg; len(p) > 0; {
+				n, err := unix.Write(fd, p)
+				if err != nil {
+					fail("client write: " + err.Error())
+					return
+				}
+				p = p[n:]
+			}
+			var back []byte
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := unix.Read(fd, buf)
+				if n <= 0 || err != nil {
+					break
+				}
+				back = append(back, buf[:n]...)
+			}
+			if !bytes.Equal(back, msg) {
+				fail("echo differs")
+			}
+		}()
+	}
+	if _, err := unix.Write(pipe[1], []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-polled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll never completed")
+	}
+	select {
+	case <-fired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the timer never fired")
+	}
+	waitFor(t, 20*time.Second, "every connection echoed and shut", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, s := range servers {
+			if s.done {
+				n++
+			}
+		}
+		return n == conns || len(errs) > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range errs {
+		t.Error(e)
+	}
+}
