@@ -38,10 +38,10 @@ type config struct {
 	drainTimeout   time.Duration
 	wait           WaitMode
 	sharedThread   bool
-	recvBundles    bool // WithRecvBundles
-	recvInc        bool // WithIncrementalBuffers
-	recvCap        int  // WithRecvCap
-	fairRecv       bool // WithFairReceives
+	recvBundles    bool        // WithRecvBundles
+	recvInc        bool        // WithIncrementalBuffers
+	recvCap        int         // WithRecvCap
+	fairRecv       bool        // WithFairReceives
 	kernel         string      // WithKernel, or RINGLOOP_KERNEL
 	profile        ring.Kernel // kernel, parsed by validate
 }
