@@ -63,7 +63,7 @@ func (c *Conn) armRecv() {
 	if c.recvActive || c.state != stateOpen || c.eof || c.lingering || c.pause != 0 || c.pending() > 0 {
 		return // paused, or kept bytes go first (resume arms after them)
 	}
-	if !c.recvSingle && (forceSingleRecv.Load() || !c.l.Features().MultishotRecv) {
+	if !c.recvSingle && forceSingleRecv.Load() {
 		c.recvSingle = true
 	}
 	var (

@@ -62,6 +62,11 @@ func TestRecvStarvation(t *testing.T) {
 		}
 		parked := g.Stats().Total.ParkedRecvs
 		t.Logf("%d receives parked for buffers", parked)
+		if b == loop.BackendUring && !g.Loop(0).Features().BufRing {
+			// The echo above still ran: the integrity half of the test
+			// holds on every kernel.
+			t.Skip("no provided-buffer ring (a kernel, or profile, before 5.19): receives read into the loop's own buffers only when data is there, so none starves")
+		}
 		if b == loop.BackendUring && parked == 0 {
 			t.Fatal("no receive ran out of provided buffers: the test does not exercise the starved queue")
 		}

@@ -268,6 +268,7 @@ func TestRecvModes(t *testing.T) {
 func TestRecvFallbacks(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	const bufSize = 1024
+	// Each case hides features of the running kernel: no kernel profile.
 	bundles, inc, capped := loop.WithRecvBundles(true), loop.WithIncrementalBuffers(true), loop.WithRecvCap(256)
 	for _, tc := range []struct {
 		name                  string
@@ -282,7 +283,7 @@ func TestRecvFallbacks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			restore := loop.HideKernelFeatures(tc.bundle, tc.inc, tc.mshotLen)
 			defer restore()
-			r := runRecvs(t, loop.BackendUring, bufSize, func(loop.Features) string { return "" }, tc.opts...)
+			r := runRecvs(t, loop.BackendUring, bufSize, func(loop.Features) string { return "" }, append(tc.opts, loop.WithKernel(""))...)
 			f := r.feat
 			if tc.bundle && (f.RecvBundle || r.st.RecvBundles != 0) {
 				t.Fatalf("bundles without the kernel feature: %v, %d bundle completions", f.RecvBundle, r.st.RecvBundles)

@@ -143,6 +143,12 @@ type uringDriver struct {
 	shutdownOp bool
 	syncRes    map[uint64]int32
 
+	// emuRecv: no provided-buffer ring (before 5.19, or refused), so a
+	// provided-buffer receive polls its socket and reads with recv(2)
+	// into pool, one completion per readiness (deliverPolledRecv).
+	emuRecv bool
+	pool    epollBufPool
+
 	// subs holds the submission counts of the rings rebuilds closed
 	// (countSubmissions).
 	subs ring.SubmitCounts
@@ -374,10 +380,13 @@ func (d *uringDriver) start() error {
 		return err
 	}
 	if br == nil && d.cfg.bufCount != 0 && d.cfg.bufSize != 0 {
-		// Receives into provided buffers are refused by submit; recv
-		// into the caller's buffer still works.
-		d.cfg.logger.Warn("io_uring provided-buffer ring unavailable", "loop", d.cfg.name)
+		// Provided-buffer receives poll and read into the loop's own
+		// buffers instead (deliverPolledRecv).
+		d.cfg.logger.Info("io_uring provided-buffer ring unavailable; provided-buffer receives poll, then read with recv(2)",
+			"loop", d.cfg.name, "kernel_profile", d.cfg.kernel.String())
 		d.feat.MultishotRecv = false
+		d.emuRecv = true
+		d.pool.init(d.cfg.bufCount, d.cfg.bufSize)
 	}
 	d.br = br
 	d.feat.BufRing = br != nil
@@ -600,6 +609,9 @@ func (d *uringDriver) check(o *op) error {
 		tagShutdown, tagPoll, tagTimeout, tagNop:
 		return nil
 	case tagRecvBuf:
+		if d.br == nil && d.emuRecv {
+			return nil
+		}
 		if d.br == nil {
 			return fmt.Errorf("loop: uring backend: receive into provided buffers: %w",
 				&ring.UnsupportedError{Op: "IORING_REGISTER_PBUF_RING", MinKernel: "5.19"})
@@ -642,6 +654,11 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	case tagRecv:
 		sqe.PrepRecv(fd, o.buf, o.arg)
 	case tagRecvBuf:
+		if d.br == nil {
+			// No buffer ring (emuRecv): wait for data, then read.
+			sqe.PrepPollAdd(fd, unix.POLLIN)
+			break
+		}
 		// A shared-thread loop arms single shots: a multishot op's
 		// completions run as task work on the thread that armed it,
 		// which the loop may have left, and each would wake that
@@ -910,6 +927,9 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	ud, res, flags := c.UserData, c.Res, c.Flags
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
+	case tag == tagRecvBuf && br == nil && d.emuRecv:
+		d.deliverPolledRecv(ud, res, sink)
+		return
 	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil && d.feat.RecvBundle && !br.Incremental():
 		d.deliverBundle(c, br, sink)
 		return
@@ -934,6 +954,10 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			d.bufferHeld(bid, res)
 		}
 		return
+	case (tag == tagAccept && !d.feat.MultishotAccept) || (tag == tagPoll && !d.feat.MultishotPoll):
+		if res >= 0 && flags&ring.CQEFMore == 0 && d.rearm(ud) {
+			flags |= ring.CQEFMore
+		}
 	case tag == tagShutdown && len(d.syncRes) != 0:
 		if r, ok := d.syncRes[ud]; ok {
 			delete(d.syncRes, ud)
@@ -949,6 +973,65 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 		}
 	}
 	sink.complete(ud, res, flags, nil)
+}
+
+// rearm submits again the single shot that stands in for a multishot
+// accept or poll the kernel lacks (before 5.19 and 5.13), so that the op
+// stays armed as the contract says, and reports whether it did: not for a
+// single shot asked for, nor while the op is being canceled, nor when no
+// SQE can be had (the completion then ends the op, and its Completer
+// re-arms).
+func (d *uringDriver) rearm(ud uint64) bool {
+	o := d.cfg.ops.lookup(ud)
+	if o == nil || !o.multishot || o.state != opInFlight {
+		return false
+	}
+	sqe, err := d.getSQE()
+	if err != nil {
+		return false
+	}
+	d.prep(sqe, o)
+	return true
+}
+
+// deliverPolledRecv completes a provided-buffer receive on a ring without
+// a buffer ring (emuRecv): its POLL_ADD reported the socket readable (res
+// is the event mask, or -errno), so it reads once with recv(2) into a pool
+// buffer and delivers what it read as the receive's final completion, with
+// the buffer's id as a ring would give it (the Completer re-arms). A read
+// that finds nothing after all polls again; end of stream and errors end
+// the receive as on io_uring.
+func (d *uringDriver) deliverPolledRecv(ud uint64, res int32, sink completionSink) {
+	o := d.cfg.ops.lookup(ud)
+	if res < 0 || o == nil {
+		sink.complete(ud, res, 0, nil) // a failed or canceled poll; a stale one is counted there
+		return
+	}
+	bi, b := d.pool.get()
+	if bi < 0 {
+		sink.complete(ud, -int32(unix.ENOBUFS), 0, nil)
+		return
+	}
+	if c := d.cfg.recvCap; c != 0 && int(c) < len(b) {
+		b = b[:c]
+	}
+	n, err := epollRecv(int(o.fd), b, o.arg)
+	switch {
+	case err == unix.EAGAIN:
+		d.pool.put(bi)
+		sqe, serr := d.getSQE()
+		if serr != nil {
+			sink.complete(ud, -int32(unix.EAGAIN), 0, nil) // the Completer re-arms
+			return
+		}
+		d.prep(sqe, o) // poll again, under the same user_data
+	case err != nil || n == 0:
+		d.pool.put(bi)
+		sink.complete(ud, epollRes(err), 0, nil)
+	default:
+		sink.complete(ud, int32(n), ring.CQEFBuffer|uint32(uint16(bi))<<ring.CQEBufferShift, d.pool.bytes(bi, n))
+		d.pool.put(bi)
+	}
 }
 
 // deliverBundle passes a provided-buffer completion that may carry several
@@ -1118,6 +1201,7 @@ func (d *uringDriver) close() error {
 		first = d.r.Close()
 	}
 	d.br = nil
+	d.pool.release()
 	d.wakeArmed = false
 	if err := d.waiter.close(); err != nil && first == nil {
 		first = err

@@ -67,6 +67,10 @@ func newPrefilledRig(t *testing.T, pairs int, bufs uint32, once bool, prefill in
 		opts = append(opts, loop.WithRecvBundles(false), loop.WithIncrementalBuffers(false))
 	}
 	g := newGroup(t, loop.BackendUring, append(opts, extra...)...)
+	runOn(t, g.Loop(0), func() {}) // started: its buffer ring registered, if it has one
+	if f := g.Loop(0).Features(); !f.BufRing {
+		t.Skipf("no provided-buffer ring (kernel profile %q, before 5.19): nothing to park", f.Kernel)
+	}
 	r := &starveRig{t: t, g: g, l: g.Loop(0), got: make([][]byte, pairs), ends: make([]int32, pairs), ids: make([]loop.OpID, pairs), once: once}
 	// TCP for multishot: over AF_UNIX a multishot receive can miss the
 	// peer's shutdown (RecvProvidedOnce). Both kinds of pair are closed
