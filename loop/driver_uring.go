@@ -181,6 +181,7 @@ type uringDriver struct {
 	// Counters (loop thread).
 	cancelCQEs   uint64        // completions of our own ASYNC_CANCELs
 	lostCQEs     atomic.Uint64 // CQEs the kernel reports as dropped (cq overflow counter)
+	cqOverflows  atomic.Uint64 // polls that found CQEs on the kernel's overflow list
 	lastOverflow uint32        // cq overflow counter at the last poll
 	bufMisuse    atomic.Uint64 // completions naming a provided buffer not the kernel's to give
 	bundles      atomic.Uint64 // provided-buffer completions that carried several buffers
@@ -871,7 +872,11 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	if faultsEnabled {
 		max = d.faultReapMax(max)
 	}
+	overflowed := d.r.CQOverflowPending()
 	d.reap(max, sink, &res)
+	if overflowed || d.r.CQOverflowPending() {
+		d.cqOverflows.Add(1)
+	}
 	if res.completions > 0 || res.woken {
 		res.timedOut = false
 	} else if timeout == 0 && err == nil {
@@ -1221,6 +1226,7 @@ func (d *uringDriver) close() error {
 // counters implements driver. Safe for concurrent use.
 func (d *uringDriver) counters(s *Stats) {
 	s.LostCompletions = d.lostCQEs.Load()
+	s.CQOverflows = d.cqOverflows.Load()
 	s.BufferMisuse = d.bufMisuse.Load()
 	s.RecvBundles = d.bundles.Load()
 }

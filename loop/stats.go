@@ -54,6 +54,14 @@ type Stats struct {
 	LostCompletions uint64
 	BufferMisuse    uint64
 
+	// CQOverflows counts the polls of the io_uring backend that found
+	// completions the CQ had no room for waiting on the kernel's overflow
+	// list (IORING_SQ_CQ_OVERFLOW), which the poll then moved into the CQ.
+	// None is lost where the kernel has IORING_FEAT_NODROP (5.5); the CQ
+	// is twice the SQ (WithRingEntries), so a count that keeps growing
+	// says it is too small for the ops in flight.
+	CQOverflows uint64
+
 	// RecvBundles counts provided-buffer completions that carried several
 	// buffers (WithRecvBundles).
 	RecvBundles uint64
@@ -133,6 +141,7 @@ func (s *Stats) add(o *Stats) {
 	s.Quarantined += o.Quarantined
 	s.QuarantinedBytes += o.QuarantinedBytes
 	s.LostCompletions += o.LostCompletions
+	s.CQOverflows += o.CQOverflows
 	s.RecvBundles += o.RecvBundles
 	s.BufferMisuse += o.BufferMisuse
 }

@@ -71,6 +71,12 @@ func (r *Ring) CQESeen() { r.CQAdvance(1) }
 // and the Wait methods issue by themselves.
 func (r *Ring) Overflow() uint32 { return atomic.LoadUint32(r.cq.overflow) }
 
+// CQOverflowPending reports whether the kernel holds completions the CQ
+// had no room for on its overflow list (IORING_SQ_CQ_OVERFLOW, with
+// FeatNoDrop); the next enter with GetEvents, or a Peek that finds the CQ
+// empty, moves them in. Safe for concurrent use with everything but Close.
+func (r *Ring) CQOverflowPending() bool { return r.sqFlags()&SQCQOverflow != 0 }
+
 // cqNeedsFlush reports whether CQEs wait in the kernel: on the overflow list
 // (SQCQOverflow) or as deferred task work (SQTaskrun, set with
 // SetupTaskrunFlag). Either is moved to the ring by an enter with GETEVENTS.

@@ -101,8 +101,8 @@ func reportStats(ctx context.Context, w io.Writer, every time.Duration, srv *con
 			n, s := h.total(), g.Stats().Total
 			rate := float64(n-last) / now.Sub(lastAt).Seconds()
 			last, lastAt = n, now
-			fmt.Fprintf(w, "stats: conns=%d bytes=%d (%s/s) turns=%d completions=%d inflight=%d tasks=%d sleeps=%d wakeups=%d stale=%d rebuilds=%d panics=%d\n",
-				srv.Conns(), n, humanBytes(rate), s.Turns, s.Completions, s.OpsInFlight, s.Tasks, s.Sleeps, s.Wakeups, s.StaleCompletions, s.Rebuilds, s.Panics)
+			fmt.Fprintf(w, "stats: conns=%d bytes=%d (%s/s) turns=%d completions=%d inflight=%d tasks=%d sleeps=%d wakeups=%d stale=%d rebuilds=%d panics=%d cq-overflows=%d cq-lost=%d\n",
+				srv.Conns(), n, humanBytes(rate), s.Turns, s.Completions, s.OpsInFlight, s.Tasks, s.Sleeps, s.Wakeups, s.StaleCompletions, s.Rebuilds, s.Panics, s.CQOverflows, s.LostCompletions)
 		}
 	}
 }
