@@ -91,9 +91,17 @@ func TestKernelTableMatchesDocs(t *testing.T) {
 	defer f.Close()
 	doc := map[string]string{} // first column → first kernel
 	sc := bufio.NewScanner(f)
+	in := false // within the feature table, the page's first
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| feature") {
+		if strings.HasPrefix(line, "| feature") {
+			in = true
+			continue
+		}
+		if in && !strings.HasPrefix(line, "|") {
+			break
+		}
+		if !in || strings.HasPrefix(line, "|---") {
 			continue
 		}
 		cols := strings.Split(line, " | ")
