@@ -53,6 +53,15 @@
 // ENOMEM or missing features); [BackendUring] returns that error instead.
 // [Loop.Features] and [Group.Features] report the choice.
 //
+// Older kernels lose io_uring features one at a time, and every op keeps
+// its contract without them: single-shot accepts the backend re-arms
+// where multishot accept is missing, provided-buffer receives that
+// poll and then read into the loop's own buffers where there is no buffer
+// ring (before 5.19), shutdown(2) where IORING_OP_SHUTDOWN is missing.
+// [WithKernel] (or RINGLOOP_KERNEL=<version>) runs the backend as on an
+// older release, capping every probe to what it offers, so those paths run
+// on any machine (docs/kernel-support.md, "Kernel profiles").
+//
 // # Memory shared with the kernel
 //
 // A buffer passed to an op belongs to the loop until the kernel's final

@@ -168,5 +168,5 @@ type Features struct {
 	Wait               WaitMode // how the loop waits
 	SharedThread       bool     // the loop runs as a shared-thread goroutine (WithSharedThread)
 	Kernel             string   // the kernel profile in use (WithKernel), "" for the running kernel
-	MultishotPoll      bool     // a multishot Poll is one kernel op (else the backend re-arms single shots, 5.13)
+	MultishotPoll      bool     // a multishot Poll stays armed (else it completes once, without CQEFMore: re-arm; 5.13)
 }

@@ -383,7 +383,11 @@ func (d *uringDriver) start() error {
 	if br == nil && d.cfg.bufCount != 0 && d.cfg.bufSize != 0 {
 		// Provided-buffer receives poll and read into the loop's own
 		// buffers instead (deliverPolledRecv).
-		d.cfg.logger.Info("io_uring provided-buffer ring unavailable; provided-buffer receives poll, then read with recv(2)",
+		log := d.cfg.logger.Info
+		if !d.cfg.kernel.IsZero() {
+			log = d.cfg.logger.Debug // asked for: the profile is in Features and the banner
+		}
+		log("io_uring provided-buffer ring unavailable; provided-buffer receives poll, then read with recv(2)",
 			"loop", d.cfg.name, "kernel_profile", d.cfg.kernel.String())
 		d.feat.MultishotRecv = false
 		d.emuRecv = true
@@ -959,7 +963,7 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			d.bufferHeld(bid, res)
 		}
 		return
-	case (tag == tagAccept && !d.feat.MultishotAccept) || (tag == tagPoll && !d.feat.MultishotPoll):
+	case tag == tagAccept && !d.feat.MultishotAccept:
 		if res >= 0 && flags&ring.CQEFMore == 0 && d.rearm(ud) {
 			flags |= ring.CQEFMore
 		}
@@ -980,14 +984,22 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	sink.complete(ud, res, flags, nil)
 }
 
+// op returns the live op ud names in the loop's table, or nil.
+func (d *uringDriver) op(ud uint64) *op {
+	if d.cfg.ops == nil {
+		return nil
+	}
+	return d.cfg.ops.lookup(ud)
+}
+
 // rearm submits again the single shot that stands in for a multishot
-// accept or poll the kernel lacks (before 5.19 and 5.13), so that the op
-// stays armed as the contract says, and reports whether it did: not for a
+// accept the kernel lacks (before 5.19), so that the op stays armed as the
+// contract says, and reports whether it did: not for a
 // single shot asked for, nor while the op is being canceled, nor when no
 // SQE can be had (the completion then ends the op, and its Completer
 // re-arms).
 func (d *uringDriver) rearm(ud uint64) bool {
-	o := d.cfg.ops.lookup(ud)
+	o := d.op(ud)
 	if o == nil || !o.multishot || o.state != opInFlight {
 		return false
 	}
@@ -1007,7 +1019,7 @@ func (d *uringDriver) rearm(ud uint64) bool {
 // that finds nothing after all polls again; end of stream and errors end
 // the receive as on io_uring.
 func (d *uringDriver) deliverPolledRecv(ud uint64, res int32, sink completionSink) {
-	o := d.cfg.ops.lookup(ud)
+	o := d.op(ud)
 	if res < 0 || o == nil {
 		sink.complete(ud, res, 0, nil) // a failed or canceled poll; a stale one is counted there
 		return

@@ -249,8 +249,9 @@ func (l *Loop) Shutdown(fd int, how int, c Completer) (OpID, error) {
 
 // Poll waits for events (unix.POLLIN, POLLOUT, …) on fd. Res is the ready
 // mask or -errno. With multishot it stays armed (ring.CQEFMore) until
-// canceled; where the kernel lacks multishot poll (before 5.13) the backend
-// re-arms single shots itself. Must be called on the loop goroutine.
+// canceled. Where the kernel lacks multishot poll (before 5.13) it
+// completes once, without ring.CQEFMore: re-arm then, once the fd is dealt
+// with (re-arming a poll on a still-ready fd at once would only spin). Must be called on the loop goroutine.
 func (l *Loop) Poll(fd int, events uint32, multishot bool, c Completer) (OpID, error) {
 	if events == 0 {
 		return 0, invalidArgument("poll: empty event mask")

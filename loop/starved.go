@@ -37,9 +37,11 @@ import "golang.org/x/sys/unix"
 // recycles buffers, so it would take them all) is canceled after its next
 // completion and parked behind the others once the cancel ends it. Each
 // connection with bytes waiting then gets one completion's worth per
-// round, in arrival order. Once the queue is empty,
-// receives are armed multishot as before. An incremental ring refuses
-// single shots beside multishot receives, so it does not rotate.
+// round, in arrival order. Once the queue is empty, receives are armed
+// multishot as before. Rotation needs bundles: a single shot without them
+// takes one buffer, and at 1,024 connections rotating one buffer at a
+// time moved a quarter of the bytes. An incremental ring refuses single
+// shots beside multishot receives, so it does not rotate either.
 //
 // A parked receive is no longer in the kernel, so:
 //   - Cancel takes it out at the end of the turn, delivering -ECANCELED as
@@ -112,13 +114,19 @@ func (l *Loop) queueParked(o *op) {
 }
 
 // rotating reports whether the loop rotates its provided-buffer receives
-// while some are parked (WithFairReceives): not where nothing parks, nor
-// on an incremental ring, which refuses single shots beside multishot
-// receives, nor while the loop terminates (a receive armed then goes to
-// the kernel, where the drain cancels it).
+// while some are parked (WithFairReceives): only with bundles, where a
+// rotated single shot takes up to 16 buffers (without them each would take
+// one, and at 1,024 connections × 64 KiB in flight the loop moved a
+// quarter of the bytes it moves without rotating); not where nothing
+// parks, nor on an incremental ring, which refuses single shots beside
+// multishot receives, nor while the loop terminates (a receive armed then
+// goes to the kernel, where the drain cancels it).
 func (l *Loop) rotating() bool {
-	return l.fair && l.parkBudget > 0 && !l.drv.features().IncrementalBuffers &&
-		State(l.state.Load()) < StateShutdown
+	if !l.fair || l.parkBudget == 0 || State(l.state.Load()) >= StateShutdown {
+		return false
+	}
+	f := l.drv.features()
+	return f.RecvBundle && !f.IncrementalBuffers
 }
 
 // cancelParked marks a parked op canceled; the turn's end completes it.
@@ -133,6 +141,10 @@ func (l *Loop) resubmitParked() {
 	q := &l.parked
 	if q.canceled > 0 {
 		l.completeParked(func(o *op) bool { return o.state == opParkedCanceled })
+	}
+	if q.head == len(q.ops) {
+		q.compact()
+		return
 	}
 	single := l.rotating()
 	for n := l.parkBudget; n > 0 && q.head < len(q.ops); n-- {

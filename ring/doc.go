@@ -57,7 +57,12 @@
 // otherwise. The design leans on 6.1 (multishot accept and receive,
 // provided-buffer rings, SINGLE_ISSUER, DEFER_TASKRUN). Newer features are
 // probed, never assumed. docs/kernel-support.md lists each feature, its
-// first release, how it is probed and what happens without it. On systems other
+// first release, how it is probed and what happens without it; its
+// versions come from one table, KernelTable. NewFor makes a ring for a
+// kernel profile (a Kernel): the ring then offers only what that release
+// had, refusing the rest as it would, so older kernels' paths can run on a
+// newer one. CountSubmissions counts the SQEs a ring publishes by opcode
+// and flags, to prove which features a program used. On systems other
 // than Linux the package compiles and New returns an error matching
 // ErrNotSupported.
 package ring

@@ -33,7 +33,7 @@ func printBanner(w io.Writer, cfg config, srv *conn.Server, g *loop.Group) {
 	fmt.Fprintf(w, "  loops:    %d (ioratio %d, reuseport %v, %s thread, %s wait)\n", g.Len(), cfg.ioRatio, cfg.reusePort, thread, f.Wait)
 	kernel := featureList(f)
 	if f.Kernel != "" {
-		kernel = "profile " + f.Kernel + " (RINGLOOP_KERNEL): " + kernel
+		kernel = "profile " + f.Kernel + " (-kernel): " + kernel
 	}
 	fmt.Fprintf(w, "  kernel:   %s\n", kernel)
 	fmt.Fprintf(w, "  stop with Ctrl-C (SIGINT) or SIGTERM\n")
