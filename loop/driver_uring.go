@@ -520,6 +520,14 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
 		return nil, nil
 	}
+	if !d.feat.MultishotRecv {
+		// A buffer ring without multishot receive (5.19): each single
+		// shot would take one buffer per completion. Polling and then
+		// reading up to polledReads buffers per readiness (emuRecv)
+		// moved 2.3× as many bytes at 4 KiB depth 16, and as many at
+		// depth 1 (docs/kernel-support.md).
+		return nil, nil
+	}
 	if faultsEnabled {
 		if err := d.faultBufRing(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize); err != nil {
 			return nil, nil
@@ -1011,43 +1019,80 @@ func (d *uringDriver) rearm(ud uint64) bool {
 	return true
 }
 
+// polledReads bounds the reads a readiness of a polled receive makes:
+// as many buffers as a bundle takes.
+const polledReads = bundleBufs
+
 // deliverPolledRecv completes a provided-buffer receive on a ring without
 // a buffer ring (emuRecv): its POLL_ADD reported the socket readable (res
-// is the event mask, or -errno), so it reads once with recv(2) into a pool
-// buffer and delivers what it read as the receive's final completion, with
-// the buffer's id as a ring would give it (the Completer re-arms). A read
-// that finds nothing after all polls again; end of stream and errors end
-// the receive as on io_uring.
+// is the event mask, or -errno), so it reads with recv(2) into pool
+// buffers until the socket is drained, up to polledReads buffers, and
+// delivers them in order, each with its buffer's id as a ring would give
+// it, all but the last with CQEFMore; the last ends the receive (the
+// Completer re-arms). A readiness with nothing to read after all polls
+// again; end of stream and errors end the receive as on io_uring.
 func (d *uringDriver) deliverPolledRecv(ud uint64, res int32, sink completionSink) {
 	o := d.op(ud)
 	if res < 0 || o == nil {
 		sink.complete(ud, res, 0, nil) // a failed or canceled poll; a stale one is counted there
 		return
 	}
-	bi, b := d.pool.get()
-	if bi < 0 {
-		sink.complete(ud, -int32(unix.ENOBUFS), 0, nil)
+	var (
+		bufs   [polledReads]int32
+		lens   [polledReads]int
+		k      int
+		endRes int32
+		ended  bool
+		noBuf  bool
+	)
+	for k < polledReads {
+		bi, b := d.pool.get()
+		if bi < 0 {
+			noBuf = true
+			break
+		}
+		if c := d.cfg.recvCap; c != 0 && int(c) < len(b) {
+			b = b[:c]
+		}
+		n, err := epollRecv(int(o.fd), b, o.arg)
+		if err == unix.EAGAIN {
+			d.pool.put(bi)
+			break
+		}
+		if err != nil || n == 0 {
+			d.pool.put(bi)
+			endRes, ended = epollRes(err), true
+			break
+		}
+		bufs[k], lens[k] = bi, n
+		k++
+		if n < len(b) {
+			break // drained: a later arrival makes the socket ready again
+		}
+	}
+	if k == 0 && noBuf {
+		sink.complete(ud, -int32(unix.ENOBUFS), 0, nil) // no pool at all (WithBufferRing(0, 0))
 		return
 	}
-	if c := d.cfg.recvCap; c != 0 && int(c) < len(b) {
-		b = b[:c]
-	}
-	n, err := epollRecv(int(o.fd), b, o.arg)
-	switch {
-	case err == unix.EAGAIN:
-		d.pool.put(bi)
+	if k == 0 && !ended {
 		sqe, serr := d.getSQE()
 		if serr != nil {
 			sink.complete(ud, -int32(unix.EAGAIN), 0, nil) // the Completer re-arms
 			return
 		}
-		d.prep(sqe, o) // poll again, under the same user_data
-	case err != nil || n == 0:
-		d.pool.put(bi)
-		sink.complete(ud, epollRes(err), 0, nil)
-	default:
-		sink.complete(ud, int32(n), ring.CQEFBuffer|uint32(uint16(bi))<<ring.CQEBufferShift, d.pool.bytes(bi, n))
-		d.pool.put(bi)
+		d.prep(sqe, o) // nothing after all: poll again, under the same user_data
+		return
+	}
+	for i := range k {
+		flags := ring.CQEFBuffer | uint32(uint16(bufs[i]))<<ring.CQEBufferShift
+		if i < k-1 || ended {
+			flags |= ring.CQEFMore
+		}
+		sink.complete(ud, int32(lens[i]), flags, d.pool.bytes(bufs[i], lens[i]))
+		d.pool.put(bufs[i])
+	}
+	if ended {
+		sink.complete(ud, endRes, 0, nil)
 	}
 }
 
