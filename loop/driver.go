@@ -170,3 +170,11 @@ type Features struct {
 	Kernel             string   // the kernel profile in use (WithKernel), "" for the running kernel
 	MultishotPoll      bool     // a multishot Poll stays armed (else it completes once, without CQEFMore: re-arm; 5.13)
 }
+
+// profileSuffix names a kernel profile in an error, if there is one.
+func profileSuffix(k ring.Kernel) string {
+	if k.IsZero() {
+		return ""
+	}
+	return " (kernel profile " + k.String() + ")"
+}

@@ -554,13 +554,6 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 
 // getSQE returns a free SQE of the current ring, flushing the SQ to the
 // kernel when it is full.
-// profileSuffix names a kernel profile in an error, if there is one.
-func profileSuffix(k ring.Kernel) string {
-	if k.IsZero() {
-		return ""
-	}
-	return " (kernel profile " + k.String() + ")"
-}
 
 func (d *uringDriver) getSQE() (*ring.SQE, error) {
 	sqe, err := d.r.GetSQE()

@@ -3,6 +3,7 @@ package loop_test
 import (
 	"bytes"
 	"cmp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -289,5 +290,31 @@ func profileWorkload(t *testing.T, l *loop.Loop, bufRing bool) {
 	defer mu.Unlock()
 	for _, e := range errs {
 		t.Error(e)
+	}
+}
+
+// BackendAuto runs io_uring only where it measured at or above epoll:
+// from multishot receive (6.0) on. Before that it picks epoll and says why.
+func TestKernelProfileAuto(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	for _, c := range []struct {
+		kernel string
+		want   loop.Backend
+	}{{"5.10", loop.BackendEpoll}, {"5.19", loop.BackendEpoll}, {"6.1", loop.BackendUring}, {"", loop.BackendUring}} {
+		g, err := loop.NewGroup(loop.WithLogger(quietLogger), loop.WithLoops(1), loop.WithKernel(c.kernel))
+		if err != nil {
+			t.Fatalf("%q: %v", c.kernel, err)
+		}
+		f := g.Features()
+		shutdown(t, g)
+		if f.Backend != c.want {
+			t.Errorf("auto under %q chose %v (%s), want %v", c.kernel, f.Backend, f.FallbackReason, c.want)
+		}
+		if c.want == loop.BackendEpoll && (!strings.Contains(f.FallbackReason, "multishot receive") || !strings.Contains(f.FallbackReason, c.kernel)) {
+			t.Errorf("auto under %q: fallback reason %q does not name the cause and the profile", c.kernel, f.FallbackReason)
+		}
+		if f.Kernel != c.kernel {
+			t.Errorf("Features.Kernel = %q under %q", f.Kernel, c.kernel)
+		}
 	}
 }
