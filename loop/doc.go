@@ -55,9 +55,11 @@
 //
 // Older kernels lose io_uring features one at a time, and every op keeps
 // its contract without them: single-shot accepts the backend re-arms
-// where multishot accept is missing, provided-buffer receives that
-// poll and then read into the loop's own buffers where there is no buffer
-// ring (before 5.19), shutdown(2) where IORING_OP_SHUTDOWN is missing.
+// where multishot accept is missing, provided-buffer receives that poll
+// and then read into the loop's own buffers, in batches, where there is no
+// multishot receive over a buffer ring (before 6.0), shutdown(2) where
+// IORING_OP_SHUTDOWN is missing. BackendAuto uses io_uring from multishot
+// receive (6.0) on, where it measured ahead of epoll, and epoll before.
 // [WithKernel] (or RINGLOOP_KERNEL=<version>) runs the backend as on an
 // older release, capping every probe to what it offers, so those paths run
 // on any machine (docs/kernel-support.md, "Kernel profiles").
