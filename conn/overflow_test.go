@@ -25,7 +25,7 @@ func TestCQOverflowEcho(t *testing.T) {
 	// Rounds of 64 clients echoing at once, until the CQ has overflowed
 	// (most first rounds do), at most 20.
 	for round := 0; round < 20 && g.Stats().Total.CQOverflows == 0; round++ {
-		echoBurst(t, s.Addr().String())
+		echoBurst(t, s.Addr().String(), 64, 64<<10)
 	}
 	st := g.Stats().Total
 	t.Logf("%d polls found the CQ overflowed; %d completions lost", st.CQOverflows, st.LostCompletions)
@@ -37,11 +37,10 @@ func TestCQOverflowEcho(t *testing.T) {
 	}
 }
 
-// echoBurst has 64 clients echo 64 KiB each through addr at once, and
-// fails on any difference.
-func echoBurst(t *testing.T, addr string) {
+// echoBurst has clients clients echo size random bytes each through addr
+// at once, and fails on any difference.
+func echoBurst(t *testing.T, addr string, clients, size int) {
 	t.Helper()
-	const clients, size = 64, 64 << 10
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	for range clients {

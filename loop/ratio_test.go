@@ -175,3 +175,49 @@ func TestIONotStarved(t *testing.T) {
 		waitFor(t, 60*time.Second, "the tasks", func() bool { return ran.Load() == n })
 	})
 }
+
+// At ioRatio 100 with a task queue of one, periodic timers shorter than
+// their own run are due again on every pass; the task phase must still end
+// and give I/O its turn (it once looped forever, and a Server.Close waiting
+// for its accept's cancel hung).
+func TestIORatio100TinyPeriodsYieldToIO(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithIORatio(100), loop.WithMaxPendingTasks(1))
+		l := g.Loop(0)
+		var timers []interface{ Stop() bool }
+		runOn(t, l, func() { // on the loop: the one-task queue takes no hand-off
+			for range 8 {
+				tm, err := l.ScheduleAtFixedRate(time.Nanosecond, time.Nanosecond, func() {})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				timers = append(timers, tm)
+			}
+		})
+		defer func() {
+			for _, tm := range timers {
+				tm.Stop()
+			}
+		}()
+		for i := range 20 {
+			done := make(chan int32, 1)
+			err := l.Execute(sched.TaskFunc(func() {
+				if _, err := l.Nop(completerFunc(func(c *loop.Completion) { done <- c.Res })); err != nil {
+					done <- -1
+				}
+			}))
+			if err != nil {
+				continue // the one-task queue is full: try again
+			}
+			select {
+			case res := <-done:
+				if res != 0 {
+					t.Fatalf("nop %d: %d", i, res)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("nop %d never completed: the task phase never gave I/O its turn", i)
+			}
+		}
+	})
+}

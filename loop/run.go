@@ -174,6 +174,11 @@ func (l *Loop) turn() {
 	l.maybeYield(now)
 }
 
+// maxRefillPasses bounds how often one task phase at ioRatio 100 moves due
+// timers that did not fit in a full task queue (the rest wait for the next
+// turn, after I/O).
+const maxRefillPasses = 1024
+
 // runTasks is the task phase of a turn (Netty's runAllTasks(timeout), and
 // runAllTasks() at ioRatio 100), followed by the tail tasks.
 func (l *Loop) runTasks(now, ioTime int64) {
@@ -184,13 +189,17 @@ func (l *Loop) runTasks(now, ioTime int64) {
 	switch {
 	case ratio == 100 && State(l.state.Load()) < StateShuttingDown:
 		// Run everything, including what tasks queue meanwhile, and timers
-		// that did not fit in a full queue, until nothing is left.
-		for {
+		// that were due when the phase began but did not fit in a full
+		// queue, until nothing is left. Bounded: a periodic timer whose
+		// period is shorter than its run (or a bounded queue of one task)
+		// would otherwise be due again on every pass, and the turn would
+		// never get back to I/O.
+		for pass := 0; ; pass++ {
 			ran += l.tasks.Drain(0, l.runTaskFn)
-			if !l.sinkRefused {
+			if !l.sinkRefused || pass == maxRefillPasses {
 				break
 			}
-			l.moveDueTimers(l.clock.Now())
+			l.moveDueTimers(now)
 		}
 	case ratio == 100:
 		// Shutting down: bounded by what is queued now, so the shutdown

@@ -69,7 +69,7 @@ func newPrefilledRig(t *testing.T, pairs int, bufs uint32, once bool, prefill in
 	g := newGroup(t, loop.BackendUring, append(opts, extra...)...)
 	runOn(t, g.Loop(0), func() {}) // started: its buffer ring registered, if it has one
 	if f := g.Loop(0).Features(); !f.BufRing {
-		t.Skipf("no provided-buffer ring (kernel profile %q, before 5.19): nothing to park", f.Kernel)
+		t.Skipf("no provided-buffer ring (kernel profile %q, before 6.0): nothing to park", f.Kernel)
 	}
 	r := &starveRig{t: t, g: g, l: g.Loop(0), got: make([][]byte, pairs), ends: make([]int32, pairs), ids: make([]loop.OpID, pairs), once: once}
 	// TCP for multishot: over AF_UNIX a multishot receive can miss the
