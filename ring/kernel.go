@@ -283,30 +283,28 @@ func (k Kernel) OpcodeLimit() int {
 // capability (a Feature* constant or any Name of the table). Unknown
 // names are reported missing.
 func (k Kernel) HasFeature(name string) bool {
-	for _, f := range kernelTable {
-		if f.Name == name {
-			return k.Has(f.Since)
-		}
-	}
-	return false
+	v, ok := since(name)
+	return ok && k.Has(v)
 }
 
-// since returns the first release with the named capability.
-func since(name string) Kernel {
+// since returns the first release with the named capability, and whether
+// the table names it.
+func since(name string) (Kernel, bool) {
 	for _, f := range kernelTable {
 		if f.Name == name {
-			return f.Since
+			return f.Since, true
 		}
 	}
-	return Kernel{}
+	return Kernel{}, false
 }
 
 // profileRefusal is the error an operation a profile takes away returns:
 // it matches ErrNotSupported (an *UnsupportedError) and unix.EINVAL, as
 // the older kernel's own refusal would.
 func profileRefusal(k Kernel, name string) error {
+	v, _ := since(name)
 	return fmt.Errorf("%w (kernel profile %s): %w",
-		&UnsupportedError{Op: name, MinKernel: since(name).String()}, k, unix.EINVAL)
+		&UnsupportedError{Op: name, MinKernel: v.String()}, k, unix.EINVAL)
 }
 
 // For returns p as a kernel of profile k would report it: without the
