@@ -109,30 +109,47 @@ func runFaultClient(ctx context.Context, id uint32, addr string, seed uint64) fa
 	const faultWindow = 64 << 10
 	var out faultClient
 	rng := rand.New(rand.NewPCG(seed, uint64(id)))
-	d := net.Dialer{}
 	slow := id%2 == 0
-	if slow {
-		// A small receive window and pauses in reading keep the
-		// server's sends queued in its socket, so SEND_ZC notifications
-		// stay due across rebuilds and the kernel still reads the
-		// server's chunks long after their send's result.
-		d.Control = func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			if err := rc.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 16384)
-			}); err != nil {
-				return err
+	// The socket is bound before it connects, so its address is known
+	// even when the server resets it before the dial returns (a fatal
+	// fault on the accepted connection's first op).
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			if slow {
+				// A small receive window and pauses in reading keep
+				// the server's sends queued in its socket, so SEND_ZC
+				// notifications stay due across rebuilds and the
+				// kernel still reads the server's chunks long after
+				// their send's result.
+				if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 16384); serr != nil {
+					return
+				}
 			}
-			return serr
+			if serr = unix.Bind(int(fd), &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); serr != nil {
+				return
+			}
+			sa, err := unix.Getsockname(int(fd))
+			if err != nil {
+				serr = err
+				return
+			}
+			out.addr = fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
+		}); err != nil {
+			return err
 		}
-	}
+		return serr
+	}}
 	nc, err := d.DialContext(ctx, "tcp4", addr)
 	if err != nil {
 		out.err = err
 		return out
 	}
 	defer nc.Close()
-	out.addr = nc.LocalAddr().String()
+	if got := nc.LocalAddr().String(); got != out.addr {
+		out.err = fmt.Errorf("bound %s, connected from %s", out.addr, got)
+		return out
+	}
 	deadline, _ := ctx.Deadline()
 	nc.SetDeadline(deadline)
 
