@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -83,7 +84,16 @@ func main() {
 		variants = append(variants, x)
 		return err
 	})
+	kernelsFlag := flag.String("kernels", "", "kernel profiles (comma-separated, e.g. 5.10,5.15,5.19,6.1): also run ringloop-uring under RINGLOOP_KERNEL=<each>, side by side, and report what each kernel costs against the running kernel and epoll; with -publish the section goes into docs/benchmarks.md and the run into docs/bench/kernel-profiles/")
 	flag.Parse()
+	kernels, err := parseKernels(*kernelsFlag)
+	if err != nil {
+		fatal(err)
+	}
+	for i := len(kernels) - 1; i >= 0; i-- { // each goes right after ringloop-uring: newest ends first
+		k := kernels[i]
+		variants = append(variants, variant{name: kernelServer(k), base: "ringloop-uring", env: []string{"RINGLOOP_KERNEL=" + k}})
+	}
 
 	p, ok := profiles[*prof]
 	if !ok {
@@ -127,6 +137,7 @@ func main() {
 		fatal(fmt.Errorf("run the harness from bench/"))
 	}
 	meta := collectMeta(*prof, *label, p)
+	meta.Kernels = kernels
 	meta.ServerCPU, meta.ClientCP = *serverCPU, *clientCPU
 
 	if *report != "" {
@@ -135,6 +146,7 @@ func main() {
 			fatal(err)
 		}
 		meta = readMeta(*report, meta)
+		addKernelOrder(meta.Kernels)
 		dir := filepath.Dir(*report)
 		if err := writeReport(dir, rows, meta, *publish, benchDir); err != nil {
 			fatal(err)
@@ -398,3 +410,55 @@ func addVariants(servers map[string]server, variants []variant) {
 }
 
 var variantColors = []string{"#e377c2", "#17becf", "#bcbd22", "#7f7f7f"}
+
+// kernelServer names ringloop-uring run under a kernel profile.
+func kernelServer(k string) string { return "uring-k" + k }
+
+// parseKernels reads -kernels: versions as RINGLOOP_KERNEL takes them
+// (major.minor), newest first in the report whatever the order given.
+func parseKernels(v string) ([]string, error) {
+	var out []string
+	for _, k := range strings.Split(v, ",") {
+		if k = strings.TrimSpace(k); k == "" {
+			continue
+		}
+		maj, min, ok := strings.Cut(k, ".")
+		if _, err := strconv.Atoi(maj); err != nil || !ok {
+			return nil, fmt.Errorf("-kernels: %q is not a kernel version like 5.15", k)
+		}
+		if _, err := strconv.Atoi(min); err != nil {
+			return nil, fmt.Errorf("-kernels: %q is not a kernel version like 5.15", k)
+		}
+		if contains(out, k) {
+			return nil, fmt.Errorf("-kernels: %s given twice", k)
+		}
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return kernelLess(out[j], out[i]) })
+	return out, nil
+}
+
+// kernelLess orders kernel versions numerically.
+func kernelLess(a, b string) bool {
+	am, an, _ := strings.Cut(a, ".")
+	bm, bn, _ := strings.Cut(b, ".")
+	x, _ := strconv.Atoi(am)
+	y, _ := strconv.Atoi(bm)
+	if x != y {
+		return x < y
+	}
+	x, _ = strconv.Atoi(an)
+	y, _ = strconv.Atoi(bn)
+	return x < y
+}
+
+// addKernelOrder places the kernel-profile servers of a run being redrawn
+// (-report) after ringloop-uring, as the run placed them.
+func addKernelOrder(kernels []string) {
+	at := indexOf(serverOrder, "ringloop-uring") + 1
+	for i := len(kernels) - 1; i >= 0; i-- {
+		if n := kernelServer(kernels[i]); !contains(serverOrder, n) {
+			serverOrder = append(serverOrder[:at], append([]string{n}, serverOrder[at:]...)...)
+		}
+	}
+}
