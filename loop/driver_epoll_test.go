@@ -199,101 +199,6 @@ func epWant(tb testing.TB, what string, c epCQE, res int32, more bool) {
 	}
 }
 
-// epPairs are the two stream transports every data op is checked on.
-var epPairs = []struct {
-	name string
-	pair func(testing.TB) (int, int)
-}{
-	{"tcp", testutil.TCPPair},
-	{"unix", testutil.SocketPair},
-}
-
-// epDup returns a dup of fd that the test hands to a close op.
-func epDup(tb testing.TB, fd int) int {
-	tb.Helper()
-	n, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		tb.Fatalf("dup: %v", err)
-	}
-	return n
-}
-
-// epSocket returns a new socket closed by tb.Cleanup.
-func epSocket(tb testing.TB, family int) int {
-	tb.Helper()
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		tb.Fatalf("socket: %v", err)
-	}
-	tb.Cleanup(func() { unix.Close(fd) })
-	return fd
-}
-
-func epWriteAll(tb testing.TB, fd int, p []byte) {
-	tb.Helper()
-	for len(p) > 0 {
-		n, err := unix.Write(fd, p)
-		if err != nil {
-			tb.Fatalf("write: %v", err)
-		}
-		p = p[n:]
-	}
-}
-
-func epReadFull(tb testing.TB, fd int, n int) []byte {
-	tb.Helper()
-	out, err := epReadN(fd, n)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return out
-}
-
-// epReadN reads n bytes from the blocking fd; safe off the test goroutine.
-func epReadN(fd int, n int) ([]byte, error) {
-	out := make([]byte, 0, n)
-	buf := make([]byte, 64<<10)
-	for len(out) < n {
-		m, err := unix.Read(fd, buf[:min(len(buf), n-len(out))])
-		if err != nil || m == 0 {
-			return out, fmt.Errorf("read after %d bytes: %d, %v", len(out), m, err)
-		}
-		out = append(out, buf[:m]...)
-	}
-	return out, nil
-}
-
-// epWriteN writes all of p to the blocking fd; safe off the test goroutine.
-func epWriteN(fd int, p []byte) error {
-	for len(p) > 0 {
-		n, err := unix.Write(fd, p)
-		if err != nil {
-			return fmt.Errorf("write: %v", err)
-		}
-		p = p[n:]
-	}
-	return nil
-}
-
-// epPattern returns n bytes that reveal a loss, duplicate or reorder.
-func epPattern(n int) []byte {
-	p := make([]byte, n)
-	for i := range p {
-		p[i] = byte(i*7 + i/251)
-	}
-	return p
-}
-
-// epPutSockaddr encodes sa into raw (ring.PutSockaddr, which cannot fail
-// on the addresses these tests use).
-func epPutSockaddr(raw *unix.RawSockaddrAny, sa unix.Sockaddr) uint32 {
-	n, err := ring.PutSockaddr(raw, sa)
-	if err != nil {
-		panic(err)
-	}
-	return n
-}
-
 func TestEpollDriverFeatures(t *testing.T) {
 	h := newEpHarness(t)
 	if h.d.backend() != BackendEpoll {
@@ -410,7 +315,7 @@ func TestEpollDriverAcceptEMFILE(t *testing.T) {
 	}
 	// Register the listener first (nothing to accept yet is not true: one
 	// client waits, so lower the limit before the op exists).
-	probe := epDup(t, lfd) // the lowest free fd number
+	probe := dupFd(t, lfd) // the lowest free fd number
 	unix.Close(probe)
 	lim := old
 	lim.Cur = uint64(probe)
@@ -432,20 +337,20 @@ func TestEpollDriverAcceptEMFILE(t *testing.T) {
 // at once (on the next poll) when they are there already, and with 0 at
 // end of stream.
 func TestEpollDriverRecv(t *testing.T) {
-	for _, p := range epPairs {
+	for _, p := range streamPairs {
 		t.Run("net="+p.name, func(t *testing.T) {
 			h := newEpHarness(t)
 			a, b := p.pair(t)
 			buf := make([]byte, 64)
 			_, ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
 			h.quiet("recv with no data", ud, 20*time.Millisecond)
-			epWriteAll(t, b, []byte("hello"))
+			writeAll(t, b, []byte("hello"))
 			epWant(t, "recv", h.final("recv", ud), 5, false)
 			if string(buf[:5]) != "hello" {
 				t.Fatalf("buf %q", buf[:5])
 			}
 
-			epWriteAll(t, b, []byte("world!"))
+			writeAll(t, b, []byte("world!"))
 			time.Sleep(10 * time.Millisecond)
 			_, ud = h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
 			if len(h.of(ud)) != 0 {
@@ -460,7 +365,7 @@ func TestEpollDriverRecv(t *testing.T) {
 			b1, b2 := make([]byte, 3), make([]byte, 3)
 			_, ud1 := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = b1 })
 			_, ud2 := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = b2 })
-			epWriteAll(t, b, []byte("abcdef"))
+			writeAll(t, b, []byte("abcdef"))
 			epWant(t, "recv 1", h.final("recv 1", ud1), 3, false)
 			epWant(t, "recv 2", h.final("recv 2", ud2), 3, false)
 			if string(b1)+string(b2) != "abcdef" {
@@ -482,7 +387,7 @@ func TestEpollDriverRecv(t *testing.T) {
 // stream. The pool is tiny and poll takes 3 completions at a time, so
 // reads outpace delivery and the op runs out of buffers often.
 func TestEpollDriverRecvProvided(t *testing.T) {
-	for _, p := range epPairs {
+	for _, p := range streamPairs {
 		t.Run("net="+p.name, func(t *testing.T) {
 			h := newEpHarness(t, epConfig(8, 4096))
 			h.max = 3
@@ -491,14 +396,14 @@ func TestEpollDriverRecvProvided(t *testing.T) {
 			if testing.Short() {
 				total = 1 << 20
 			}
-			want := epPattern(total)
+			want := pattern(total, 1)
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for off, step := 0, 1; off < len(want); step = step*3%65521 + 1 {
 					end := min(off+step, len(want))
-					if err := epWriteN(b, want[off:end]); err != nil {
+					if err := writeN(b, want[off:end]); err != nil {
 						t.Error(err)
 						return
 					}
@@ -522,21 +427,13 @@ func TestEpollDriverRecvProvided(t *testing.T) {
 			}
 			if !bytes.Equal(got, want) {
 				t.Fatalf("stream differs: got %d bytes, want %d, first difference at %d",
-					len(got), len(want), epCommonPrefix(got, want))
+					len(got), len(want), commonPrefix(got, want))
 			}
 			if len(h.d.pool.free) != 8 {
 				t.Fatalf("%d of 8 buffers free", len(h.d.pool.free))
 			}
 		})
 	}
-}
-
-func epCommonPrefix(a, b []byte) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
 }
 
 // TestEpollDriverRecvProvidedNoPool: with no receive pool, a provided recv
@@ -552,11 +449,11 @@ func TestEpollDriverRecvProvidedNoPool(t *testing.T) {
 // completes with what one send(2) took (a short write), the next one waits
 // for EPOLLOUT, and everything resumes once the peer reads.
 func TestEpollDriverSendShortWrite(t *testing.T) {
-	for _, p := range epPairs {
+	for _, p := range streamPairs {
 		t.Run("net="+p.name, func(t *testing.T) {
 			h := newEpHarness(t)
 			a, b := p.pair(t)
-			want := epPattern(32 << 20)
+			want := pattern(32<<20, 2)
 			sent, shorts := 0, 0
 			var pending uint64
 			for pending == 0 {
@@ -587,7 +484,7 @@ func TestEpollDriverSendShortWrite(t *testing.T) {
 			// The peer reads everything; the waiting send and the rest go out.
 			done := make(chan []byte)
 			go func() {
-				got, err := epReadN(b, len(want))
+				got, err := readN(b, len(want), false)
 				if err != nil {
 					t.Error(err)
 				}
@@ -606,7 +503,7 @@ func TestEpollDriverSendShortWrite(t *testing.T) {
 				_, pending = h.start(tagSend, func(o *op) { o.fd = int32(a); o.buf = chunk })
 			}
 			if got := <-done; !bytes.Equal(got, want) {
-				t.Fatalf("peer got a different stream (first difference at %d)", epCommonPrefix(got, want))
+				t.Fatalf("peer got a different stream (first difference at %d)", commonPrefix(got, want))
 			}
 		})
 	}
@@ -616,7 +513,7 @@ func TestEpollDriverSendShortWrite(t *testing.T) {
 // completion, through sendmsg(2) on the op's own msghdr, with or without
 // flags; to a peer that stopped reading it fails with -EPIPE.
 func TestEpollDriverSendmsg(t *testing.T) {
-	for _, p := range epPairs {
+	for _, p := range streamPairs {
 		for _, n := range []int{3, 12} {
 			t.Run(fmt.Sprintf("net=%s/bufs=%d", p.name, n), func(t *testing.T) {
 				h := newEpHarness(t)
@@ -633,13 +530,13 @@ func TestEpollDriverSendmsg(t *testing.T) {
 				}
 				_, ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = bufs })
 				epWant(t, "sendmsg", h.final("sendmsg", ud), int32(len(want)), false)
-				if got := epReadFull(t, b, len(want)); !bytes.Equal(got, want) {
+				if got := readFull(t, b, len(want)); !bytes.Equal(got, want) {
 					t.Fatalf("got %q, want %q", got, want)
 				}
 				// With a flag, through sendmsg(2).
 				_, ud = h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = bufs[:2]; o.arg = unix.MSG_NOSIGNAL | unix.MSG_WAITALL })
 				epWant(t, "sendmsg flags", h.final("sendmsg flags", ud), int32(len(bufs[0])), false)
-				epReadFull(t, b, len(bufs[0]))
+				readFull(t, b, len(bufs[0]))
 			})
 		}
 	}
@@ -665,7 +562,7 @@ func TestEpollDriverSendZC(t *testing.T) {
 	if len(cs) != 2 || cs[0].res != 9 || cs[0].flags != ring.CQEFMore || cs[1].res != 0 || cs[1].flags != ring.CQEFNotif {
 		t.Fatalf("send_zc completions %v", cs)
 	}
-	if string(epReadFull(t, b, 9)) != "zero-copy" || h.tab.inFlight != 0 {
+	if string(readFull(t, b, 9)) != "zero-copy" || h.tab.inFlight != 0 {
 		t.Fatal("data or record")
 	}
 }
@@ -676,14 +573,14 @@ func TestEpollDriverConnect(t *testing.T) {
 	connect := func(t *testing.T, h *epHarness, fd int, sa unix.Sockaddr) epCQE {
 		t.Helper()
 		var raw unix.RawSockaddrAny
-		n := epPutSockaddr(&raw, sa)
+		n := putSockaddr(&raw, sa)
 		_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa = raw; o.x().saLen = n })
 		return h.final("connect", ud)
 	}
 	t.Run("tcp4", func(t *testing.T) {
 		h := newEpHarness(t)
 		_, addr := testutil.ListenFd(t)
-		fd := epSocket(t, unix.AF_INET)
+		fd := newSocket(t, unix.AF_INET)
 		epWant(t, "connect", connect(t, h, fd, addr), 0, false)
 		peer, err := unix.Getpeername(fd)
 		if err != nil || peer.(*unix.SockaddrInet4).Port != addr.Port {
@@ -695,12 +592,12 @@ func TestEpollDriverConnect(t *testing.T) {
 	})
 	t.Run("refused", func(t *testing.T) {
 		h := newEpHarness(t)
-		probe := epSocket(t, unix.AF_INET)
+		probe := newSocket(t, unix.AF_INET)
 		if err := unix.Bind(probe, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 			t.Fatal(err)
 		}
 		sa, _ := unix.Getsockname(probe) // bound, not listening: refused
-		fd := epSocket(t, unix.AF_INET)
+		fd := newSocket(t, unix.AF_INET)
 		epWant(t, "connect", connect(t, h, fd, sa), -int32(unix.ECONNREFUSED), false)
 	})
 	t.Run("tcp6", func(t *testing.T) {
@@ -715,7 +612,7 @@ func TestEpollDriverConnect(t *testing.T) {
 		}
 		unix.Listen(lfd, 8)
 		sa, _ := unix.Getsockname(lfd)
-		fd := epSocket(t, unix.AF_INET6)
+		fd := newSocket(t, unix.AF_INET6)
 		epWant(t, "connect", connect(t, h, fd, sa), 0, false)
 	})
 	for _, name := range []string{"path", "@abstract"} {
@@ -725,18 +622,18 @@ func TestEpollDriverConnect(t *testing.T) {
 			if name[0] == '@' {
 				path = fmt.Sprintf("@ringloop-epoll-test-%d", os.Getpid())
 			}
-			lfd := epSocket(t, unix.AF_UNIX)
+			lfd := newSocket(t, unix.AF_UNIX)
 			if err := unix.Bind(lfd, &unix.SockaddrUnix{Name: path}); err != nil {
 				t.Fatal(err)
 			}
 			unix.Listen(lfd, 8)
-			fd := epSocket(t, unix.AF_UNIX)
+			fd := newSocket(t, unix.AF_UNIX)
 			epWant(t, "connect", connect(t, h, fd, &unix.SockaddrUnix{Name: path}), 0, false)
 		})
 	}
 	t.Run("family", func(t *testing.T) {
 		h := newEpHarness(t)
-		fd := epSocket(t, unix.AF_INET)
+		fd := newSocket(t, unix.AF_INET)
 		_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa.Addr.Family = unix.AF_APPLETALK; o.x().saLen = 16 })
 		epWant(t, "connect", h.final("connect", ud), -int32(unix.EAFNOSUPPORT), false)
 	})
@@ -746,7 +643,7 @@ func TestEpollDriverConnect(t *testing.T) {
 // for its family fails with -EINVAL, as connect(2) would.
 func TestEpollConnectShortSockaddr(t *testing.T) {
 	h := newEpHarness(t)
-	fd := epSocket(t, unix.AF_INET)
+	fd := newSocket(t, unix.AF_INET)
 	_, ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa.Addr.Family = unix.AF_INET; o.x().saLen = 8 })
 	epWant(t, "connect", h.final("connect", ud), -int32(unix.EINVAL), false)
 }
@@ -756,7 +653,7 @@ func TestEpollConnectShortSockaddr(t *testing.T) {
 func TestEpollDriverCloseWithdraws(t *testing.T) {
 	h := newEpHarness(t)
 	a, _ := testutil.SocketPair(t)
-	fd := epDup(t, a)
+	fd := dupFd(t, a)
 	_, recv := h.start(tagRecv, func(o *op) { o.fd = int32(fd); o.buf = make([]byte, 8) })
 	_, prov := h.start(tagRecvBuf, func(o *op) { o.fd = int32(fd) })
 	_, pl := h.start(tagPoll, func(o *op) { o.fd = int32(fd); o.arg = unix.POLLIN; o.multishot = true })
@@ -801,7 +698,7 @@ func TestEpollDriverCloseWithdraws(t *testing.T) {
 // TestEpollDriverShutdown: shutdown acts at once; the peer's waiting recv
 // sees end of stream.
 func TestEpollDriverShutdown(t *testing.T) {
-	for _, p := range epPairs {
+	for _, p := range streamPairs {
 		t.Run("net="+p.name, func(t *testing.T) {
 			h := newEpHarness(t)
 			a, b := p.pair(t)
@@ -829,7 +726,7 @@ func TestEpollDriverPoll(t *testing.T) {
 	h.quiet("poll on an idle socket", ud, 20*time.Millisecond)
 	buf := make([]byte, 16)
 	for i := range 3 {
-		epWriteAll(t, b, []byte("x"))
+		writeAll(t, b, []byte("x"))
 		h.until("poll event", func() bool { return len(h.of(ud)) > i })
 		c := h.of(ud)[i]
 		if !c.more() || uint32(c.res)&unix.POLLIN == 0 {
@@ -1020,12 +917,12 @@ func TestEpollDriverWake(t *testing.T) {
 func TestEpollDriverEmptyEvents(t *testing.T) {
 	h := newEpHarness(t)
 	a, b := testutil.SocketPair(t)
-	epWriteAll(t, b, []byte("x"))
+	writeAll(t, b, []byte("x"))
 	_, ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = make([]byte, 1) })
 	h.poll(0)
 	epWant(t, "recv", h.final("recv", ud), 1, false)
 
-	epWriteAll(t, b, []byte("y")) // an edge nobody waits for
+	writeAll(t, b, []byte("y")) // an edge nobody waits for
 	start := time.Now()
 	r := h.poll(60 * time.Millisecond)
 	if el := time.Since(start); el < 60*time.Millisecond || !r.timedOut || r.completions != 0 {
@@ -1080,7 +977,7 @@ func TestEpollDriverRebuild(t *testing.T) {
 	e, epeer := testutil.SocketPair(t) // send waiting for room
 	pa, pb := testutil.SocketPair(t)   // multishot poll
 	lfd, addr := testutil.ListenFd(t)  // multishot accept
-	client := epSocket(t, unix.AF_INET)
+	client := newSocket(t, unix.AF_INET)
 
 	buf := make([]byte, 16)
 	_, recv := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
@@ -1104,7 +1001,7 @@ func TestEpollDriverRebuild(t *testing.T) {
 	// if not, it is one more op to migrate.
 	_, addr2 := testutil.ListenFd(t)
 	var raw unix.RawSockaddrAny
-	n := epPutSockaddr(&raw, addr2)
+	n := putSockaddr(&raw, addr2)
 	_, conn := h.start(tagConnect, func(o *op) { o.fd = int32(client); o.x().sa = raw; o.x().saLen = n })
 	h.poll(0)
 	h.poll(0)
@@ -1113,7 +1010,7 @@ func TestEpollDriverRebuild(t *testing.T) {
 	}
 
 	// Readiness the old instance will report but nobody will consume.
-	epWriteAll(t, cpeer, []byte("before"))
+	writeAll(t, cpeer, []byte("before"))
 	time.Sleep(10 * time.Millisecond)
 
 	old := h.d.epfd
@@ -1138,7 +1035,7 @@ func TestEpollDriverRebuild(t *testing.T) {
 		t.Fatalf("provided recv: %v %q", cs[0], cs[0].data)
 	}
 	// recv: data after the rebuild.
-	epWriteAll(t, b, []byte("after"))
+	writeAll(t, b, []byte("after"))
 	epWant(t, "recv", h.final("recv", recv), 5, false)
 	if string(buf[:5]) != "after" {
 		t.Fatalf("recv buf %q", buf[:5])
@@ -1152,7 +1049,7 @@ func TestEpollDriverRebuild(t *testing.T) {
 		unix.Close(int(c.res))
 	}
 	// poll.
-	epWriteAll(t, pb, []byte("p"))
+	writeAll(t, pb, []byte("p"))
 	h.until("poll", func() bool { return len(h.of(pl)) > 0 })
 	// timeout: -ETIME, not early.
 	ct := h.final("timeout", tmo)
@@ -1163,7 +1060,7 @@ func TestEpollDriverRebuild(t *testing.T) {
 	// send: room appears once the peer drains.
 	drained := make(chan error, 1)
 	go func() {
-		_, err := epReadN(epeer, queued+len("after the flood"))
+		_, err := readN(epeer, queued+len("after the flood"), false)
 		drained <- err
 	}()
 	epWant(t, "send", h.final("send", send), int32(len("after the flood")), false)
@@ -1185,7 +1082,7 @@ func TestEpollDriverRebuild(t *testing.T) {
 func TestEpollDriverRebuildStream(t *testing.T) {
 	h := newEpHarness(t, epConfig(8, 16<<10))
 	cl, sv := testutil.TCPPair(t)
-	want := epPattern(4 << 20)
+	want := pattern(4<<20, 3)
 	if testing.Short() {
 		want = want[:1<<20]
 	}
@@ -1231,7 +1128,7 @@ func TestEpollDriverRebuildStream(t *testing.T) {
 		}
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("stream differs at %d (got %d bytes)", epCommonPrefix(got, want), len(got))
+		t.Fatalf("stream differs at %d (got %d bytes)", commonPrefix(got, want), len(got))
 	}
 	if rebuilds < 5 {
 		t.Fatalf("only %d rebuilds", rebuilds)

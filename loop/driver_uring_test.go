@@ -5,7 +5,6 @@ package loop
 import (
 	"bytes"
 	"errors"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
@@ -98,13 +97,6 @@ type harness struct {
 	d    *uringDriver
 	tab  *opTable
 	sink *testSink
-}
-
-type logWriter struct{ tb testing.TB }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.tb.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
 }
 
 func testDriverConfig(tb testing.TB) driverConfig {
@@ -212,48 +204,6 @@ func (h *harness) cancel(ud uint64) {
 	if err := h.d.cancel(o); err != nil {
 		h.tb.Fatalf("cancel: %v", err)
 	}
-}
-
-func rawInet4(sa *unix.SockaddrInet4) (unix.RawSockaddrAny, uint32) {
-	var raw unix.RawSockaddrAny
-	raw.Addr.Family = unix.AF_INET
-	raw.Addr.Data[0] = int8(sa.Port >> 8)
-	raw.Addr.Data[1] = int8(sa.Port)
-	for i, b := range sa.Addr {
-		raw.Addr.Data[2+i] = int8(b)
-	}
-	return raw, unix.SizeofSockaddrInet4
-}
-
-func writeAll(tb testing.TB, fd int, p []byte) {
-	tb.Helper()
-	for len(p) > 0 {
-		n, err := unix.Write(fd, p)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			tb.Fatalf("write: %v", err)
-		}
-		p = p[n:]
-	}
-}
-
-func readFull(tb testing.TB, fd int, n int) []byte {
-	tb.Helper()
-	out := make([]byte, 0, n)
-	buf := make([]byte, 64<<10)
-	for len(out) < n {
-		k, err := unix.Read(fd, buf[:min(len(buf), n-len(out))])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || k == 0 {
-			tb.Fatalf("read after %d of %d bytes: %d, %v", len(out), n, k, err)
-		}
-		out = append(out, buf[:k]...)
-	}
-	return out
 }
 
 func wantRes(tb testing.TB, what string, got rec, res int32, more bool) {
@@ -430,14 +380,6 @@ func TestUringDriverRecvProvided(t *testing.T) {
 	t.Logf("1 MiB through 16×4 KiB provided buffers, %d arms", s.arms)
 }
 
-func commonPrefix(a, b []byte) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
-}
-
 func TestUringDriverSend(t *testing.T) {
 	h := newHarness(t)
 	client, server := testutil.TCPPair(t)
@@ -498,7 +440,7 @@ func TestUringDriverConnect(t *testing.T) {
 		return fd
 	}
 	fd := sock()
-	_, r := h.submit(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa, o.x().saLen = rawInet4(addr) })
+	_, r := h.submit(tagConnect, func(o *op) { o.fd = int32(fd); o.x().saLen = putSockaddr(&o.x().sa, addr) })
 	h.waitN("connect", r, 1)
 	wantRes(t, "connect", r.got[0], 0, false)
 	nfd, _, err := unix.Accept(lfd)
@@ -516,7 +458,7 @@ func TestUringDriverConnect(t *testing.T) {
 	sa, _ := unix.Getsockname(dead)
 	unix.Close(dead)
 	fd2 := sock()
-	_, r2 := h.submit(tagConnect, func(o *op) { o.fd = int32(fd2); o.x().sa, o.x().saLen = rawInet4(sa.(*unix.SockaddrInet4)) })
+	_, r2 := h.submit(tagConnect, func(o *op) { o.fd = int32(fd2); o.x().saLen = putSockaddr(&o.x().sa, sa) })
 	h.waitN("refused connect", r2, 1)
 	wantRes(t, "connect to a closed port", r2.got[0], -int32(unix.ECONNREFUSED), false)
 }
@@ -891,62 +833,6 @@ func BenchmarkUringDriverNop(b *testing.B) {
 	}
 }
 
-// pattern returns n pseudo-random bytes: a lost, duplicated or reordered
-// chunk of it cannot go unnoticed.
-func pattern(n int, seed uint64) []byte {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	p := make([]byte, n)
-	for i := range p {
-		p[i] = byte(rng.Uint32())
-	}
-	return p
-}
-
-// fillSocket writes into fd (made non-blocking for the purpose) until its
-// send buffer is full, and returns the bytes written.
-func fillSocket(tb testing.TB, fd int) []byte {
-	tb.Helper()
-	if err := unix.SetNonblock(fd, true); err != nil {
-		tb.Fatal(err)
-	}
-	defer unix.SetNonblock(fd, false)
-	var sent []byte
-	chunk := pattern(4096, 99)
-	for {
-		n, err := unix.Write(fd, chunk)
-		if err == unix.EAGAIN {
-			return sent
-		}
-		if err != nil {
-			tb.Fatalf("fill: %v", err)
-		}
-		sent = append(sent, chunk[:n]...)
-	}
-}
-
-// readAll reads exactly n bytes from fd in a goroutine-safe way.
-func readAll(fd int, n int, slow bool) ([]byte, error) {
-	out := make([]byte, 0, n)
-	buf := make([]byte, 16<<10)
-	for i := 0; len(out) < n; i++ {
-		k, err := unix.Read(fd, buf[:min(len(buf), n-len(out))])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return out, err
-		}
-		if k == 0 {
-			return out, io.ErrUnexpectedEOF
-		}
-		out = append(out, buf[:k]...)
-		if slow && i%8 == 0 {
-			time.Sleep(time.Millisecond) // let the sender's socket fill up
-		}
-	}
-	return out, nil
-}
-
 // sendStream sends data over fd one SEND at a time, continuing short
 // writes from where they stopped, as the conn layer does.
 type sendStream struct {
@@ -1025,7 +911,7 @@ func TestUringDriverRebuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { unix.Close(cfd) })
-		_, cr = h.submit(tagConnect, func(o *op) { o.fd = int32(cfd); o.x().sa, o.x().saLen = rawInet4(saddr.(*unix.SockaddrInet4)) })
+		_, cr = h.submit(tagConnect, func(o *op) { o.fd = int32(cfd); o.x().saLen = putSockaddr(&o.x().sa, saddr) })
 	}
 
 	h.poll(0)
@@ -1105,7 +991,7 @@ func TestUringDriverRebuild(t *testing.T) {
 
 	got := make(chan []byte, 1)
 	go func() {
-		b, err := readAll(b4, len(filled)+len(payload), false)
+		b, err := readN(b4, len(filled)+len(payload), false)
 		if err != nil {
 			t.Errorf("drain: %v", err)
 		}
@@ -1156,23 +1042,6 @@ func TestUringDriverRebuild(t *testing.T) {
 	if s.arms != 1 || h.sink.stale != 0 {
 		t.Fatalf("provided recv armed %d times, stale %d", s.arms, h.sink.stale)
 	}
-}
-
-// rawListener returns a blocking TCP listener on 127.0.0.1:0 with backlog.
-func rawListener(tb testing.TB, backlog int) int {
-	tb.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		tb.Fatal(err)
-	}
-	if err := unix.Listen(fd, backlog); err != nil {
-		tb.Fatal(err)
-	}
-	return fd
 }
 
 // TestUringDriverRebuildStream runs a 4 MiB stream each way over one TCP
@@ -1234,7 +1103,7 @@ func TestUringDriverRebuildStream(t *testing.T) {
 	}()
 	got := make(chan []byte, 1)
 	go func() {
-		b, err := readAll(client, size, true)
+		b, err := readN(client, size, true)
 		if err != nil {
 			t.Errorf("peer read: %v", err)
 		}
