@@ -4,8 +4,11 @@ package loop
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -14,6 +17,429 @@ import (
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/ring"
 )
+
+// The driver contract (the driver interface in driver.go, and
+// docs/op-lifecycle.md) is tested once, here, the way testing/fstest.TestFS
+// tests a file system: testDriverContract runs every case against a
+// harness made by its caller, and TestDriverContract (contract_kinds_test.go)
+// calls it for epoll, for uring on the running kernel and for uring under
+// each kernel profile. The cases never ask which backend they run on; what
+// may differ is in driverKind, or in Features. The backend files keep only
+// the tests of what one backend does and the other cannot.
+
+// driverKind is what varies by backend.
+type driverKind struct {
+	name      string      // "epoll", "uring", "uring/kernel=5.10"
+	be        Backend     // what features().Backend must say
+	kernel    ring.Kernel // the profile the driver keeps to (zero: the running kernel)
+	open      func(driverConfig) (driver, error)
+	skip      func(testing.TB) // skips where the backend cannot run
+	errClosed error            // what the driver's methods return after close
+	// recvBufYields: a provided-buffer receive that finds the pool empty
+	// waits for a buffer instead of ending with -ENOBUFS (epoll), so a
+	// multishot one stays armed until end of stream.
+	recvBufYields bool
+	// handle returns the fd of the driver's current instance (the ring,
+	// the epoll instance), which rebuild replaces and closes.
+	handle func(driver) int
+	// idle reports what the driver still holds once no op is live ("" if
+	// nothing).
+	idle func(driver) string
+}
+
+// harnessOpt edits a harness's driver: it is called with d nil on the
+// config before the driver is made, then with the driver before start.
+type harnessOpt func(cfg *driverConfig, d driver)
+
+// withBufs sets the provided-buffer pool.
+func withBufs(count, size uint32) harnessOpt {
+	return func(cfg *driverConfig, d driver) {
+		if d == nil {
+			cfg.bufCount, cfg.bufSize = count, size
+		}
+	}
+}
+
+// cqe is one completion the harness saw, in delivery order.
+type cqe struct {
+	ud    uint64
+	tag   opTag
+	res   int32
+	flags uint32
+	data  []byte // a copy of the provided-buffer bytes
+	quar  bool   // Completion.Quarantined
+	at    time.Time
+}
+
+func (c cqe) more() bool { return c.flags&ring.CQEFMore != 0 }
+
+func (c cqe) String() string {
+	return fmt.Sprintf("{%v res=%d (%v) flags=%#x len=%d}", c.tag, c.res, ring.Errno(c.res), c.flags, len(c.data))
+}
+
+// driverHarness drives one started driver the way the loop does: ops come
+// from an op table, the harness is the completion sink, calls each op's
+// Completer and frees its record on its final completion, and every driver
+// method but wake is called from the test goroutine, locked to its thread
+// (the ring's single issuer).
+type driverHarness struct {
+	tb  testing.TB
+	k   driverKind
+	d   driver
+	tab *opTable
+	max int   // completions per poll; 0: all
+	log []cqe // every completion, in delivery order
+
+	stale      int  // completions naming no live op
+	allowStale bool // else a stale completion fails the test
+
+	quarantined, quarantinedBytes uint64 // abandoned ops and their bytes
+	allowAbandon                  bool   // else an abandoned op fails the test
+
+	closed bool       // the test closed the driver itself
+	c      Completion // reused, so delivering allocates nothing
+}
+
+// contractConfig is the driver configuration of the driver tests.
+func contractConfig(tb testing.TB, k ring.Kernel) driverConfig {
+	return driverConfig{
+		name:        "ringloop-t-0",
+		ringEntries: 64,
+		bufCount:    16,
+		bufSize:     4096,
+		bufGroup:    7,
+		logger:      slog.New(slog.NewTextHandler(logWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		wait:        testWaitMode(),
+		kernel:      k,
+	}
+}
+
+// newDriverHarness checks for leaks and hangs, locks the calling goroutine
+// to its thread until the test ends, and makes and starts a driver of kind
+// k with its op table, which the driver has from its config before it is
+// made (the uring driver looks ops up there to re-arm them). Create every
+// fd of the test after it, so the leak check sees them closed.
+func newDriverHarness(tb testing.TB, k driverKind, opts ...harnessOpt) *driverHarness {
+	tb.Helper()
+	if k.skip != nil {
+		k.skip(tb)
+	}
+	testutil.CheckLeaks(tb)
+	testutil.Watchdog(tb, 60*time.Second)
+	runtime.LockOSThread()
+	tb.Cleanup(runtime.UnlockOSThread)
+	h := &driverHarness{tb: tb, k: k, tab: newOpTable(0), max: 64}
+	cfg := contractConfig(tb, k.kernel)
+	cfg.ops = h.tab
+	for _, o := range opts {
+		o(&cfg, nil)
+	}
+	d, err := k.open(cfg)
+	if err != nil {
+		tb.Fatalf("open %s driver: %v", k.name, err)
+	}
+	h.d = d
+	tb.Cleanup(h.finish)
+	for _, o := range opts {
+		o(&cfg, d)
+	}
+	if err := d.start(); err != nil {
+		tb.Fatalf("start: %v", err)
+	}
+	if f := d.features(); f.Backend != k.be || f.Kernel != k.kernel.String() {
+		tb.Fatalf("%s driver reports backend %v, kernel profile %q", k.name, f.Backend, f.Kernel)
+	}
+	return h
+}
+
+// finish checks the driver's counters and, when no op is live, that it
+// holds nothing, then closes it.
+func (h *driverHarness) finish() {
+	if h.closed {
+		return
+	}
+	var s Stats
+	h.d.counters(&s)
+	if s.LostCompletions != 0 || s.BufferMisuse != 0 {
+		h.tb.Errorf("%s: %d completions lost, %d naming a buffer not the kernel's", h.k.name, s.LostCompletions, s.BufferMisuse)
+	}
+	if h.k.idle != nil && h.tab.inFlight == 0 && !h.tb.Failed() {
+		if what := h.k.idle(h.d); what != "" {
+			h.tb.Errorf("%s: no op live, but the driver holds %s", h.k.name, what)
+		}
+	}
+	if err := h.d.close(); err != nil {
+		h.tb.Errorf("close: %v", err)
+	}
+}
+
+// close closes the driver (the test's own close, which finish then skips).
+func (h *driverHarness) close() error {
+	h.closed = true
+	return h.d.close()
+}
+
+// complete implements completionSink, as the loop does: look the op up,
+// keep the completion, call the Completer, free the record on the final
+// completion.
+func (h *driverHarness) complete(ud uint64, res int32, flags uint32, data []byte) {
+	o := h.tab.lookup(ud)
+	if o == nil {
+		h.stale++
+		if !h.allowStale {
+			h.tb.Errorf("stale completion ud=%#x res=%d flags=%#x", ud, res, flags)
+		}
+		return
+	}
+	c := cqe{ud: ud, tag: o.tag, res: res, flags: flags, at: time.Now()}
+	if data != nil {
+		if int(res) != len(data) {
+			h.tb.Errorf("%v: res %d but %d bytes of data", o.tag, res, len(data))
+		}
+		c.data = bytes.Clone(data)
+	}
+	h.log = append(h.log, c)
+	h.c = Completion{Res: res, Flags: flags, Data: data}
+	if o.c != nil {
+		o.c.Complete(&h.c)
+	}
+	if flags&ring.CQEFMore == 0 {
+		h.tab.release(o)
+	}
+}
+
+// abandon implements completionSink, as Loop.abandon: the record is
+// quarantined and retired, and the Completer sees Quarantined.
+func (h *driverHarness) abandon(ud uint64, res int32, flags uint32, extra uint64) {
+	o := h.tab.lookup(ud)
+	if o == nil {
+		h.stale++
+		h.tb.Errorf("abandoned op %#x is not live", ud)
+		return
+	}
+	if !h.allowAbandon {
+		h.tb.Errorf("%s driver abandoned op %v %#x (res %d)", h.k.name, o.tag, ud, res)
+	}
+	h.quarantined++
+	h.quarantinedBytes += quarantine(o, extra)
+	h.tab.retire(o)
+	h.log = append(h.log, cqe{ud: ud, tag: o.tag, res: res, flags: flags, quar: true, at: time.Now()})
+	h.c = Completion{Res: res, Flags: flags, Quarantined: true}
+	if o.c != nil {
+		o.c.Complete(&h.c)
+	}
+}
+
+// tryStart allocates an op of tag, lets set fill it and submits it. A
+// refused op is released again.
+func (h *driverHarness) tryStart(tag opTag, set func(o *op)) (uint64, error) {
+	h.tb.Helper()
+	o := h.tab.alloc(tag)
+	if set != nil {
+		set(o)
+	}
+	ud := o.userData()
+	if err := h.d.submit(o); err != nil {
+		h.tab.release(o)
+		return 0, err
+	}
+	if o.state != opInFlight {
+		h.tb.Fatalf("submit %v left state %d, want opInFlight", tag, o.state)
+	}
+	return ud, nil
+}
+
+// start is tryStart failing the test on a refused op.
+func (h *driverHarness) start(tag opTag, set func(o *op)) uint64 {
+	h.tb.Helper()
+	ud, err := h.tryStart(tag, set)
+	if err != nil {
+		h.tb.Fatalf("submit %v: %v", tag, err)
+	}
+	return ud
+}
+
+// poll polls once, and again after a signal interrupted the wait (the
+// runtime's preemption signal does, now and then), summing what was
+// delivered.
+func (h *driverHarness) poll(timeout time.Duration) pollResult {
+	h.tb.Helper()
+	var sum pollResult
+	for {
+		r, err := h.d.poll(timeout, h.max, h)
+		if err != nil {
+			h.tb.Fatalf("poll: %v", err)
+		}
+		sum.completions += r.completions
+		sum.woken = sum.woken || r.woken
+		if !r.interrupted {
+			sum.timedOut = r.timedOut
+			return sum
+		}
+	}
+}
+
+// until polls until cond holds (10 s at most).
+func (h *driverHarness) until(what string, cond func() bool) {
+	h.tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.tb.Fatalf("timed out waiting for %s; %d completions, the last: %v",
+				what, len(h.log), h.log[max(0, len(h.log)-8):])
+		}
+		h.poll(5 * time.Millisecond)
+	}
+}
+
+// of returns the completions of ud, in order.
+func (h *driverHarness) of(ud uint64) []cqe {
+	var out []cqe
+	for _, c := range h.log {
+		if c.ud == ud {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// done reports whether ud has had its final completion.
+func (h *driverHarness) done(ud uint64) bool {
+	for _, c := range h.log {
+		if c.ud == ud && !c.more() {
+			return true
+		}
+	}
+	return false
+}
+
+// final waits for ud's final completion and returns it.
+func (h *driverHarness) final(what string, ud uint64) cqe {
+	h.tb.Helper()
+	h.until(what, func() bool { return h.done(ud) })
+	cs := h.of(ud)
+	return cs[len(cs)-1]
+}
+
+// waitN waits for n completions of ud and returns them all.
+func (h *driverHarness) waitN(what string, ud uint64, n int) []cqe {
+	h.tb.Helper()
+	h.until(what, func() bool { return len(h.of(ud)) >= n })
+	return h.of(ud)
+}
+
+// quiet polls for d and fails if ud completes meanwhile.
+func (h *driverHarness) quiet(what string, ud uint64, d time.Duration) {
+	h.tb.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		h.poll(5 * time.Millisecond)
+	}
+	if cs := h.of(ud); len(cs) > 0 {
+		h.tb.Fatalf("%s: completed early: %v", what, cs)
+	}
+}
+
+// live reports whether ud names a live op.
+func (h *driverHarness) live(ud uint64) bool { return h.tab.lookup(ud) != nil }
+
+// cancel cancels the op ud names and marks it canceling, as Loop.Cancel.
+func (h *driverHarness) cancel(ud uint64) {
+	h.tb.Helper()
+	o := h.tab.lookup(ud)
+	if o == nil {
+		h.tb.Fatalf("cancel: op %#x not live", ud)
+	}
+	if err := h.d.cancel(o); err != nil {
+		h.tb.Fatalf("cancel: %v", err)
+	}
+	if o.state == opInFlight {
+		o.state = opCanceling
+	}
+}
+
+// rebuild replaces the driver's instance and checks that every live op
+// moved, or else reached its final completion during the rebuild (a real
+// result the old instance had), and that the old instance is closed.
+func (h *driverHarness) rebuild() int {
+	h.tb.Helper()
+	live, seen, old := h.tab.inFlight, len(h.log), h.k.handle(h.d)
+	n, err := h.d.rebuild(h.tab, h)
+	if err != nil {
+		h.tb.Fatalf("rebuild: %v", err)
+	}
+	ended := 0
+	for _, c := range h.log[seen:] {
+		if !c.more() {
+			ended++
+		}
+	}
+	if n+ended != live {
+		h.tb.Fatalf("rebuild moved %d ops and ended %d of the %d live", n, ended, live)
+	}
+	if now := h.k.handle(h.d); now == old {
+		h.tb.Fatalf("rebuild kept instance fd %d", old)
+	}
+	if _, err := unix.FcntlInt(uintptr(old), unix.F_GETFD, 0); err != unix.EBADF {
+		h.tb.Fatalf("the old instance's fd %d is still open: %v", old, err)
+	}
+	return n
+}
+
+// big reports whether the big stream cases run at full size: not under
+// -short, nor under a kernel profile (the running kernel already moves the
+// bytes; a profile changes how the driver arms, not what it moves).
+func (h *driverHarness) big() bool { return !testing.Short() && h.k.kernel.IsZero() }
+
+// uring and epoll return the driver, for the backend-only tests.
+func (h *driverHarness) uring() *uringDriver { return h.d.(*uringDriver) }
+func (h *driverHarness) epoll() *epollDriver { return h.d.(*epollDriver) }
+
+func wantCQE(tb testing.TB, what string, c cqe, res int32, more bool) {
+	tb.Helper()
+	if c.res != res || c.more() != more {
+		tb.Fatalf("%s: got %v, want res %d (%v), more %v", what, c, res, ring.Errno(res), more)
+	}
+}
+
+// testDriverContract runs the driver contract's cases against the drivers
+// mk makes. mk must return a started driver (newDriverHarness).
+func testDriverContract(t *testing.T, mk mkHarness) {
+	for _, c := range contractCases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, mk) })
+	}
+}
+
+// mkHarness makes a started driver of the kind under test.
+type mkHarness func(tb testing.TB, opts ...harnessOpt) *driverHarness
+
+type contractCase struct {
+	name string
+	run  func(t *testing.T, mk mkHarness)
+}
+
+// contractCases are the cases of the driver contract, in the order they
+// run.
+var contractCases = []contractCase{
+	{"Nop", contractNop},
+}
+
+// contractNop: a nop completes with 0 on a later poll, never from inside
+// submit, and frees its record.
+func contractNop(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	ud := h.start(tagNop, nil)
+	if len(h.log) != 0 {
+		t.Fatalf("completion delivered from submit: %v", h.log)
+	}
+	r := h.poll(time.Second)
+	if r.completions != 1 || r.timedOut || r.woken {
+		t.Fatalf("poll: %+v", r)
+	}
+	wantCQE(t, "nop", h.of(ud)[0], 0, false)
+	if h.live(ud) || h.tab.inFlight != 0 {
+		t.Fatalf("nop record not freed: %d live", h.tab.inFlight)
+	}
+}
 
 // Helpers the driver tests share: sockets, byte streams and addresses.
 

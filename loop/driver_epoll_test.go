@@ -213,24 +213,6 @@ func TestEpollDriverFeatures(t *testing.T) {
 	}
 }
 
-// TestEpollDriverNop: a nop completes with 0 on the next poll, never from
-// inside submit.
-func TestEpollDriverNop(t *testing.T) {
-	h := newEpHarness(t)
-	_, ud := h.start(tagNop, nil)
-	if len(h.cqes) != 0 {
-		t.Fatalf("completion delivered from submit: %v", h.cqes)
-	}
-	r := h.poll(time.Second)
-	if r.completions != 1 || r.timedOut || r.woken {
-		t.Fatalf("poll: %+v", r)
-	}
-	epWant(t, "nop", h.of(ud)[0], 0, false)
-	if h.tab.inFlight != 0 {
-		t.Fatalf("%d records live", h.tab.inFlight)
-	}
-}
-
 // TestEpollDriverPollMax: poll delivers at most max completions and keeps
 // the rest, in order, for the next calls, which do not block.
 func TestEpollDriverPollMax(t *testing.T) {

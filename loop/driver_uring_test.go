@@ -213,16 +213,6 @@ func wantRes(tb testing.TB, what string, got rec, res int32, more bool) {
 	}
 }
 
-func TestUringDriverNop(t *testing.T) {
-	h := newHarness(t)
-	ud, r := h.submit(tagNop, nil)
-	h.waitN("nop", r, 1)
-	wantRes(t, "nop", r.got[0], 0, false)
-	if h.live(ud) || h.tab.inFlight != 0 {
-		t.Fatalf("nop slot not freed: inFlight %d", h.tab.inFlight)
-	}
-}
-
 func TestUringDriverAcceptMultishot(t *testing.T) {
 	h := newHarness(t)
 	if !h.d.features().MultishotAccept {
