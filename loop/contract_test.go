@@ -4,10 +4,13 @@ package loop
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -421,6 +424,17 @@ type contractCase struct {
 // run.
 var contractCases = []contractCase{
 	{"Nop", contractNop},
+	{"PollMax", contractPollMax},
+	{"PollZero", contractPollZero},
+	{"Recv", contractRecv},
+	{"Send", contractSend},
+	{"Sendmsg", contractSendmsg},
+	{"SendZC", contractSendZC},
+	{"Connect", contractConnect},
+	{"Close", contractClose},
+	{"Shutdown", contractShutdown},
+	{"Poll", contractPoll},
+	{"Timeout", contractTimeout},
 }
 
 // contractNop: a nop completes with 0 on a later poll, never from inside
@@ -439,6 +453,469 @@ func contractNop(t *testing.T, mk mkHarness) {
 	if h.live(ud) || h.tab.inFlight != 0 {
 		t.Fatalf("nop record not freed: %d live", h.tab.inFlight)
 	}
+}
+
+// contractPollMax: poll delivers at most max completions and keeps the
+// rest, in order, for the next calls, which do not block.
+func contractPollMax(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	h.max = 3
+	var uds []uint64
+	for range 10 {
+		uds = append(uds, h.start(tagNop, nil))
+	}
+	var got []int
+	start := time.Now()
+	for len(h.log) < 10 {
+		got = append(got, h.poll(time.Second).completions)
+	}
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Fatalf("polls blocked %v with completions queued", el)
+	}
+	if fmt.Sprint(got) != "[3 3 3 1]" {
+		t.Fatalf("completions per poll %v, want [3 3 3 1]", got)
+	}
+	for i, c := range h.log {
+		if c.ud != uds[i] {
+			t.Fatalf("completion %d is %#x, want %#x", i, c.ud, uds[i])
+		}
+	}
+}
+
+// contractPollZero: a poll with timeout 0 delivers what is ready without
+// waiting (io_uring's DEFER_TASKRUN posts completions only in an enter
+// that asks for them), and an empty one reports timedOut.
+func contractPollZero(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	a, b := testutil.SocketPair(t)
+	ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = make([]byte, 8) })
+	h.poll(0)
+	writeAll(t, b, []byte("now"))
+	time.Sleep(20 * time.Millisecond)
+	if r := h.poll(0); r.completions != 1 || r.timedOut {
+		t.Fatalf("poll(0) after the data arrived: %+v, %v; want the recv", r, h.log)
+	}
+	wantCQE(t, "recv", h.of(ud)[0], 3, false)
+	if r := h.poll(0); r.completions != 0 || !r.timedOut {
+		t.Fatalf("empty poll(0): %+v, want timedOut", r)
+	}
+}
+
+// contractRecv: a recv completes with the bytes once they arrive, on a
+// later poll (never from submit) when they are there already, two queued
+// recvs are served in order, and end of stream gives 0.
+func contractRecv(t *testing.T, mk mkHarness) {
+	for _, p := range streamPairs {
+		t.Run("net="+p.name, func(t *testing.T) {
+			h := mk(t)
+			a, b := p.pair(t)
+			buf := make([]byte, 64)
+			ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+			h.quiet("recv with no data", ud, 20*time.Millisecond)
+			writeAll(t, b, []byte("hello"))
+			wantCQE(t, "recv", h.final("recv", ud), 5, false)
+			if string(buf[:5]) != "hello" {
+				t.Fatalf("buf %q", buf[:5])
+			}
+
+			writeAll(t, b, []byte("world!"))
+			time.Sleep(10 * time.Millisecond)
+			ud = h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+			if len(h.of(ud)) != 0 {
+				t.Fatal("completion delivered from submit")
+			}
+			wantCQE(t, "recv ready", h.final("recv ready", ud), 6, false)
+			if string(buf[:6]) != "world!" {
+				t.Fatalf("buf %q", buf[:6])
+			}
+
+			// Two recvs queued on one fd share the bytes; which gets
+			// the first ones is the backend's (TestEpollDriverRecvOrder).
+			b1, b2 := make([]byte, 3), make([]byte, 3)
+			ud1 := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = b1 })
+			ud2 := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = b2 })
+			h.poll(0)
+			writeAll(t, b, []byte("abcdef"))
+			wantCQE(t, "recv 1", h.final("recv 1", ud1), 3, false)
+			wantCQE(t, "recv 2", h.final("recv 2", ud2), 3, false)
+			if got := string(b1) + string(b2); got != "abcdef" && got != "defabc" {
+				t.Fatalf("two queued recvs got %q and %q", b1, b2)
+			}
+
+			ud = h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+			if err := unix.Shutdown(b, unix.SHUT_WR); err != nil {
+				t.Fatal(err)
+			}
+			wantCQE(t, "recv EOF", h.final("recv EOF", ud), 0, false)
+		})
+	}
+}
+
+// contractSend: when the peer does not read, a send completes with what
+// the socket took (a short write), the next one waits for room, and
+// everything resumes once the peer reads.
+func contractSend(t *testing.T, mk mkHarness) {
+	for _, p := range streamPairs {
+		t.Run("net="+p.name, func(t *testing.T) {
+			h := mk(t)
+			a, b := p.pair(t)
+			size := 32 << 20
+			if !h.big() {
+				size = 16 << 20 // still more than a loopback socket holds
+			}
+			want := pattern(size, 2)
+			sent, shorts := 0, 0
+			var pending uint64
+			for pending == 0 {
+				chunk := want[sent:]
+				ud := h.start(tagSend, func(o *op) { o.fd = int32(a); o.buf = chunk })
+				for end := time.Now().Add(50 * time.Millisecond); !h.done(ud) && time.Now().Before(end); {
+					h.poll(5 * time.Millisecond)
+				}
+				if !h.done(ud) {
+					pending = ud
+					break
+				}
+				c := h.of(ud)[0]
+				if c.res <= 0 {
+					t.Fatalf("send: %v", c)
+				}
+				if int(c.res) < len(chunk) {
+					shorts++
+				}
+				sent += int(c.res)
+				if sent == len(want) {
+					t.Fatalf("%d MiB went out with no reader", size>>20)
+				}
+			}
+			if shorts == 0 {
+				t.Fatalf("no short write before the socket filled")
+			}
+			done := make(chan []byte)
+			go func() {
+				got, err := readN(b, len(want), false)
+				if err != nil {
+					t.Error(err)
+				}
+				done <- got
+			}()
+			for {
+				c := h.final("send after the reader started", pending)
+				if c.res <= 0 {
+					t.Fatalf("send: %v", c)
+				}
+				sent += int(c.res)
+				if sent == len(want) {
+					break
+				}
+				chunk := want[sent:]
+				pending = h.start(tagSend, func(o *op) { o.fd = int32(a); o.buf = chunk })
+			}
+			if got := <-done; !bytes.Equal(got, want) {
+				t.Fatalf("peer got a different stream (first difference at %d)", commonPrefix(got, want))
+			}
+		})
+	}
+}
+
+// contractSendmsg: a sendmsg writes its buffers in order in one
+// completion, empty ones keeping their place, with or without flags; to a
+// peer that stopped reading it fails with -EPIPE (no SIGPIPE).
+func contractSendmsg(t *testing.T, mk mkHarness) {
+	for _, p := range streamPairs {
+		for _, n := range []int{3, 12} {
+			t.Run(fmt.Sprintf("net=%s/bufs=%d", p.name, n), func(t *testing.T) {
+				h := mk(t)
+				a, b := p.pair(t)
+				var bufs [][]byte
+				var want []byte
+				for i := range n {
+					s := []byte(fmt.Sprintf("<%d:%s>", i, bytes.Repeat([]byte{'x'}, i)))
+					switch i {
+					case 1:
+						s = nil
+					case 2:
+						s = []byte{}
+					}
+					bufs = append(bufs, s)
+					want = append(want, s...)
+				}
+				ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = bufs })
+				wantCQE(t, "sendmsg", h.final("sendmsg", ud), int32(len(want)), false)
+				if got := readFull(t, b, len(want)); !bytes.Equal(got, want) {
+					t.Fatalf("got %q, want %q", got, want)
+				}
+				ud = h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = bufs[:2]; o.arg = unix.MSG_NOSIGNAL | unix.MSG_WAITALL })
+				wantCQE(t, "sendmsg flags", h.final("sendmsg flags", ud), int32(len(bufs[0])), false)
+				readFull(t, b, len(bufs[0]))
+			})
+		}
+	}
+	t.Run("epipe", func(t *testing.T) {
+		h := mk(t)
+		a, b := testutil.SocketPair(t)
+		if err := unix.Shutdown(b, unix.SHUT_RDWR); err != nil {
+			t.Fatal(err)
+		}
+		ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = [][]byte{[]byte("a"), []byte("b")} })
+		wantCQE(t, "sendmsg", h.final("sendmsg", ud), -int32(unix.EPIPE), false)
+	})
+}
+
+// contractSendZC: send_zc ends the io_uring way: the result with F_MORE,
+// then the notification (F_NOTIF, no F_MORE), which frees the record. A
+// driver without it refuses it at submit with ring.ErrNotSupported (epoll
+// runs it as a plain send, so Features.SendZC, real zero copy, stays false).
+func contractSendZC(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	a, b := testutil.TCPPair(t)
+	msg := bytes.Repeat([]byte("zero-copy "), 3000)
+	ud, err := h.tryStart(tagSendZC, func(o *op) { o.fd = int32(a); o.buf = msg })
+	if errors.Is(err, ring.ErrNotSupported) && !h.d.features().SendZC {
+		t.Skipf("no SEND_ZC: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("submit send_zc: %v (Features.SendZC %v)", err, h.d.features().SendZC)
+	}
+	got := make(chan []byte, 1)
+	go func() { got <- readFull(t, b, len(msg)) }()
+	cs := h.waitN("send_zc notification", ud, 2)
+	wantCQE(t, "send_zc result", cs[0], int32(len(msg)), true)
+	if len(cs) != 2 || cs[1].res != 0 || cs[1].flags&ring.CQEFNotif == 0 || cs[1].more() {
+		t.Fatalf("send_zc completions %v, want the result and then F_NOTIF without F_MORE", cs)
+	}
+	if h.live(ud) || h.tab.inFlight != 0 {
+		t.Fatal("send_zc record live after its notification")
+	}
+	if b := <-got; !bytes.Equal(b, msg) {
+		t.Fatalf("peer read a different stream (first difference at %d)", commonPrefix(b, msg))
+	}
+}
+
+// contractConnect: connect on TCP (IPv4, IPv6), AF_UNIX path and abstract
+// addresses; a refused one gives -ECONNREFUSED, an unknown family
+// -EAFNOSUPPORT, an address too short for its family -EINVAL.
+func contractConnect(t *testing.T, mk mkHarness) {
+	connect := func(t *testing.T, h *driverHarness, fd int, sa unix.Sockaddr) cqe {
+		t.Helper()
+		var raw unix.RawSockaddrAny
+		n := putSockaddr(&raw, sa)
+		ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa = raw; o.x().saLen = n })
+		return h.final("connect", ud)
+	}
+	t.Run("tcp4", func(t *testing.T) {
+		h := mk(t)
+		lfd, addr := testutil.ListenFd(t)
+		fd := newSocket(t, unix.AF_INET)
+		wantCQE(t, "connect", connect(t, h, fd, addr), 0, false)
+		peer, err := unix.Getpeername(fd)
+		if err != nil || peer.(*unix.SockaddrInet4).Port != addr.Port {
+			t.Fatalf("peer %v, %v", peer, err)
+		}
+		nfd, _, err := unix.Accept(lfd)
+		if err != nil {
+			t.Fatalf("accept after connect: %v", err)
+		}
+		defer unix.Close(nfd)
+		ud := h.start(tagSend, func(o *op) { o.fd = int32(fd); o.buf = []byte("hi") })
+		wantCQE(t, "send", h.final("send", ud), 2, false)
+		if got := readFull(t, nfd, 2); string(got) != "hi" {
+			t.Fatalf("peer read %q", got)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		h := mk(t)
+		probe := newSocket(t, unix.AF_INET)
+		if err := unix.Bind(probe, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			t.Fatal(err)
+		}
+		sa, _ := unix.Getsockname(probe) // bound, not listening: refused
+		fd := newSocket(t, unix.AF_INET)
+		wantCQE(t, "connect", connect(t, h, fd, sa), -int32(unix.ECONNREFUSED), false)
+	})
+	t.Run("tcp6", func(t *testing.T) {
+		h := mk(t)
+		lfd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Skipf("no IPv6: %v", err)
+		}
+		t.Cleanup(func() { unix.Close(lfd) })
+		if err := unix.Bind(lfd, &unix.SockaddrInet6{Addr: [16]byte{15: 1}}); err != nil {
+			t.Skipf("no ::1: %v", err)
+		}
+		unix.Listen(lfd, 8)
+		sa, _ := unix.Getsockname(lfd)
+		fd := newSocket(t, unix.AF_INET6)
+		wantCQE(t, "connect", connect(t, h, fd, sa), 0, false)
+	})
+	for _, name := range []string{"path", "@abstract"} {
+		t.Run("unix="+name, func(t *testing.T) {
+			h := mk(t)
+			path := filepath.Join(t.TempDir(), "s")
+			if name[0] == '@' {
+				path = fmt.Sprintf("@ringloop-driver-test-%d", os.Getpid())
+			}
+			lfd := newSocket(t, unix.AF_UNIX)
+			if err := unix.Bind(lfd, &unix.SockaddrUnix{Name: path}); err != nil {
+				t.Fatal(err)
+			}
+			unix.Listen(lfd, 8)
+			fd := newSocket(t, unix.AF_UNIX)
+			wantCQE(t, "connect", connect(t, h, fd, &unix.SockaddrUnix{Name: path}), 0, false)
+		})
+	}
+	t.Run("family", func(t *testing.T) {
+		h := mk(t)
+		fd := newSocket(t, unix.AF_INET)
+		ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa.Addr.Family = unix.AF_APPLETALK; o.x().saLen = 16 })
+		wantCQE(t, "connect", h.final("connect", ud), -int32(unix.EAFNOSUPPORT), false)
+	})
+	t.Run("short", func(t *testing.T) {
+		h := mk(t)
+		fd := newSocket(t, unix.AF_INET)
+		ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa.Addr.Family = unix.AF_INET; o.x().saLen = 8 })
+		wantCQE(t, "connect", h.final("connect", ud), -int32(unix.EINVAL), false)
+	})
+}
+
+// contractClose: a close op closes the fd and gives 0; closing a bad fd
+// gives -EBADF.
+func contractClose(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	a, _ := testutil.SocketPair(t)
+	fd := dupFd(t, a)
+	ud := h.start(tagClose, func(o *op) { o.fd = int32(fd) })
+	wantCQE(t, "close", h.final("close", ud), 0, false)
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+		t.Fatalf("fd after the close op: %v, want EBADF", err)
+	}
+	ud = h.start(tagClose, func(o *op) { o.fd = int32(fd) })
+	wantCQE(t, "close again", h.final("close again", ud), -int32(unix.EBADF), false)
+}
+
+// contractShutdown: shutdown(SHUT_WR) gives 0 and the peer's waiting recv
+// sees end of stream; on a file it gives -ENOTSOCK.
+func contractShutdown(t *testing.T, mk mkHarness) {
+	for _, p := range streamPairs {
+		t.Run("net="+p.name, func(t *testing.T) {
+			h := mk(t)
+			a, b := p.pair(t)
+			recv := h.start(tagRecv, func(o *op) { o.fd = int32(b); o.buf = make([]byte, 8) })
+			sd := h.start(tagShutdown, func(o *op) { o.fd = int32(a); o.arg = unix.SHUT_WR })
+			wantCQE(t, "shutdown", h.final("shutdown", sd), 0, false)
+			wantCQE(t, "recv", h.final("recv after shutdown", recv), 0, false)
+			f, err := os.CreateTemp(t.TempDir(), "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			sd = h.start(tagShutdown, func(o *op) { o.fd = int32(f.Fd()); o.arg = unix.SHUT_RDWR })
+			wantCQE(t, "shutdown file", h.final("shutdown file", sd), -int32(unix.ENOTSOCK), false)
+		})
+	}
+}
+
+// contractPoll: a multishot poll reports each readiness event with F_MORE
+// until canceled, where Features.MultishotPoll says so; else it completes
+// once, without F_MORE, and is armed again. A single-shot poll completes
+// once.
+func contractPoll(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	multi := h.d.features().MultishotPoll
+	a, b := testutil.SocketPair(t)
+	arm := func(fd int) uint64 {
+		return h.start(tagPoll, func(o *op) { o.fd = int32(fd); o.arg = unix.POLLIN | unix.POLLRDHUP; o.multishot = true })
+	}
+	single := h.start(tagPoll, func(o *op) { o.fd = int32(a); o.arg = unix.POLLIN })
+	ud := arm(a)
+	h.quiet("poll on an idle socket", ud, 20*time.Millisecond)
+	buf := make([]byte, 16)
+	seen := 0 // events of ud checked so far
+	for i, want := range []uint32{unix.POLLIN, unix.POLLIN, unix.POLLIN, unix.POLLRDHUP} {
+		if want == unix.POLLRDHUP {
+			unix.Shutdown(b, unix.SHUT_WR)
+		} else {
+			writeAll(t, b, []byte("x"))
+		}
+		c := h.waitN("poll event", ud, seen+1)[seen]
+		if c.more() != multi || uint32(c.res)&want == 0 {
+			t.Fatalf("poll event %d: %v; want %#x, F_MORE %v (Features.MultishotPoll)", i, c, want, multi)
+		}
+		unix.Read(a, buf)
+		switch {
+		case multi:
+			seen++
+		case i < 3:
+			ud, seen = arm(a), 0
+		}
+	}
+	if c := h.final("single poll", single); c.more() || uint32(c.res)&unix.POLLIN == 0 || len(h.of(single)) != 1 {
+		t.Fatalf("single poll: %v", h.of(single))
+	}
+	if multi {
+		h.cancel(ud)
+		wantCQE(t, "poll cancel", h.final("poll end", ud), -int32(unix.ECANCELED), false)
+	}
+	idle, _ := testutil.SocketPair(t)
+	ud = arm(idle)
+	h.poll(0)
+	h.cancel(ud)
+	wantCQE(t, "idle poll cancel", h.final("idle poll end", ud), -int32(unix.ECANCELED), false)
+
+	ud = h.start(tagPoll, func(o *op) { o.fd = int32(a); o.arg = unix.POLLOUT })
+	if c := h.final("single POLLOUT", ud); c.more() || uint32(c.res)&unix.POLLOUT == 0 {
+		t.Fatalf("single poll: %v", c)
+	}
+	if h.tab.inFlight != 0 {
+		t.Fatalf("%d ops live", h.tab.inFlight)
+	}
+}
+
+// contractTimeout: timeouts complete with -ETIME in deadline order, never
+// early; a blocking poll is cut short by the earliest one; a canceled one
+// reports -ECANCELED.
+func contractTimeout(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	type tm struct {
+		ud    uint64
+		d     time.Duration
+		start time.Time
+	}
+	var tms []tm
+	for _, d := range []time.Duration{30, 10, 20, 0, 10} {
+		d *= time.Millisecond
+		start := time.Now()
+		ud := h.start(tagTimeout, func(o *op) { o.x().ts = ring.Timespec{Nsec: int64(d)} })
+		tms = append(tms, tm{ud, d, start})
+	}
+	long := h.start(tagTimeout, func(o *op) { o.x().ts = ring.Timespec{Sec: 3600} })
+
+	begin := time.Now()
+	r := h.poll(5 * time.Second) // the 0 timeout is due at once
+	if time.Since(begin) > 500*time.Millisecond || r.completions != 1 {
+		t.Fatalf("first poll: %+v after %v", r, time.Since(begin))
+	}
+	r = h.poll(5 * time.Second) // cut short by the first 10 ms timer
+	if time.Since(begin) > time.Second || r.completions < 1 || r.timedOut {
+		t.Fatalf("second poll: %+v after %v", r, time.Since(begin))
+	}
+	for _, x := range tms {
+		c := h.final("timeout", x.ud)
+		wantCQE(t, "timeout", c, -int32(unix.ETIME), false)
+		if el := c.at.Sub(x.start); el < x.d {
+			t.Fatalf("%v timeout fired after %v", x.d, el)
+		}
+	}
+	var order []uint64
+	for _, c := range h.log {
+		order = append(order, c.ud)
+	}
+	want := []uint64{tms[3].ud, tms[1].ud, tms[4].ud, tms[2].ud, tms[0].ud}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("order %x, want %x", order, want)
+	}
+	h.cancel(long)
+	wantCQE(t, "canceled timeout", h.final("canceled timeout", long), -int32(unix.ECANCELED), false)
 }
 
 // Helpers the driver tests share: sockets, byte streams and addresses.
