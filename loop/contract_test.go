@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -435,6 +437,12 @@ var contractCases = []contractCase{
 	{"Shutdown", contractShutdown},
 	{"Poll", contractPoll},
 	{"Timeout", contractTimeout},
+	{"WaitPrecision", contractWaitPrecision},
+	{"AcceptMultishot", contractAcceptMultishot},
+	{"AcceptEMFILE", contractAcceptEMFILE},
+	{"Cancel", contractCancel},
+	{"Wake", contractWake},
+	{"InjectStall", contractInjectStall},
 }
 
 // contractNop: a nop completes with 0 on a later poll, never from inside
@@ -916,6 +924,228 @@ func contractTimeout(t *testing.T, mk mkHarness) {
 	}
 	h.cancel(long)
 	wantCQE(t, "canceled timeout", h.final("canceled timeout", long), -int32(unix.ECANCELED), false)
+}
+
+// contractWaitPrecision: a wait with a sub-millisecond part ends on time,
+// not rounded up to the next millisecond; an unbounded wait after a timed
+// one is not ended by the timer of the timed one.
+func contractWaitPrecision(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	const wait = 1500 * time.Microsecond
+	var els []time.Duration
+	for len(els) < 21 {
+		start := time.Now()
+		r := h.poll(wait)
+		el := time.Since(start)
+		if el < wait || !r.timedOut {
+			t.Fatalf("poll(%v): %+v after %v", wait, r, el)
+		}
+		els = append(els, el)
+	}
+	slices.Sort(els)
+	if med := els[len(els)/2]; med >= 1950*time.Microsecond {
+		t.Fatalf("median wait %v for %v: rounded up to milliseconds?", med, wait)
+	}
+	h.poll(wait / 3)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		h.d.wake()
+	}()
+	if r := h.poll(-1); !r.woken {
+		t.Fatalf("unbounded poll: %+v", r)
+	}
+}
+
+// contractAcceptMultishot: one multishot accept yields a completion with
+// F_MORE per connection (non-blocking, close-on-exec fds) and stays armed;
+// cancel ends it with -ECANCELED. A single-shot accept completes once.
+func contractAcceptMultishot(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	lfd, addr := testutil.ListenFd(t)
+	ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
+	h.quiet("accept with no client", ud, 20*time.Millisecond)
+	const conns = 12
+	for range conns {
+		testutil.Dial(t, addr)
+	}
+	for i, c := range h.waitN("accepts", ud, conns) {
+		if c.res < 0 || !c.more() {
+			t.Fatalf("accept %d: %v, want an fd with F_MORE", i, c)
+		}
+		fl, err := unix.FcntlInt(uintptr(c.res), unix.F_GETFL, 0)
+		fdfl, err2 := unix.FcntlInt(uintptr(c.res), unix.F_GETFD, 0)
+		unix.Close(int(c.res))
+		if err != nil || err2 != nil || fl&unix.O_NONBLOCK == 0 || fdfl&unix.FD_CLOEXEC == 0 {
+			t.Fatalf("accepted fd flags %#x fd flags %#x (%v, %v); want O_NONBLOCK, FD_CLOEXEC", fl, fdfl, err, err2)
+		}
+	}
+	if !h.live(ud) {
+		t.Fatal("multishot accept freed while armed")
+	}
+	h.cancel(ud)
+	wantCQE(t, "canceled accept", h.final("accept end", ud), -int32(unix.ECANCELED), false)
+	if n := len(h.of(ud)); n != conns+1 || h.live(ud) || h.tab.inFlight != 0 {
+		t.Fatalf("%d completions (want %d), live %v, %d ops live", n, conns+1, h.live(ud), h.tab.inFlight)
+	}
+
+	// Single shot. (Not a subtest: the driver must stay on this thread.)
+	ud = h.start(tagAccept, func(o *op) { o.fd = int32(lfd) })
+	testutil.Dial(t, addr)
+	c := h.final("single accept", ud)
+	if c.res >= 0 {
+		unix.Close(int(c.res))
+	}
+	if c.res < 0 || c.more() || len(h.of(ud)) != 1 {
+		t.Fatalf("single accept: %v", h.of(ud))
+	}
+}
+
+// contractAcceptEMFILE: running out of fds ends a multishot accept with
+// -EMFILE (no F_MORE), so the layer above can back off.
+func contractAcceptEMFILE(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	lfd, addr := testutil.ListenFd(t)
+	testutil.Dial(t, addr)
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	// One client waits already, so lower the limit before the op exists:
+	// to the lowest free fd number.
+	probe := dupFd(t, lfd)
+	unix.Close(probe)
+	lim := old
+	lim.Cur = uint64(probe)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skipf("setrlimit: %v", err)
+	}
+	ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
+	c := h.final("accept under EMFILE", ud)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if c.res >= 0 {
+		unix.Close(int(c.res))
+	}
+	wantCQE(t, "accept", c, -int32(unix.EMFILE), false)
+}
+
+// contractCancel: cancel ends a waiting op with -ECANCELED through a later
+// poll (never from cancel itself), once however often it is asked; an op
+// that already completed keeps its result; a multishot accept with
+// connections queued delivers each accepted fd with F_MORE, then either
+// -ECANCELED or, where the cancel came after a last single shot, that
+// shot's real result, as its final completion.
+func contractCancel(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	a, _ := testutil.SocketPair(t)
+	ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = make([]byte, 8) })
+	h.cancel(ud)
+	h.cancel(ud)
+	if len(h.log) != 0 {
+		t.Fatalf("completion delivered from cancel: %v", h.log)
+	}
+	wantCQE(t, "canceled recv", h.final("canceled recv", ud), -int32(unix.ECANCELED), false)
+	h.poll(0)
+	h.poll(0)
+	if cs := h.of(ud); len(cs) != 1 || h.live(ud) {
+		t.Fatalf("canceled recv: completions %v, live %v", cs, h.live(ud))
+	}
+
+	ud = h.start(tagNop, nil)
+	h.cancel(ud)
+	wantCQE(t, "canceled nop", h.final("canceled nop", ud), 0, false)
+	h.poll(0)
+	if cs := h.of(ud); len(cs) != 1 {
+		t.Fatalf("canceled nop: %v", cs)
+	}
+
+	lfd, addr := testutil.ListenFd(t)
+	testutil.Dial(t, addr)
+	testutil.Dial(t, addr)
+	time.Sleep(20 * time.Millisecond)
+	ud = h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
+	h.cancel(ud)
+	c := h.final("canceled accept", ud)
+	cs := h.of(ud)
+	for _, c := range cs {
+		if c.res >= 0 {
+			unix.Close(int(c.res))
+		}
+	}
+	for _, c := range cs[:len(cs)-1] {
+		if c.res < 0 || !c.more() {
+			t.Fatalf("accept completions %v: before the final one, accepted fds with F_MORE", cs)
+		}
+	}
+	if len(cs) > 3 || c.res < 0 && c.res != -int32(unix.ECANCELED) {
+		t.Fatalf("accept completions %v: want at most the 2 connections, then -ECANCELED or an fd", cs)
+	}
+	if h.tab.inFlight != 0 {
+		t.Fatalf("%d ops live", h.tab.inFlight)
+	}
+}
+
+// contractWake: wake from another goroutine ends a blocking poll promptly;
+// wakeups before a poll are sticky and coalesce into one woken poll; the
+// next poll then runs its full timeout.
+func contractWake(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		if err := h.d.wake(); err != nil {
+			t.Errorf("wake: %v", err)
+		}
+	}()
+	start := time.Now()
+	if r := h.poll(10 * time.Second); !r.woken || time.Since(start) > 2*time.Second {
+		t.Fatalf("poll %+v after %v, want woken promptly", r, time.Since(start))
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				if err := h.d.wake(); err != nil {
+					t.Errorf("wake: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if r := h.poll(10 * time.Second); !r.woken || r.timedOut {
+		t.Fatalf("poll after 1600 wakes: %+v, want woken", r)
+	}
+	start = time.Now()
+	if r := h.poll(20 * time.Millisecond); r.woken || !r.timedOut || time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("poll after the wakeup was consumed: %+v after %v, want a plain timeout", r, time.Since(start))
+	}
+}
+
+// contractInjectStall: stalled polls return at once with nothing, not even
+// a completion that is ready, and timedOut false; the next poll delivers
+// it.
+func contractInjectStall(t *testing.T, mk mkHarness) {
+	h := mk(t)
+	ud := h.start(tagNop, nil)
+	h.d.injectStall(3)
+	start := time.Now()
+	for i := range 3 {
+		if r := h.poll(time.Second); r != (pollResult{}) {
+			t.Fatalf("stalled poll %d: %+v, want empty", i, r)
+		}
+	}
+	if el := time.Since(start); el > 500*time.Millisecond || len(h.log) != 0 {
+		t.Fatalf("3 stalled polls took %v and delivered %v, want at once and nothing", el, h.log)
+	}
+	if r := h.poll(time.Second); r.completions != 1 || !h.done(ud) {
+		t.Fatalf("poll after the stall: %+v", r)
+	}
+	if r := h.poll(20 * time.Millisecond); !r.timedOut {
+		t.Fatalf("idle poll after the stall: %+v, want timedOut", r)
+	}
 }
 
 // Helpers the driver tests share: sockets, byte streams and addresses.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -211,80 +210,6 @@ func TestEpollDriverFeatures(t *testing.T) {
 	}
 }
 
-// TestEpollDriverAcceptMultishot: one multishot accept yields a completion
-// with F_MORE per connection (non-blocking, close-on-exec fds); cancel ends
-// it with -ECANCELED. A single-shot accept completes once.
-func TestEpollDriverAcceptMultishot(t *testing.T) {
-	h := newEpHarness(t)
-	lfd, addr := testutil.ListenFd(t)
-	aop, ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
-	h.quiet("accept with no client", ud, 20*time.Millisecond)
-
-	const conns = 12
-	for range conns {
-		testutil.Dial(t, addr)
-	}
-	h.until("accepts", func() bool { return len(h.of(ud)) >= conns })
-	for i, c := range h.of(ud) {
-		if c.res < 0 || !c.more() {
-			t.Fatalf("accept %d: %v", i, c)
-		}
-		fl, err := unix.FcntlInt(uintptr(c.res), unix.F_GETFL, 0)
-		fdfl, err2 := unix.FcntlInt(uintptr(c.res), unix.F_GETFD, 0)
-		unix.Close(int(c.res))
-		if err != nil || err2 != nil || fl&unix.O_NONBLOCK == 0 || fdfl&unix.FD_CLOEXEC == 0 {
-			t.Fatalf("accepted fd flags %#x fd flags %#x (%v, %v)", fl, fdfl, err, err2)
-		}
-	}
-	if err := h.d.cancel(aop); err != nil {
-		t.Fatalf("cancel: %v", err)
-	}
-	epWant(t, "canceled accept", h.final("accept end", ud), -int32(unix.ECANCELED), false)
-	if n := len(h.of(ud)); n != conns+1 {
-		t.Fatalf("%d completions, want %d", n, conns+1)
-	}
-
-	t.Run("single", func(t *testing.T) {
-		_, ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd) })
-		testutil.Dial(t, addr)
-		c := h.final("single accept", ud)
-		if c.res < 0 || c.more() {
-			t.Fatalf("single accept: %v", c)
-		}
-		unix.Close(int(c.res))
-	})
-}
-
-// TestEpollDriverAcceptEMFILE: running out of fds ends a multishot accept
-// with -EMFILE (no F_MORE), so the layer above can back off.
-func TestEpollDriverAcceptEMFILE(t *testing.T) {
-	h := newEpHarness(t)
-	lfd, addr := testutil.ListenFd(t)
-	testutil.Dial(t, addr)
-	var old unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	// Register the listener first (nothing to accept yet is not true: one
-	// client waits, so lower the limit before the op exists).
-	probe := dupFd(t, lfd) // the lowest free fd number
-	unix.Close(probe)
-	lim := old
-	lim.Cur = uint64(probe)
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		t.Skipf("setrlimit: %v", err)
-	}
-	_, ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
-	c := h.final("accept under EMFILE", ud)
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	if c.res >= 0 {
-		unix.Close(int(c.res))
-	}
-	epWant(t, "accept", c, -int32(unix.EMFILE), false)
-}
-
 // TestEpollDriverRecvProvided: a multishot provided-buffer recv delivers a
 // byte stream of many MB exactly, in order, one buffer per completion (with
 // F_MORE, F_BUFFER and the buffer id), then 0 without F_MORE at end of
@@ -415,117 +340,6 @@ func TestEpollDriverRecvOrder(t *testing.T) {
 	}
 }
 
-// TestEpollDriverWaitPrecision: a wait with a sub-millisecond part ends on
-// time (the timerfd), not rounded up to the next millisecond.
-func TestEpollDriverWaitPrecision(t *testing.T) {
-	h := newEpHarness(t)
-	const wait = 1500 * time.Microsecond
-	var els []time.Duration
-	for len(els) < 21 {
-		start := time.Now()
-		r := h.poll(wait)
-		el := time.Since(start)
-		if el < wait || !r.timedOut {
-			t.Fatalf("poll(%v): %+v after %v", wait, r, el)
-		}
-		els = append(els, el)
-	}
-	slices.Sort(els)
-	if med := els[len(els)/2]; med >= 1950*time.Microsecond {
-		t.Fatalf("median wait %v for %v: rounded up to milliseconds?", med, wait)
-	}
-	// An unbounded wait after a timed one is not ended by the stale timer.
-	h.poll(wait / 3)
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		h.d.wake()
-	}()
-	if r := h.poll(-1); !r.woken {
-		t.Fatalf("unbounded poll: %+v", r)
-	}
-}
-
-// TestEpollDriverCancel: cancel ends a waiting op with -ECANCELED on the
-// next poll (never from cancel itself), once; an op already completed keeps
-// its result; completions queued before the cancel are delivered first.
-func TestEpollDriverCancel(t *testing.T) {
-	h := newEpHarness(t)
-	a, _ := testutil.SocketPair(t)
-	rop, ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = make([]byte, 8) })
-	h.d.cancel(rop)
-	h.d.cancel(rop)
-	if len(h.cqes) != 0 {
-		t.Fatal("completion delivered from cancel")
-	}
-	h.poll(0)
-	h.poll(0)
-	if cs := h.of(ud); len(cs) != 1 {
-		t.Fatalf("completions %v", cs)
-	}
-	epWant(t, "recv", h.of(ud)[0], -int32(unix.ECANCELED), false)
-
-	nop, ud := h.start(tagNop, nil)
-	h.d.cancel(nop)
-	h.poll(0)
-	if cs := h.of(ud); len(cs) != 1 || cs[0].res != 0 {
-		t.Fatalf("canceled nop: %v", cs)
-	}
-
-	lfd, addr := testutil.ListenFd(t)
-	testutil.Dial(t, addr)
-	testutil.Dial(t, addr)
-	time.Sleep(20 * time.Millisecond)
-	aop, ud := h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
-	h.d.cancel(aop)
-	c := h.final("accept", ud)
-	cs := h.of(ud)
-	if len(cs) != 3 || !cs[0].more() || !cs[1].more() {
-		t.Fatalf("accept completions %v", cs)
-	}
-	for _, c := range cs[:2] {
-		unix.Close(int(c.res))
-	}
-	epWant(t, "accept", c, -int32(unix.ECANCELED), false)
-}
-
-// TestEpollDriverWake: wake from another goroutine ends a blocking poll
-// promptly; wakeups before the poll are sticky and coalesce; the next poll
-// then runs its full timeout.
-func TestEpollDriverWake(t *testing.T) {
-	h := newEpHarness(t)
-	go func() {
-		time.Sleep(30 * time.Millisecond)
-		h.d.wake()
-	}()
-	start := time.Now()
-	r := h.poll(10 * time.Second)
-	if el := time.Since(start); !r.woken || el > 2*time.Second {
-		t.Fatalf("poll %+v after %v", r, el)
-	}
-
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 200 {
-				if err := h.d.wake(); err != nil {
-					t.Errorf("wake: %v", err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if r := h.poll(10 * time.Second); !r.woken || r.timedOut {
-		t.Fatalf("poll after wakes: %+v", r)
-	}
-	start = time.Now()
-	if r := h.poll(20 * time.Millisecond); r.woken || !r.timedOut || time.Since(start) < 20*time.Millisecond {
-		t.Fatalf("idle poll: %+v after %v", r, time.Since(start))
-	}
-}
-
 // TestEpollDriverEmptyEvents: readiness that completes nothing (data for
 // an fd with no recv waiting) does not end a blocking poll early; a poll
 // that keeps getting only such events returns early, empty-handed and not
@@ -559,26 +373,6 @@ func TestEpollDriverEmptyEvents(t *testing.T) {
 	<-done
 	if el > 2*time.Second || r.timedOut || r.completions != 0 || r.woken {
 		t.Fatalf("poll with only empty events: %+v after %v", r, el)
-	}
-}
-
-// TestEpollDriverInjectStall: stalled polls return at once with nothing,
-// not even a queued completion, and timedOut false.
-func TestEpollDriverInjectStall(t *testing.T) {
-	h := newEpHarness(t)
-	h.start(tagNop, nil)
-	h.d.injectStall(3)
-	start := time.Now()
-	for i := range 3 {
-		if r := h.poll(time.Second); r != (pollResult{}) {
-			t.Fatalf("stalled poll %d: %+v", i, r)
-		}
-	}
-	if time.Since(start) > 500*time.Millisecond || len(h.cqes) != 0 {
-		t.Fatalf("stalled polls blocked or delivered: %v", h.cqes)
-	}
-	if r := h.poll(time.Second); r.completions != 1 {
-		t.Fatalf("poll after the stall: %+v", r)
 	}
 }
 
