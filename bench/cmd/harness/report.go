@@ -490,6 +490,17 @@ func kernelSection(s *summary, m meta, data string) string {
 		}
 		w("`loop.BackendAuto` runs io_uring only where the kernel has multishot receive (6.0 and later) and epoll before it; `BackendUring` asks for io_uring on any kernel from 5.6.\n\n")
 	}
+	var disturbed []string
+	for _, c := range cells {
+		for _, srv := range append([]string{"ringloop-uring", "ringloop-epoll"}, kernelServers(ks)...) {
+			if st := s.get(srv, c.conns, c.size, c.depth, "runqwait"); st.ok() && st.Med > 0.05 {
+				disturbed = append(disturbed, fmt.Sprintf("%s %s (%.0f%%)", srv, name(c), st.Med*100))
+			}
+		}
+	}
+	if len(disturbed) > 0 {
+		w("Waited more than 5 %% of the window for the server's CPU (median of the repetitions; the server's own threads count too, and other processes where there were): %s.\n\n", strings.Join(disturbed, ", "))
+	}
 	w("%s", kernelEnd)
 	return b.String()
 }
@@ -869,3 +880,11 @@ func us1(v float64) string { return fmt.Sprintf("%.0f", v) }
 func f1(v float64) string  { return fmt.Sprintf("%.1f", v) }
 func mib(v float64) string { return fmt.Sprintf("%.1f", v/1024) }
 func kib(v float64) string { return fmt.Sprintf("%.1f", v) }
+
+func kernelServers(ks []string) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = kernelServer(k)
+	}
+	return out
+}
