@@ -443,6 +443,7 @@ var contractCases = []contractCase{
 	{"Cancel", contractCancel},
 	{"Wake", contractWake},
 	{"InjectStall", contractInjectStall},
+	{"RecvProvided", contractRecvProvided},
 }
 
 // contractNop: a nop completes with 0 on a later poll, never from inside
@@ -1145,6 +1146,127 @@ func contractInjectStall(t *testing.T, mk mkHarness) {
 	}
 	if r := h.poll(20 * time.Millisecond); !r.timedOut {
 		t.Fatalf("idle poll after the stall: %+v, want timedOut", r)
+	}
+}
+
+// recvStream keeps a provided-buffer receive armed on fd, as the conn
+// layer does: it arms it again after -ENOBUFS (no buffer was free) and
+// after a final completion that still carried data. Every completion with
+// data must name a buffer of the pool.
+type recvStream struct {
+	h    *driverHarness
+	fd   int
+	ud   uint64
+	data []byte
+	eof  bool
+	errs []int32
+	arms int
+}
+
+func (s *recvStream) arm() {
+	s.ud = s.h.start(tagRecvBuf, func(o *op) { o.fd, o.multishot, o.c = int32(s.fd), true, s })
+	s.arms++
+}
+
+func (s *recvStream) Complete(c *Completion) {
+	switch {
+	case c.Res > 0:
+		if n := s.h.d.features().BufCount; c.Flags&ring.CQEFBuffer == 0 || c.Flags>>ring.CQEBufferShift >= n {
+			s.h.tb.Errorf("provided recv of %d bytes: flags %#x, want F_BUFFER and a buffer id below %d", c.Res, c.Flags, n)
+		}
+		s.data = append(s.data, c.Data...)
+	case c.Res == 0:
+		s.eof = true
+		return
+	case c.Res == -int32(unix.ENOBUFS):
+	default:
+		s.errs = append(s.errs, c.Res)
+		return
+	}
+	if !c.More() {
+		s.arm()
+	}
+}
+
+// sendStream sends data over fd one SEND of at most chunk bytes at a time,
+// continuing short writes from where they stopped, as the conn layer does.
+type sendStream struct {
+	h     *driverHarness
+	fd    int
+	data  []byte
+	chunk int
+	off   int
+	done  bool
+	errs  []int32
+}
+
+func (w *sendStream) next() {
+	if w.off == len(w.data) {
+		w.done = true
+		return
+	}
+	p := w.data[w.off:min(w.off+w.chunk, len(w.data))]
+	w.h.start(tagSend, func(o *op) { o.fd, o.buf, o.c = int32(w.fd), p, w })
+}
+
+func (w *sendStream) Complete(c *Completion) {
+	if c.Res <= 0 {
+		w.errs = append(w.errs, c.Res)
+		return
+	}
+	w.off += int(c.Res)
+	w.next()
+}
+
+// contractRecvProvided: a provided-buffer receive delivers a byte stream of
+// many MiB exactly and in order, one pool buffer per completion, then 0
+// without F_MORE at end of stream. The pool is 8 buffers and poll takes 3
+// completions at a time, so reads outpace delivery and the pool runs dry
+// often: a backend whose receive waits for buffers (recvBufYields) keeps
+// its multishot receive armed throughout; others end it with -ENOBUFS and
+// it is armed again.
+func contractRecvProvided(t *testing.T, mk mkHarness) {
+	for _, p := range streamPairs {
+		t.Run("net="+p.name, func(t *testing.T) {
+			h := mk(t, withBufs(8, 4096))
+			h.max = 3
+			a, b := p.pair(t)
+			total := 8 << 20
+			if !h.big() {
+				total = 1 << 20
+			}
+			want := pattern(total, 1)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for off, step := 0, 1; off < len(want); step = step*3%65521 + 1 {
+					end := min(off+step, len(want))
+					if err := writeN(b, want[off:end]); err != nil {
+						t.Error(err)
+						return
+					}
+					off = end
+				}
+				unix.Shutdown(b, unix.SHUT_WR)
+			}()
+			s := &recvStream{h: h, fd: a}
+			s.arm()
+			h.until("provided recv EOF", func() bool { return s.eof || len(s.errs) > 0 })
+			wg.Wait()
+			if len(s.errs) > 0 {
+				t.Fatalf("provided recv errors: %v", s.errs)
+			}
+			if !bytes.Equal(s.data, want) {
+				t.Fatalf("stream differs: got %d bytes, want %d, first difference at %d",
+					len(s.data), len(want), commonPrefix(s.data, want))
+			}
+			f := h.d.features()
+			if h.live(s.ud) || f.MultishotRecv && h.k.recvBufYields && s.arms != 1 {
+				t.Fatalf("after EOF: live %v; armed %d times (MultishotRecv %v)", h.live(s.ud), s.arms, f.MultishotRecv)
+			}
+			t.Logf("%d MiB through %d×%d B buffers, %d arms", total>>20, f.BufCount, f.BufSize, s.arms)
+		})
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -207,61 +206,6 @@ func TestEpollDriverFeatures(t *testing.T) {
 	}
 	if err := h.d.start(); err != nil {
 		t.Fatalf("start: %v", err)
-	}
-}
-
-// TestEpollDriverRecvProvided: a multishot provided-buffer recv delivers a
-// byte stream of many MB exactly, in order, one buffer per completion (with
-// F_MORE, F_BUFFER and the buffer id), then 0 without F_MORE at end of
-// stream. The pool is tiny and poll takes 3 completions at a time, so
-// reads outpace delivery and the op runs out of buffers often.
-func TestEpollDriverRecvProvided(t *testing.T) {
-	for _, p := range streamPairs {
-		t.Run("net="+p.name, func(t *testing.T) {
-			h := newEpHarness(t, epConfig(8, 4096))
-			h.max = 3
-			a, b := p.pair(t)
-			total := 8 << 20
-			if testing.Short() {
-				total = 1 << 20
-			}
-			want := pattern(total, 1)
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for off, step := 0, 1; off < len(want); step = step*3%65521 + 1 {
-					end := min(off+step, len(want))
-					if err := writeN(b, want[off:end]); err != nil {
-						t.Error(err)
-						return
-					}
-					off = end
-				}
-				unix.Shutdown(b, unix.SHUT_WR)
-			}()
-			_, ud := h.start(tagRecvBuf, func(o *op) { o.fd = int32(a) })
-			last := h.final("provided recv EOF", ud)
-			wg.Wait()
-			epWant(t, "end", last, 0, false)
-			var got []byte
-			for _, c := range h.of(ud) {
-				if !c.more() {
-					break
-				}
-				if c.res <= 0 || c.flags&ring.CQEFBuffer == 0 || c.flags>>16 >= 8 {
-					t.Fatalf("completion %v", c)
-				}
-				got = append(got, c.data...)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("stream differs: got %d bytes, want %d, first difference at %d",
-					len(got), len(want), commonPrefix(got, want))
-			}
-			if len(h.d.pool.free) != 8 {
-				t.Fatalf("%d of 8 buffers free", len(h.d.pool.free))
-			}
-		})
 	}
 }
 

@@ -213,10 +213,10 @@ func wantRes(tb testing.TB, what string, got rec, res int32, more bool) {
 	}
 }
 
-// recvStream keeps a provided-buffer receive armed on fd, as the conn layer
+// oldRecvStream keeps a provided-buffer receive armed on fd, as the conn layer
 // does: it re-arms after -ENOBUFS (buffer ring ran dry) and after a final
 // completion that still carried data.
-type recvStream struct {
+type oldRecvStream struct {
 	h    *harness
 	fd   int
 	ud   uint64
@@ -226,7 +226,7 @@ type recvStream struct {
 	arms int
 }
 
-func (s *recvStream) arm() {
+func (s *oldRecvStream) arm() {
 	o := s.h.tab.alloc(tagRecvBuf)
 	o.fd, o.multishot = int32(s.fd), true
 	o.c = s
@@ -237,7 +237,7 @@ func (s *recvStream) arm() {
 	s.arms++
 }
 
-func (s *recvStream) Complete(c *Completion) {
+func (s *oldRecvStream) Complete(c *Completion) {
 	switch {
 	case c.Res > 0:
 		if len(c.Data) != int(c.Res) {
@@ -255,43 +255,6 @@ func (s *recvStream) Complete(c *Completion) {
 	if !c.More() {
 		s.arm()
 	}
-}
-
-func TestUringDriverRecvProvided(t *testing.T) {
-	h := newHarness(t)
-	client, server := testutil.TCPPair(t)
-	s := &recvStream{h: h, fd: server}
-	s.arm()
-	h.poll(0)
-	// Far more than the 16 buffers of 4 KiB: buffers must be recycled
-	// after each callback, and -ENOBUFS re-armed.
-	want := make([]byte, 1<<20)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range want {
-		want[i] = byte(rng.Uint32())
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for p := want; len(p) > 0; {
-			n := min(len(p), 1+rng.IntN(9000))
-			writeAll(t, client, p[:n])
-			p = p[n:]
-		}
-		unix.Shutdown(client, unix.SHUT_WR)
-	}()
-	h.until("stream end", func() bool { return s.eof || len(s.errs) > 0 })
-	<-done
-	if len(s.errs) > 0 {
-		t.Fatalf("provided recv errors: %v", s.errs)
-	}
-	if !bytes.Equal(s.data, want) {
-		t.Fatalf("received %d bytes, want %d; equal prefix %d", len(s.data), len(want), commonPrefix(s.data, want))
-	}
-	if h.live(s.ud) {
-		t.Fatal("recv slot live after EOF")
-	}
-	t.Logf("1 MiB through 16×4 KiB provided buffers, %d arms", s.arms)
 }
 
 // TestUringDriverCancelInternals: the uring driver marks the op it cancels
@@ -549,9 +512,9 @@ func BenchmarkUringDriverNop(b *testing.B) {
 	}
 }
 
-// sendStream sends data over fd one SEND at a time, continuing short
+// oldSendStream sends data over fd one SEND at a time, continuing short
 // writes from where they stopped, as the conn layer does.
-type sendStream struct {
+type oldSendStream struct {
 	h    *harness
 	fd   int
 	data []byte
@@ -560,7 +523,7 @@ type sendStream struct {
 	errs []int32
 }
 
-func (w *sendStream) next() {
+func (w *oldSendStream) next() {
 	if w.off == len(w.data) {
 		w.done = true
 		return
@@ -573,7 +536,7 @@ func (w *sendStream) next() {
 	}
 }
 
-func (w *sendStream) Complete(c *Completion) {
+func (w *oldSendStream) Complete(c *Completion) {
 	if c.Res < 0 {
 		w.errs = append(w.errs, c.Res)
 		return
@@ -600,7 +563,7 @@ func TestUringDriverRebuild(t *testing.T) {
 	_, rr := h.submit(tagRecv, func(o *op) { o.fd = int32(a1); o.buf = buf })
 
 	a2, b2 := testutil.SocketPair(t)
-	s := &recvStream{h: h, fd: a2}
+	s := &oldRecvStream{h: h, fd: a2}
 	s.arm()
 
 	lfd, addr := testutil.ListenFd(t)
@@ -777,9 +740,9 @@ func TestUringDriverRebuildStream(t *testing.T) {
 	in, out := pattern(size, 1), pattern(size, 2)
 	const rebuildsWanted = 15
 
-	s := &recvStream{h: h, fd: server}
+	s := &oldRecvStream{h: h, fd: server}
 	s.arm()
-	w := &sendStream{h: h, fd: server, data: out}
+	w := &oldSendStream{h: h, fd: server, data: out}
 	w.next()
 
 	// One token per rebuild. The peer waits for it at each rebuild point

@@ -138,7 +138,7 @@ func TestUringDriverRebuildBufRingRefused(t *testing.T) {
 		t.Skip("no provided-buffer ring (IORING_REGISTER_PBUF_RING, 5.19)")
 	}
 	client, server := testutil.SocketPair(t)
-	s := &recvStream{h: h, fd: server}
+	s := &oldRecvStream{h: h, fd: server}
 	s.arm()
 	h.poll(0)
 
