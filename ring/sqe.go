@@ -111,6 +111,28 @@ func (e *SQE) PrepSendmsg(fd int, msg *unix.Msghdr, flags uint32) {
 	e.OpFlags = flags
 }
 
+// PrepRecvmsg prepares IORING_OP_RECVMSG into msg with recvmsg(2) flags.
+// As recvmsg(2) does, the kernel writes the source address into
+// msg.Name (its length into msg.Namelen) and the message flags (MSG_TRUNC,
+// …) into msg.Flags. msg, its iovecs, name and control buffers must stay
+// reachable until the CQE.
+func (e *SQE) PrepRecvmsg(fd int, msg *unix.Msghdr, flags uint32) {
+	e.prepRW(OpRecvmsg, int32(fd), ptrAddr(msg), 1, 0)
+	e.OpFlags = flags
+}
+
+// PrepRecvmsgMultishot prepares a multishot IORING_OP_RECVMSG (Linux 6.0)
+// from a provided-buffer group: call SetBufferGroup after it. msg gives
+// only the sizes reserved in each buffer for the source address
+// (msg.Namelen) and control messages (msg.Controllen); it has no iovecs.
+// Each CQE's buffer starts with the layout ParseRecvmsgOut reads; its Res
+// counts every byte used in the buffer. msg must stay reachable until the
+// final CQE.
+func (e *SQE) PrepRecvmsgMultishot(fd int, msg *unix.Msghdr, flags uint32) {
+	e.PrepRecvmsg(fd, msg, flags)
+	e.IoPrio |= RecvMultishot
+}
+
 // PrepRead prepares IORING_OP_READ of up to len(buf) bytes at offset (use
 // ^uint64(0) for the file's current position).
 func (e *SQE) PrepRead(fd int, buf []byte, offset uint64) {

@@ -1,0 +1,123 @@
+//go:build linux
+
+package ring_test
+
+import (
+	"bytes"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringloop/ringloop/internal/testutil"
+	"github.com/ringloop/ringloop/ring"
+)
+
+// udpPair returns two UDP sockets on 127.0.0.1, a bound to b's address.
+func udpPair(t *testing.T) (a, b int, aAddr, bAddr *unix.SockaddrInet4) {
+	t.Helper()
+	open := func() (int, *unix.SockaddrInet4) {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			t.Fatal(err)
+		}
+		sa, err := unix.Getsockname(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd, sa.(*unix.SockaddrInet4)
+	}
+	a, aAddr = open()
+	b, bAddr = open()
+	return a, b, aAddr, bAddr
+}
+
+// sockaddrPort decodes a raw IPv4 sockaddr's port (network order).
+func sockaddrPort(name []byte) int { return int(name[2])<<8 | int(name[3]) }
+
+func TestRecvmsgSingleShot(t *testing.T) {
+	r := newRing(t, 8, nil)
+	a, b, aAddr, bAddr := udpPair(t)
+	buf := make([]byte, 8)
+	iov := unix.Iovec{Base: &buf[0]}
+	iov.SetLen(len(buf))
+	nameBuf := make([]byte, unix.SizeofSockaddrInet6)
+	msg := unix.Msghdr{Name: &nameBuf[0], Namelen: uint32(len(nameBuf)), Iov: &iov, Iovlen: 1}
+	sqe := getSQE(t, r)
+	sqe.PrepRecvmsg(b, &msg, unix.MSG_TRUNC)
+	sqe.UserData = 1
+	if _, err := r.Submit(); err != nil {
+		t.Fatal(err)
+	}
+	// 12 bytes into 8: truncated, and MSG_TRUNC makes the result the
+	// datagram's whole length.
+	if err := unix.Sendto(a, []byte("hello, there"), 0, bAddr); err != nil {
+		t.Fatal(err)
+	}
+	c := reapOne(t, r)
+	if c.Res != 12 || msg.Flags&unix.MSG_TRUNC == 0 || !bytes.Equal(buf, []byte("hello, t")) {
+		t.Fatalf("recvmsg = %d, flags %#x, %q: want 12, MSG_TRUNC, %q", c.Res, msg.Flags, buf, "hello, t")
+	}
+	if msg.Namelen != unix.SizeofSockaddrInet4 || sockaddrPort(nameBuf) != aAddr.Port {
+		t.Fatalf("source: namelen %d port %d, want %d and %d", msg.Namelen, sockaddrPort(nameBuf), unix.SizeofSockaddrInet4, aAddr.Port)
+	}
+}
+
+func TestRecvmsgMultishot(t *testing.T) {
+	testutil.RequireOp(t, ring.OpSendZC) // multishot RECVMSG arrived with 6.0, as SEND_ZC
+	r := newRing(t, 8, nil)
+	a, b, aAddr, bAddr := udpPair(t)
+	const (
+		bgid    = 3
+		bufSize = 128
+		nameLen = unix.SizeofSockaddrInet6
+	)
+	br, err := r.NewBufRing(bgid, 4, bufSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	msg := unix.Msghdr{Namelen: nameLen}
+	sqe := getSQE(t, r)
+	sqe.PrepRecvmsgMultishot(b, &msg, unix.MSG_TRUNC)
+	sqe.SetBufferGroup(bgid)
+	sqe.UserData = 9
+	if _, err := r.Submit(); err != nil {
+		t.Fatal(err)
+	}
+	room := bufSize - ring.SizeofRecvmsgOut - nameLen
+	for i, size := range []int{1, 30, room, room + 1, 1000} {
+		dgram := bytes.Repeat([]byte{byte('a' + i)}, size)
+		if err := unix.Sendto(a, dgram, 0, bAddr); err != nil {
+			t.Fatal(err)
+		}
+		c := reapOne(t, r)
+		data, bid, ok := br.Take(&c)
+		if !ok || !c.More() {
+			t.Fatalf("datagram %d: %+v (%v)", i, c, c.Err())
+		}
+		h, name, _, payload, ok := ring.ParseRecvmsgOut(data, nameLen, 0)
+		if !ok {
+			t.Fatalf("datagram %d: %d bytes do not hold the header", i, len(data))
+		}
+		want := dgram
+		trunc := size > room
+		if trunc {
+			want = dgram[:room]
+		}
+		if !bytes.Equal(payload, want) || int(h.PayloadLen) != size || (h.Flags&unix.MSG_TRUNC != 0) != trunc {
+			t.Fatalf("datagram %d of %d B: payload %d B (len %d, flags %#x), want %d B, truncated %v",
+				i, size, len(payload), h.PayloadLen, h.Flags, len(want), trunc)
+		}
+		if h.NameLen != unix.SizeofSockaddrInet4 || len(name) != unix.SizeofSockaddrInet4 || sockaddrPort(name) != aAddr.Port {
+			t.Fatalf("datagram %d: source %d B, port %d; want port %d", i, h.NameLen, sockaddrPort(name), aAddr.Port)
+		}
+		br.Recycle(bid)
+	}
+	if _, _, _, _, ok := ring.ParseRecvmsgOut(make([]byte, 20), nameLen, 0); ok {
+		t.Fatal("ParseRecvmsgOut accepted a buffer shorter than its header and name")
+	}
+}
