@@ -52,3 +52,14 @@ func ParseRecvmsgOut(buf []byte, nameLen, controlLen uint32) (h RecvmsgOut, name
 	}
 	return h, name, control, payload, true
 }
+
+// PutRecvmsgOut writes h at the start of buf (at least SizeofRecvmsgOut
+// bytes) as a multishot RECVMSG does, so that a buffer filled by
+// recvmsg(2) or Recvmmsg reads like one of the kernel's.
+func PutRecvmsgOut(buf []byte, h RecvmsgOut) {
+	_ = buf[SizeofRecvmsgOut-1]
+	binary.NativeEndian.PutUint32(buf[0:4], h.NameLen)
+	binary.NativeEndian.PutUint32(buf[4:8], h.ControlLen)
+	binary.NativeEndian.PutUint32(buf[8:12], h.PayloadLen)
+	binary.NativeEndian.PutUint32(buf[12:16], h.Flags)
+}

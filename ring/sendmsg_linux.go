@@ -30,3 +30,54 @@ func Sendmsg(fd int, msg *unix.Msghdr, flags int) (int, error) {
 		return 0, errnoErr(e)
 	}
 }
+
+// Mmsghdr is struct mmsghdr, one message of Recvmmsg and Sendmmsg: its
+// header and, after the call, the bytes that message received or sent.
+type Mmsghdr struct {
+	Hdr unix.Msghdr
+	Len uint32
+	_   [4]byte
+}
+
+// Recvmmsg is recvmmsg(2) without a timeout: it receives up to len(msgs)
+// datagrams, each into the buffers and name its header points at, and
+// returns how many arrived (each one's length in Len, its flags, MSG_TRUNC
+// among them, in Hdr.Flags, its source's length in Hdr.Namelen). It
+// returns the bare errno, EAGAIN when nothing was waiting; EINTR is
+// retried. It does not allocate.
+func Recvmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, errnoErr(e)
+	}
+}
+
+// Sendmmsg is sendmmsg(2): it sends msgs in order, one datagram each, and
+// returns how many were sent (each one's bytes in Len); it stops at the
+// first that fails, which is then reported only when it is the first
+// (a later call returns its error). EINTR is retried. It does not
+// allocate.
+func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, errnoErr(e)
+	}
+}
