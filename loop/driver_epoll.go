@@ -72,6 +72,7 @@ type epollDriver struct {
 	side      sideTable         // per-op driver state, indexed by op slot
 	ready     epollQueue        // completions waiting for poll
 	pool      epollBufPool      // receive buffers for recv-provided
+	dgrams    dgramReader       // recvmmsg(2) batches of datagram receives
 	timers    epollTimerHeap    // op timeouts
 	retry     []int32           // fds to serve again next poll
 	retry2    []int32           // spare backing array for retry
@@ -329,7 +330,7 @@ func (d *epollDriver) submit(o *op) error {
 		return errEpollClosed
 	}
 	switch o.tag {
-	case tagAccept, tagRecv, tagRecvBuf, tagSend, tagSendmsg, tagSendZC,
+	case tagAccept, tagRecv, tagRecvBuf, tagRecvmsgBuf, tagSend, tagSendmsg, tagSendZC,
 		tagConnect, tagClose, tagShutdown, tagPoll, tagTimeout, tagNop:
 	default:
 		return fmt.Errorf("loop: epoll: cannot submit a %v op", o.tag)
@@ -352,7 +353,7 @@ func (d *epollDriver) submit(o *op) error {
 		d.closeFd(o)
 	case tagShutdown:
 		d.final(o, epollRes(unix.Shutdown(int(o.fd), int(o.arg))))
-	case tagAccept, tagRecv, tagRecvBuf:
+	case tagAccept, tagRecv, tagRecvBuf, tagRecvmsgBuf:
 		d.wait(o, epRead)
 	case tagSend, tagSendmsg, tagSendZC:
 		d.wait(o, epWrite)

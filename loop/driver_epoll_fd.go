@@ -241,6 +241,8 @@ func (d *epollDriver) runRead(fd int) {
 			st = d.tryAccept(fd, o)
 		case tagRecv:
 			st = d.tryRecv(fd, o)
+		case tagRecvmsgBuf:
+			st = d.tryRecvmsgBuf(fd, o)
 		default: // tagRecvBuf
 			st = d.tryRecvBuf(fd, o)
 		}
@@ -391,6 +393,42 @@ func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 		d.more(o, int32(n), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi)
 		if n < len(b) && d.edge != 0 && d.edge&epollEndEvents == 0 {
 			return epWait
+		}
+	}
+	return epYield
+}
+
+// tryRecvmsgBuf is the multishot receive of datagrams into provided
+// buffers: each recvmmsg(2) reads up to dgramBatch of them into pool
+// buffers, laid out as io_uring's multishot RECVMSG lays them out, and
+// each becomes a completion with F_MORE and F_BUFFER. An error ends the op
+// (the Completer re-arms); an empty datagram does not. Serving an edge
+// without ERR or HUP, a batch that came back short drained the socket;
+// otherwise it reads until EAGAIN. With every buffer held by queued
+// completions the op yields until poll has delivered some.
+func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
+	for i := 0; i < epollBudget; i += dgramBatch {
+		n, err := d.dgrams.read(fd, &d.pool, o.arg, dgramBatch)
+		for j := range n {
+			bi := d.dgrams.bufs[j]
+			d.more(o, int32(d.dgrams.lens[j]), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi)
+		}
+		switch {
+		case n > 0:
+			if n < dgramBatch && d.edge != 0 && d.edge&epollEndEvents == 0 {
+				return epWait
+			}
+		case err == unix.EAGAIN:
+			return epWait
+		case err == errNoBufs:
+			if d.pool.count == 0 || d.pool.size <= dgramHead {
+				d.finish(fd, o, -int32(unix.ENOBUFS))
+				return epDone
+			}
+			return epYield
+		default:
+			d.finish(fd, o, epollRes(err))
+			return epDone
 		}
 	}
 	return epYield

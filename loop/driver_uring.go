@@ -148,6 +148,7 @@ type uringDriver struct {
 	// into pool, one completion per readiness (deliverPolledRecv).
 	emuRecv bool
 	pool    epollBufPool
+	dgrams  dgramReader // datagram reads of deliverPolledDgram
 
 	// subs holds the submission counts of the rings rebuilds closed
 	// (countSubmissions).
@@ -633,6 +634,11 @@ func (d *uringDriver) check(o *op) error {
 				&ring.UnsupportedError{Op: "RecvProvidedOnce with WithIncrementalBuffers"})
 		}
 		return nil
+	case tagRecvmsgBuf:
+		if d.cfg.bufCount == 0 || int(d.cfg.bufSize) <= dgramHead {
+			return fmt.Errorf("loop: uring backend: receive of datagrams into provided buffers: no buffers of more than %d bytes", dgramHead)
+		}
+		return nil
 	case tagSendZC:
 		if !d.feat.SendZC {
 			return fmt.Errorf("loop: uring backend: %w",
@@ -691,6 +697,20 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			// hands to a worker commits its whole length at selection.
 			sqe.Len = d.recvLen
 		}
+	case tagRecvmsgBuf:
+		if d.dgramPolled() {
+			// Wait for datagrams, then read them (deliverPolledDgram).
+			sqe.PrepPollAdd(fd, unix.POLLIN)
+			break
+		}
+		// The buffer reserves room for the source address; the
+		// kernel writes the header, the address and the payload.
+		// MSG_TRUNC: the header then gives a truncated datagram's
+		// whole length.
+		x := o.x()
+		x.msg = unix.Msghdr{Namelen: dgramNameLen}
+		sqe.PrepRecvmsgMultishot(fd, &x.msg, o.arg|unix.MSG_TRUNC)
+		sqe.SetBufferGroup(d.br.Group())
 	case tagSend:
 		sqe.PrepSend(fd, o.buf, o.arg|unix.MSG_NOSIGNAL)
 	case tagSendmsg:
@@ -752,6 +772,9 @@ func buildMsg(o *op) {
 	if len(x.iov) > 0 {
 		x.msg.Iov = &x.iov[0]
 		x.msg.SetIovlen(len(x.iov))
+	}
+	if x.nameLen > 0 {
+		x.msg.Name, x.msg.Namelen = &x.name[0], x.nameLen
 	}
 }
 
@@ -940,10 +963,13 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	case tag == tagRecvBuf && br == nil && d.emuRecv:
 		d.deliverPolledRecv(ud, res, sink)
 		return
+	case tag == tagRecvmsgBuf && flags&ring.CQEFBuffer == 0 && d.dgramPolled():
+		d.deliverPolledDgram(ud, res, sink)
+		return
 	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil && d.feat.RecvBundle && !br.Incremental():
 		d.deliverBundle(c, br, sink)
 		return
-	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil:
+	case tag.providedRecv() && flags&ring.CQEFBuffer != 0 && br != nil:
 		// The buffer id is the CQE's, also on failure (kernels of the
 		// 5.19 era post res < 0 with the buffer the receive selected):
 		// that buffer, and no other, goes back to the ring.
@@ -1422,4 +1448,57 @@ func (d *uringDriver) probeMultishotLen() bool {
 		leak = true // the receive may still be armed on the pair
 	}
 	return took
+}
+
+// dgramPolled reports whether datagram receives poll, then read with
+// recvmmsg(2) into the loop's pool (deliverPolledDgram), instead of a
+// multishot RECVMSG from the buffer ring: without a buffer ring or
+// multishot receive (before 6.0), on an incremental ring (whose buffers
+// would hold several datagrams each), and on a shared-thread loop (which
+// arms no multishot receive: its completions would run as task work on a
+// thread the loop may have left).
+func (d *uringDriver) dgramPolled() bool {
+	return d.br == nil || !d.feat.MultishotRecv || d.br.Incremental() || d.cfg.shared
+}
+
+// deliverPolledDgram completes a datagram receive whose POLL_ADD reported
+// the socket readable (res is the event mask, or -errno): it reads up to
+// dgramBatch datagrams with one recvmmsg(2) into pool buffers and delivers
+// each as a multishot RECVMSG would, with CQEFMore, then polls again. An
+// error ends the receive (the Completer re-arms), as on io_uring.
+func (d *uringDriver) deliverPolledDgram(ud uint64, res int32, sink completionSink) {
+	o := d.op(ud)
+	if res < 0 || o == nil {
+		sink.complete(ud, res, 0, nil) // a failed or canceled poll; a stale one is counted there
+		return
+	}
+	if d.pool.count == 0 {
+		d.pool.init(d.cfg.bufCount, d.cfg.bufSize)
+	}
+	n, err := d.dgrams.read(int(o.fd), &d.pool, o.arg, dgramBatch)
+	for i := range n {
+		flags := ring.CQEFMore | ring.CQEFBuffer | uint32(uint16(d.dgrams.bufs[i]))<<ring.CQEBufferShift
+		sink.complete(ud, int32(d.dgrams.lens[i]), flags, d.pool.bytes(d.dgrams.bufs[i], d.dgrams.lens[i]))
+		d.pool.put(d.dgrams.bufs[i])
+	}
+	switch {
+	case n == 0 && err == errNoBufs:
+		sink.complete(ud, -int32(unix.ENOBUFS), 0, nil) // parked until buffers are back
+		return
+	case n == 0 && err != nil && err != unix.EAGAIN:
+		sink.complete(ud, epollRes(err), 0, nil)
+		return
+	}
+	if o.state != opInFlight {
+		// A callback canceled it. Its cancel found no poll in flight
+		// (this one had completed), so this is the final completion.
+		sink.complete(ud, -int32(unix.ECANCELED), 0, nil)
+		return
+	}
+	sqe, serr := d.getSQE()
+	if serr != nil {
+		sink.complete(ud, -int32(unix.EAGAIN), 0, nil) // the Completer re-arms
+		return
+	}
+	d.prep(sqe, o) // poll again, under the same user_data
 }

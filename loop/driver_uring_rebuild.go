@@ -240,7 +240,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// buffers: their mapping stays for the life of the process.
 	var brBytes uint64
 	for _, m := range lost {
-		if m.o.tag == tagRecvBuf && oldBR != nil && brBytes == 0 {
+		if m.o.tag.providedRecv() && oldBR != nil && brBytes == 0 {
 			brBytes = uint64(oldBR.Quarantine())
 		}
 	}
@@ -257,7 +257,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		delete(d.connWait, ud)
 		res, flags := givenUpResult(m.o)
 		var extra uint64
-		if m.o.tag == tagRecvBuf {
+		if m.o.tag.providedRecv() {
 			extra, brBytes = brBytes, 0
 		}
 		sink.abandon(ud, res, flags, extra)

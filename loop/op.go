@@ -39,10 +39,20 @@ type Completion struct {
 	// Flags are the completion flags (ring.CQEFMore, ring.CQEFSockNonempty,
 	// …), identical on both backends.
 	Flags uint32
-	// Data holds the bytes received by a provided-buffer receive. It is
-	// valid only during the Complete call: the buffer returns to the loop
-	// right after.
+	// Data holds the bytes received by a provided-buffer receive (for a
+	// datagram receive, the datagram's payload). It is valid only during
+	// the Complete call: the buffer returns to the loop right after.
 	Data []byte
+	// Name holds a received datagram's source address, a raw sockaddr as
+	// recvmsg(2) writes it (ring.ParseAddrPort reads an IP one; empty
+	// for an unnamed Unix socket); SendTo takes it back as a
+	// destination. Valid only during the Complete call. Nil for other
+	// ops.
+	Name []byte
+	// MsgFlags are a received datagram's message flags: unix.MSG_TRUNC
+	// when it was longer than a provided buffer holds (Data then holds
+	// its first bytes and Res its whole length).
+	MsgFlags uint32
 	// Quarantined reports that the kernel's final word on the op never
 	// came: the op was given up (a ring rebuild whose old ring did not
 	// complete it by its deadline). It comes with the op's final
@@ -79,18 +89,24 @@ type Completer interface {
 //	tagRecvBuf  fd, arg = recv flags; provided buffers; multishot unless
 //	            RecvProvidedOnce. Completion.Data holds the bytes.
 //	tagSend     fd, buf, arg = send flags (MSG_NOSIGNAL is always added).
-//	tagSendmsg  fd, bufs (iov and msg are built from them), arg = flags.
+//	tagSendmsg  fd, bufs (iov and msg are built from them), arg = flags;
+//	            name, nameLen: a datagram's destination (SendTo), if any.
 //	tagSendZC   fd, buf, arg = flags; final completion is the notification.
 //	tagConnect  fd, sa, saLen.
 //	tagClose    fd.
 //	tagShutdown fd, arg = how.
 //	tagPoll     fd, arg = poll mask; multishot.
 //	tagTimeout  ts (relative). Res: -ETIME when it fires.
-//	tagNop      nothing. Res: 0. Every piece of memory whose address is
+//	tagNop      nothing. Res: 0.
+//	tagRecvmsgBuf fd, arg = recvmsg flags; provided buffers; multishot.
+//	            Each completion is one datagram: its buffer holds the
+//	            header, source and payload a multishot RECVMSG lays out
+//	            (the epoll backend writes the same); complete splits them
+//	            into Data, Name and MsgFlags.
 //
-// handed to the kernel lives here (or is referenced from here) until the
-// op's final completion; the table is a slab of fixed chunks, so a record
-// never moves.
+// Every piece of memory whose address is handed to the kernel lives here
+// (or is referenced from here) until the op's final completion; the table
+// is a slab of fixed chunks, so a record never moves.
 type op struct {
 	slot  uint32
 	gen   uint32
@@ -131,7 +147,11 @@ type opExt struct {
 	msg   unix.Msghdr
 	sa    unix.RawSockaddrAny // connect target / accept peer
 	saLen uint32
-	ts    ring.Timespec // timeout
+	// name is a datagram's destination (SendTo), nameLen its length
+	// (0: none, the connected peer).
+	name    [unix.SizeofSockaddrAny]byte
+	nameLen uint32
+	ts      ring.Timespec // timeout
 }
 
 // x returns o's extension, making it on first use. It stays with the slot

@@ -102,7 +102,7 @@ func (l *Loop) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 // the parked ones before it runs.
 // Must be called on the loop goroutine.
 func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
-	return l.recvProvided(fd, flags, true, c)
+	return l.recvProvided(tagRecvBuf, fd, flags, true, c)
 }
 
 // RecvProvidedOnce is RecvProvided without the kernel's multishot receive:
@@ -123,17 +123,17 @@ func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 // completions may still carry ring.CQEFMore; a caller handles both.
 // Must be called on the loop goroutine.
 func (l *Loop) RecvProvidedOnce(fd int, flags int, c Completer) (OpID, error) {
-	return l.recvProvided(fd, flags, false, c)
+	return l.recvProvided(tagRecvBuf, fd, flags, false, c)
 }
 
-func (l *Loop) recvProvided(fd int, flags int, multishot bool, c Completer) (OpID, error) {
-	o, err := l.newOp(tagRecvBuf, fd, c)
+func (l *Loop) recvProvided(tag opTag, fd int, flags int, multishot bool, c Completer) (OpID, error) {
+	o, err := l.newOp(tag, fd, c)
 	if err != nil {
 		return 0, err
 	}
 	o.multishot = multishot
 	o.arg = uint32(flags)
-	if l.parked.len() > 0 && l.rotating() {
+	if tag == tagRecvBuf && l.parked.len() > 0 && l.rotating() {
 		// Others wait for buffers: this one waits behind them.
 		id := OpID(o.userData())
 		l.queueParked(o)
@@ -364,11 +364,15 @@ func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 	} else if o.tag == tagRecvBuf && o.multishot && o.state == opInFlight && l.parked.len() > 0 && l.rotating() {
 		l.yieldRecv(o)
 	}
-	c := o.c
+	c, tag := o.c, o.tag
 	if final {
 		l.ops.release(o)
 	}
 	l.stats.completions.Add(1)
+	if tag == tagRecvmsgBuf {
+		l.deliverDgram(c, res, flags, data)
+		return
+	}
 	l.deliver(c, res, flags, data)
 }
 

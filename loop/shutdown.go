@@ -268,7 +268,7 @@ func (l *Loop) drainOps() {
 		bufs := false
 		l.ops.each(func(o *op) {
 			lost = append(lost, o)
-			bufs = bufs || o.tag == tagRecvBuf
+			bufs = bufs || o.tag.providedRecv()
 		})
 		var extra uint64
 		if bufs {
@@ -276,7 +276,7 @@ func (l *Loop) drainOps() {
 		}
 		for _, o := range lost {
 			var mine uint64
-			if o.tag == tagRecvBuf {
+			if o.tag.providedRecv() {
 				mine, extra = extra, 0 // the ring it may write into
 			}
 			res, flags := givenUpResult(o)

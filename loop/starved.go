@@ -70,7 +70,7 @@ func (q *parkedQueue) len() int { return len(q.ops) - q.head }
 // while the op is being canceled, nor where the backend has no buffers to
 // wait for.
 func (l *Loop) park(o *op, res int32) bool {
-	if o.tag != tagRecvBuf {
+	if !o.tag.providedRecv() {
 		return false
 	}
 	if o.marks&markYield != 0 {
@@ -152,7 +152,7 @@ func (l *Loop) resubmitParked() {
 		q.ops[q.head] = nil
 		q.head++
 		o.state = opQueued
-		if single {
+		if single && o.tag == tagRecvBuf {
 			o.multishot = false // one completion, then the back of the queue
 		}
 		if err := l.drv.submit(o); err != nil {
@@ -174,7 +174,7 @@ func (l *Loop) resubmitParked() {
 // being canceled (it consumed nothing, as a canceled one) or the loop is
 // terminating, so that its Completer never sees -ENOBUFS.
 func (l *Loop) noBufsResult(o *op, res int32) int32 {
-	if o.tag == tagRecvBuf && res == -int32(unix.ENOBUFS) && l.parkBudget > 0 {
+	if o.tag.providedRecv() && res == -int32(unix.ENOBUFS) && l.parkBudget > 0 {
 		return -int32(unix.ECANCELED)
 	}
 	return res

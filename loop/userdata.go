@@ -24,21 +24,22 @@ package loop
 type opTag uint8
 
 const (
-	tagNone     opTag = iota // never produced
-	tagAccept                // accept, single or multishot
-	tagRecv                  // recv into a caller's buffer
-	tagRecvBuf               // multishot recv with provided buffers
-	tagSend                  // send
-	tagSendmsg               // sendmsg (gathered writes)
-	tagSendZC                // zero-copy send
-	tagConnect               // connect
-	tagClose                 // close
-	tagShutdown              // shutdown
-	tagPoll                  // poll, single or multishot
-	tagTimeout               // timeout op
-	tagNop                   // nop (benchmarks, tests)
-	tagCount                 // number of table tags; internal tags sit above
-	tagInternal opTag = 0xff // loop-internal op, see internalID
+	tagNone       opTag = iota // never produced
+	tagAccept                  // accept, single or multishot
+	tagRecv                    // recv into a caller's buffer
+	tagRecvBuf                 // multishot recv with provided buffers
+	tagSend                    // send
+	tagSendmsg                 // sendmsg (gathered writes)
+	tagSendZC                  // zero-copy send
+	tagConnect                 // connect
+	tagClose                   // close
+	tagShutdown                // shutdown
+	tagPoll                    // poll, single or multishot
+	tagTimeout                 // timeout op
+	tagNop                     // nop (benchmarks, tests)
+	tagRecvmsgBuf              // multishot recvmsg of datagrams into provided buffers
+	tagCount                   // number of table tags; internal tags sit above
+	tagInternal   opTag = 0xff // loop-internal op, see internalID
 )
 
 // internalID names a loop-internal op in the slot field of a tagInternal
@@ -84,6 +85,12 @@ func nextGen(g uint32) uint32 {
 	return g
 }
 
+// providedRecv reports whether t receives into the loop's provided
+// buffers (a stream's or a datagram socket's receive): such an op waits
+// for buffers when they run out (starved.go), and a given-up one may
+// still write into its ring's buffers.
+func (t opTag) providedRecv() bool { return t == tagRecvBuf || t == tagRecvmsgBuf }
+
 // String names the tag for logs and stats.
 func (t opTag) String() string {
 	switch t {
@@ -93,6 +100,8 @@ func (t opTag) String() string {
 		return "recv"
 	case tagRecvBuf:
 		return "recv-provided"
+	case tagRecvmsgBuf:
+		return "recvmsg-provided"
 	case tagSend:
 		return "send"
 	case tagSendmsg:

@@ -1,0 +1,154 @@
+package loop
+
+import (
+	"errors"
+	"math"
+
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// Datagrams: a datagram socket's receive takes the loop's provided buffers
+// as a stream's does (WithBufferRing), one datagram per buffer. Each buffer
+// starts with the header and source address a multishot RECVMSG lays out
+// (ring.ParseRecvmsgOut), so a datagram is whole when it fits in the
+// buffer's size less dgramHead bytes (MaxDatagram); a longer one arrives
+// truncated, with MSG_TRUNC, never as if it were whole. The epoll backend,
+// and io_uring where a multishot RECVMSG cannot be had, read with
+// recvmmsg(2) into the same layout.
+
+const (
+	// dgramNameLen is the room reserved for a datagram's source address:
+	// any family's (a Unix socket's name is the longest).
+	dgramNameLen = unix.SizeofSockaddrAny
+	// dgramHead is what a datagram's buffer holds before its payload.
+	dgramHead = ring.SizeofRecvmsgOut + dgramNameLen
+	// dgramBatch is the most datagrams one recvmmsg(2) reads.
+	dgramBatch = 16
+)
+
+// RecvmsgProvided receives datagrams on fd (UDP, or a Unix datagram
+// socket) into the loop's provided buffers, multishot: each completion is
+// one datagram. Data holds its payload (a datagram may be empty: Res 0 is
+// not an end here), Name its source address and MsgFlags its message
+// flags. A datagram longer than MaxDatagram arrives truncated: Data holds
+// its first MaxDatagram bytes, Res its whole length, and MsgFlags has
+// unix.MSG_TRUNC. ring.CQEFMore is set while the op stays armed; an error
+// (-ECONNREFUSED on a connected UDP socket after an ICMP port unreachable,
+// …) ends it, and the caller re-arms. When the buffers run out the loop
+// parks the receive and resubmits it once buffers are back, as for
+// RecvProvided; the datagrams wait in the socket meanwhile (or are
+// dropped by the kernel when its receive buffer fills, as UDP does).
+// Must be called on the loop goroutine.
+func (l *Loop) RecvmsgProvided(fd int, flags int, c Completer) (OpID, error) {
+	if l.MaxDatagram() <= 0 {
+		return 0, invalidArgument("recvmsg: provided buffers of %d bytes hold no datagram (WithBufferRing: more than %d bytes each)",
+			l.cfg.bufSize, dgramHead)
+	}
+	return l.recvProvided(tagRecvmsgBuf, fd, flags, true, c)
+}
+
+// MaxDatagram is the longest datagram RecvmsgProvided delivers whole: the
+// provided buffers' size (WithBufferRing) less the 128 bytes each
+// datagram's header and source address take. 0 when the loop has no
+// provided buffers or they are too small.
+func (l *Loop) MaxDatagram() int {
+	if l.cfg.bufCount == 0 {
+		return 0
+	}
+	return max(int(l.cfg.bufSize)-dgramHead, 0)
+}
+
+// SendTo sends buf as one datagram on fd to the address to: a raw
+// sockaddr as Completion.Name gives one (ring.PutAddrPort writes one from
+// a netip.AddrPort), or empty for a connected socket's peer. It copies to;
+// buf belongs to the loop until the final completion, and may be empty.
+// Res is the bytes sent (a datagram is sent whole or not at all) or -errno:
+// -EMSGSIZE for a datagram too long for the socket, -ECONNREFUSED on a
+// connected UDP socket after an ICMP port unreachable, -EAGAIN or
+// -ENOBUFS when the socket's send buffer is full. Must be called on the
+// loop goroutine.
+func (l *Loop) SendTo(fd int, buf []byte, to []byte, flags int, c Completer) (OpID, error) {
+	if len(to) > dgramNameLen {
+		return 0, invalidArgument("sendto: a %d-byte address (at most %d)", len(to), dgramNameLen)
+	}
+	o, err := l.newOp(tagSendmsg, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	x := o.x()
+	x.bufs = append(x.bufs[:0], buf)
+	x.nameLen = uint32(copy(x.name[:], to))
+	o.arg = uint32(flags)
+	return l.startOp(o)
+}
+
+// deliverDgram passes one completion of a datagram receive to c: a
+// buffer's bytes (data) are split into the payload, source and flags.
+func (l *Loop) deliverDgram(c Completer, res int32, flags uint32, data []byte) {
+	l.cpl = Completion{Res: res, Flags: flags}
+	if data != nil {
+		h, name, _, payload, ok := ring.ParseRecvmsgOut(data, dgramNameLen, 0)
+		if !ok {
+			// Not a layout the loop asked for: nothing in it can be
+			// trusted, and it must not vanish silently.
+			l.cpl.Res = -int32(unix.EIO)
+		} else {
+			l.cpl.Res = int32(min(h.PayloadLen, math.MaxInt32))
+			l.cpl.Data, l.cpl.Name, l.cpl.MsgFlags = payload, name, h.Flags
+		}
+	}
+	l.deliverCompletion(c)
+}
+
+// dgramReader reads datagrams with recvmmsg(2) into pool buffers, each
+// laid out as a multishot RECVMSG lays one out.
+type dgramReader struct {
+	msgs [dgramBatch]ring.Mmsghdr
+	iovs [dgramBatch]unix.Iovec
+	bufs [dgramBatch]int32
+	lens [dgramBatch]int // bytes of each buffer used: header, source, payload
+}
+
+// read receives up to max (≤ dgramBatch) datagrams from fd with recv
+// flags into free buffers of p, with one recvmmsg(2). It returns how many
+// arrived (their buffers in r.bufs, lengths in r.lens), or none and the
+// error: unix.EAGAIN when nothing was waiting, errNoBufs when no buffer was
+// free, or the socket's (ECONNREFUSED, …). Fewer than asked for may mean
+// the socket is drained, or that an error waits for the next call.
+// Buffers not filled go back to p.
+func (r *dgramReader) read(fd int, p *epollBufPool, flags uint32, max int) (int, error) {
+	k := 0
+	for k < max {
+		bi, b := p.get()
+		if bi < 0 {
+			break
+		}
+		if len(b) <= dgramHead {
+			p.put(bi)
+			break
+		}
+		r.bufs[k] = bi
+		r.iovs[k] = unix.Iovec{Base: &b[dgramHead]}
+		r.iovs[k].SetLen(len(b) - dgramHead)
+		r.msgs[k] = ring.Mmsghdr{Hdr: unix.Msghdr{Name: &b[ring.SizeofRecvmsgOut], Namelen: dgramNameLen, Iov: &r.iovs[k], Iovlen: 1}}
+		k++
+	}
+	if k == 0 {
+		return 0, errNoBufs
+	}
+	n, err := ring.Recvmmsg(fd, r.msgs[:k], int(flags)|unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+	for i := n; i < k; i++ {
+		p.put(r.bufs[i])
+	}
+	for i := range n {
+		m := &r.msgs[i]
+		b := p.bytes(r.bufs[i], p.size)
+		ring.PutRecvmsgOut(b, ring.RecvmsgOut{NameLen: m.Hdr.Namelen, PayloadLen: m.Len, Flags: uint32(m.Hdr.Flags)})
+		r.lens[i] = dgramHead + min(int(m.Len), len(b)-dgramHead)
+	}
+	return n, err
+}
+
+// errNoBufs reports that no pool buffer was free for a datagram.
+var errNoBufs = errors.New("loop: no free provided buffer")
