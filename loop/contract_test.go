@@ -17,10 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
 )
 
 // The driver contract (the driver interface in driver.go, and

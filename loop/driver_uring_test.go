@@ -3,10 +3,7 @@
 package loop
 
 import (
-	"bytes"
 	"errors"
-	"log/slog"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,242 +14,16 @@ import (
 	"github.com/ringloop/ringloop/ring"
 )
 
-// These tests drive the uring driver directly, the way the loop does: an op
-// table, a sink that looks completions up in it and frees slots on final
-// completions, and the driver's methods called from one goroutine locked to
-// its OS thread (the ring's single issuer).
+// What only the uring driver does, or does its own way; the driver
+// contract (contract_test.go) covers the rest. These run on the running
+// kernel.
 
-// testSink is the loop's half of completionSink, reduced to what the
-// driver contract needs.
-type testSink struct {
-	tab   *opTable
-	stale int        // completions naming no live op
-	c     Completion // reused, so delivering allocates nothing
-
-	quarantined, quarantinedBytes uint64 // abandoned ops and their bytes
-}
-
-func (s *testSink) complete(ud uint64, res int32, flags uint32, data []byte) {
-	o := s.tab.lookup(ud)
-	if o == nil {
-		s.stale++
-		return
-	}
-	s.c = Completion{Res: res, Flags: flags, Data: data}
-	if o.c != nil {
-		o.c.Complete(&s.c)
-	}
-	if flags&ring.CQEFMore == 0 {
-		s.tab.release(o)
-	}
-}
-
-// abandon is the loop's quarantine path, as Loop.abandon: the record is
-// quarantined and retired, and the Completer sees Quarantined.
-func (s *testSink) abandon(ud uint64, res int32, flags uint32, extra uint64) {
-	o := s.tab.lookup(ud)
-	if o == nil {
-		s.stale++
-		return
-	}
-	s.quarantined++
-	s.quarantinedBytes += quarantine(o, extra)
-	s.tab.retire(o)
-	s.c = Completion{Res: res, Flags: flags, Quarantined: true}
-	if o.c != nil {
-		o.c.Complete(&s.c)
-	}
-}
-
-// rec is one completion as a recorder saw it.
-type rec struct {
-	res   int32
-	flags uint32
-	data  []byte
-	quar  bool // Completion.Quarantined
-	at    time.Time
-}
-
-func (r rec) more() bool { return r.flags&ring.CQEFMore != 0 }
-
-// recorder is a Completer that keeps every completion (data copied).
-type recorder struct{ got []rec }
-
-func (r *recorder) Complete(c *Completion) {
-	r.got = append(r.got, rec{res: c.Res, flags: c.Flags, data: bytes.Clone(c.Data), quar: c.Quarantined, at: time.Now()})
-}
-
-func (r *recorder) last() rec { return r.got[len(r.got)-1] }
-
-// counter is a Completer that only counts, for allocation checks.
-type counter struct{ n int }
-
-func (c *counter) Complete(*Completion) { c.n++ }
-
-// harness is one started driver with its table and sink.
-type harness struct {
-	tb   testing.TB
-	d    *uringDriver
-	tab  *opTable
-	sink *testSink
-}
-
-func testDriverConfig(tb testing.TB) driverConfig {
-	return driverConfig{
-		name:        "ringloop-t-0",
-		ringEntries: 64,
-		bufCount:    16,
-		bufSize:     4096,
-		bufGroup:    7,
-		logger:      slog.New(slog.NewTextHandler(logWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		wait:        testWaitMode(),
-	}
-}
-
-// newHarness locks the calling goroutine to its thread (until the test
-// ends), creates and starts a driver and checks for leaks at the end.
-// edit, if given, changes the config or the driver before start.
-func newHarness(tb testing.TB, edit ...func(*driverConfig, **uringDriver)) *harness {
+// newUringHarness is a contract harness on the running kernel's uring
+// driver.
+func newUringHarness(tb testing.TB, opts ...harnessOpt) (*driverHarness, *uringDriver) {
 	tb.Helper()
-	testutil.SkipIfNoUring(tb)
-	testutil.CheckLeaks(tb)
-	testutil.Watchdog(tb, 60*time.Second)
-	runtime.LockOSThread()
-	tb.Cleanup(runtime.UnlockOSThread)
-	cfg := testDriverConfig(tb)
-	for _, e := range edit {
-		e(&cfg, nil)
-	}
-	d, err := newUringDriver(cfg)
-	if err != nil {
-		tb.Fatalf("newUringDriver: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := d.close(); err != nil {
-			tb.Errorf("close: %v", err)
-		}
-	})
-	for _, e := range edit {
-		e(&cfg, &d)
-	}
-	if err := d.start(); err != nil {
-		tb.Fatalf("start: %v", err)
-	}
-	tab := newOpTable(0)
-	return &harness{tb: tb, d: d, tab: tab, sink: &testSink{tab: tab}}
-}
-
-// submit allocates an op of tag, lets set fill it, submits it and returns
-// its user_data and recorder.
-func (h *harness) submit(tag opTag, set func(o *op)) (uint64, *recorder) {
-	h.tb.Helper()
-	o := h.tab.alloc(tag)
-	r := &recorder{}
-	o.c = r
-	if set != nil {
-		set(o)
-	}
-	if err := h.d.submit(o); err != nil {
-		h.tb.Fatalf("submit %v: %v", tag, err)
-	}
-	if o.state != opInFlight {
-		h.tb.Fatalf("submit %v left state %d, want opInFlight", tag, o.state)
-	}
-	return o.userData(), r
-}
-
-// poll polls once, failing on errors.
-func (h *harness) poll(timeout time.Duration) pollResult {
-	h.tb.Helper()
-	res, err := h.d.poll(timeout, 0, h.sink)
-	if err != nil {
-		h.tb.Fatalf("poll: %v", err)
-	}
-	return res
-}
-
-// until polls until cond holds, failing after 10 s.
-func (h *harness) until(what string, cond func() bool) {
-	h.tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.tb.Fatalf("timed out waiting for %s", what)
-		}
-		h.poll(20 * time.Millisecond)
-	}
-}
-
-// waitN polls until r holds n completions.
-func (h *harness) waitN(what string, r *recorder, n int) {
-	h.tb.Helper()
-	h.until(what, func() bool { return len(r.got) >= n })
-}
-
-// live reports whether ud names a live op.
-func (h *harness) live(ud uint64) bool { return h.tab.lookup(ud) != nil }
-
-// cancel cancels the op ud names.
-func (h *harness) cancel(ud uint64) {
-	h.tb.Helper()
-	o := h.tab.lookup(ud)
-	if o == nil {
-		h.tb.Fatalf("cancel: op %#x not live", ud)
-	}
-	if err := h.d.cancel(o); err != nil {
-		h.tb.Fatalf("cancel: %v", err)
-	}
-}
-
-func wantRes(tb testing.TB, what string, got rec, res int32, more bool) {
-	tb.Helper()
-	if got.res != res || got.more() != more {
-		tb.Fatalf("%s: res %d (%v) flags %#x; want res %d, more %v", what, got.res, ring.Errno(got.res), got.flags, res, more)
-	}
-}
-
-// oldRecvStream keeps a provided-buffer receive armed on fd, as the conn layer
-// does: it re-arms after -ENOBUFS (buffer ring ran dry) and after a final
-// completion that still carried data.
-type oldRecvStream struct {
-	h    *harness
-	fd   int
-	ud   uint64
-	data []byte
-	eof  bool
-	errs []int32
-	arms int
-}
-
-func (s *oldRecvStream) arm() {
-	o := s.h.tab.alloc(tagRecvBuf)
-	o.fd, o.multishot = int32(s.fd), true
-	o.c = s
-	if err := s.h.d.submit(o); err != nil {
-		s.h.tb.Fatalf("submit recv-provided: %v", err)
-	}
-	s.ud = o.userData()
-	s.arms++
-}
-
-func (s *oldRecvStream) Complete(c *Completion) {
-	switch {
-	case c.Res > 0:
-		if len(c.Data) != int(c.Res) {
-			s.h.tb.Errorf("provided recv: res %d with %d bytes of data", c.Res, len(c.Data))
-		}
-		s.data = append(s.data, c.Data...)
-	case c.Res == 0:
-		s.eof = true
-		return
-	case c.Res == -int32(unix.ENOBUFS):
-	default:
-		s.errs = append(s.errs, c.Res)
-		return
-	}
-	if !c.More() {
-		s.arm()
-	}
+	h := newDriverHarness(tb, uringKind(ring.Kernel{}), opts...)
+	return h, h.uring()
 }
 
 // TestUringDriverCancelInternals: the uring driver marks the op it cancels
@@ -260,8 +31,7 @@ func (s *oldRecvStream) Complete(c *Completion) {
 // that op is never taken for its last re-armed shot, and it counts the
 // ASYNC_CANCEL's own completion, which never reaches the sink.
 func TestUringDriverCancelInternals(t *testing.T) {
-	h := newDriverHarness(t, uringKind(ring.Kernel{}))
-	d := h.uring()
+	h, d := newUringHarness(t)
 	a, _ := testutil.SocketPair(t)
 	lfd, _ := testutil.ListenFd(t)
 	recv := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = make([]byte, 16) })
@@ -286,13 +56,16 @@ func TestUringDriverCancelInternals(t *testing.T) {
 // TestUringDriverWakeByPoll runs the wakeup through the POLL_ADD fallback
 // used where a READ of a non-blocking eventfd does not wait.
 func TestUringDriverWakeByPoll(t *testing.T) {
-	h := newHarness(t, func(_ *driverConfig, d **uringDriver) {
+	h, d := newUringHarness(t, func(_ *driverConfig, d driver) {
 		if d != nil {
-			(*d).wakeKind = wakePoll
+			d.(*uringDriver).wakeKind = wakePoll
 		}
 	})
 	h.poll(0)
-	if err := h.d.wake(); err != nil {
+	if d.wakeKind != wakePoll {
+		t.Skipf("the wakeup goes through wake kind %v (the netpoll wait)", d.wakeKind)
+	}
+	if err := d.wake(); err != nil {
 		t.Fatal(err)
 	}
 	if res := h.poll(5 * time.Second); !res.woken {
@@ -308,42 +81,27 @@ func TestUringDriverWakeByPoll(t *testing.T) {
 // parks surplus CQEs, and polls deliver every one exactly once, honouring
 // max.
 func TestUringDriverSQFullAndCQOverflow(t *testing.T) {
-	h := newHarness(t, func(c *driverConfig, _ **uringDriver) { c.ringEntries = 4 })
+	h, d := newUringHarness(t, func(c *driverConfig, d driver) { c.ringEntries = 4 })
 	const n = 100
-	seen := make(map[uint64]int)
-	var recs []*recorder
-	var uds []uint64
+	uds := make(map[uint64]int, n)
 	for range n {
-		ud, r := h.submit(tagNop, nil)
-		uds = append(uds, ud)
-		recs = append(recs, r)
+		uds[h.start(tagNop, nil)] = 0
 	}
-	res, err := h.d.poll(0, 10, h.sink)
-	if err != nil {
-		t.Fatal(err)
+	if res, err := d.poll(0, 10, h); err != nil || res.completions != 10 {
+		t.Fatalf("poll with max 10: %+v, %v; want 10 delivered", res, err)
 	}
-	if res.completions != 10 {
-		t.Fatalf("poll with max 10 delivered %d", res.completions)
+	h.max = 0
+	h.until("all nops", func() bool { return len(h.log) >= n })
+	for _, c := range h.log {
+		uds[c.ud]++
 	}
-	total := 10
-	h.until("all nops", func() bool {
-		res, err := h.d.poll(0, 0, h.sink)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total += res.completions
-		return total >= n
-	})
-	for i, r := range recs {
-		seen[uds[i]] += len(r.got)
-	}
-	for i, ud := range uds {
-		if seen[ud] != 1 {
-			t.Fatalf("nop %d completed %d times", i, seen[ud])
+	for ud, k := range uds {
+		if k != 1 {
+			t.Fatalf("nop %#x completed %d times", ud, k)
 		}
 	}
-	if total != n || h.d.lostCQEs.Load() != 0 || h.sink.stale != 0 {
-		t.Fatalf("delivered %d of %d, lost %d, stale %d", total, n, h.d.lostCQEs.Load(), h.sink.stale)
+	if len(h.log) != n || d.lostCQEs.Load() != 0 {
+		t.Fatalf("delivered %d of %d, lost %d", len(h.log), n, d.lostCQEs.Load())
 	}
 }
 
@@ -351,18 +109,19 @@ func TestUringDriverSQFullAndCQOverflow(t *testing.T) {
 // the sink sees completions naming no live op and counts them; the driver
 // neither crashes nor leaks the provided buffer.
 func TestUringDriverStaleCQE(t *testing.T) {
-	h := newHarness(t)
+	h, d := newUringHarness(t)
+	h.allowStale = true
 	o := h.tab.alloc(tagNop)
-	if err := h.d.submit(o); err != nil {
+	if err := d.submit(o); err != nil {
 		t.Fatal(err)
 	}
 	h.tab.release(o) // the loop lost track of it: an invariant break
-	h.until("stale nop", func() bool { return h.sink.stale == 1 })
+	h.until("stale nop", func() bool { return h.stale == 1 })
 
 	client, server := testutil.TCPPair(t)
 	ro := h.tab.alloc(tagRecvBuf)
 	ro.fd, ro.multishot = int32(server), true
-	if err := h.d.submit(ro); err != nil {
+	if err := d.submit(ro); err != nil {
 		t.Fatal(err)
 	}
 	h.tab.release(ro)
@@ -370,7 +129,7 @@ func TestUringDriverStaleCQE(t *testing.T) {
 	// buffer back, or the kernel would run dry and end the receive.
 	for i := range 40 {
 		writeAll(t, client, []byte{byte(i)})
-		h.until("stale recv", func() bool { return h.sink.stale == 2+i })
+		h.until("stale recv", func() bool { return h.stale == 2+i })
 	}
 }
 
@@ -380,14 +139,14 @@ func TestUringDriverSetupRefused(t *testing.T) {
 	newRingFn = func(ring.Kernel, uint32, *ring.Params) (*ring.Ring, error) {
 		return nil, &ring.SetupError{Errno: unix.EPERM}
 	}
-	_, err := newUringDriver(testDriverConfig(t))
+	_, err := newUringDriver(contractConfig(t, ring.Kernel{}))
 	if !errors.Is(err, ring.ErrNotSupported) || !errors.Is(err, unix.EPERM) {
 		t.Fatalf("newUringDriver with setup refused: %v; want ErrNotSupported and EPERM", err)
 	}
 	newRingFn = func(ring.Kernel, uint32, *ring.Params) (*ring.Ring, error) {
 		return nil, &ring.SetupError{Errno: unix.EINVAL}
 	}
-	if _, err = newUringDriver(testDriverConfig(t)); errors.Is(err, ring.ErrNotSupported) || !errors.Is(err, unix.EINVAL) {
+	if _, err = newUringDriver(contractConfig(t, ring.Kernel{})); errors.Is(err, ring.ErrNotSupported) || !errors.Is(err, unix.EINVAL) {
 		t.Fatalf("newUringDriver with EINVAL: %v; want EINVAL only", err)
 	}
 }
@@ -400,15 +159,15 @@ func TestUringDriverMissingOp(t *testing.T) {
 	old := getProbeFn
 	t.Cleanup(func() { getProbeFn = old })
 	getProbeFn = func() (*ring.Probe, error) { return new(ring.Probe), nil }
-	_, err := newUringDriver(testDriverConfig(t))
+	_, err := newUringDriver(contractConfig(t, ring.Kernel{}))
 	if !errors.Is(err, ring.ErrNotSupported) || !strings.Contains(err.Error(), "IORING_OP_NOP") {
 		t.Fatalf("newUringDriver with an empty probe: %v; want ErrNotSupported naming IORING_OP_NOP", err)
 	}
 }
 
 func TestUringDriverFeatures(t *testing.T) {
-	h := newHarness(t)
-	f := h.d.features()
+	_, d := newUringHarness(t)
+	f := d.features()
 	t.Logf("features: %+v", f)
 	if f.Backend != BackendUring || f.RingFeatures == 0 || !f.BufRing {
 		t.Fatalf("features %+v", f)
@@ -429,24 +188,26 @@ func TestUringDriverFeatures(t *testing.T) {
 // rebuild's deadline (its cancel is never sent): the op is failed once with
 // -ECANCELED, never resubmitted, and its buffer orphaned.
 func TestUringDriverRebuildDeadline(t *testing.T) {
-	h := newHarness(t)
-	h.d.rebuildSkipCancel = true
-	h.d.rebuildTimeout = 50 * time.Millisecond
+	h, d := newUringHarness(t)
+	h.allowAbandon = true
+	d.rebuildSkipCancel = true
+	d.rebuildTimeout = 50 * time.Millisecond
 	a, b := testutil.SocketPair(t)
 	buf := make([]byte, 16)
-	ud, r := h.submit(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+	ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
 	h.poll(0)
-	n, err := h.d.rebuild(h.tab, h.sink)
+	n, err := d.rebuild(h.tab, h)
 	if err != nil || n != 0 {
 		t.Fatalf("rebuild: %d, %v; want 0 ops moved", n, err)
 	}
-	if len(r.got) != 1 {
-		t.Fatalf("%d completions for the unknown op, want 1", len(r.got))
+	cs := h.of(ud)
+	if len(cs) != 1 {
+		t.Fatalf("completions for the unknown op: %v, want 1", cs)
 	}
-	wantRes(t, "op with unknown outcome", r.got[0], rebuildLostRes, false)
-	if !r.got[0].quar || h.live(ud) || h.sink.quarantined != 1 || h.sink.quarantinedBytes != uint64(len(buf)) {
+	wantCQE(t, "op with unknown outcome", cs[0], rebuildLostRes, false)
+	if !cs[0].quar || h.live(ud) || h.quarantined != 1 || h.quarantinedBytes != uint64(len(buf)) {
 		t.Fatalf("given-up op: Quarantined %v, live %v, quarantined %d ops / %d bytes; want 1 op, %d bytes",
-			r.got[0].quar, h.live(ud), h.sink.quarantined, h.sink.quarantinedBytes, len(buf))
+			cs[0].quar, h.live(ud), h.quarantined, h.quarantinedBytes, len(buf))
 	}
 	// Its slot is never reused: the kernel may still write the record.
 	_, _, slot := unpackUserData(ud)
@@ -456,13 +217,12 @@ func TestUringDriverRebuildDeadline(t *testing.T) {
 		}
 	}
 	// The new ring works, the old recv is gone: data stays in the socket.
-	_, nr := h.submit(tagNop, nil)
-	h.waitN("nop on the new ring", nr, 1)
+	h.final("nop on the new ring", h.start(tagNop, nil))
 	writeAll(t, b, []byte("z"))
-	if err := h.d.wake(); err != nil {
+	if err := d.wake(); err != nil {
 		t.Fatal(err)
 	}
-	if res := h.poll(5 * time.Second); !res.woken || len(r.got) != 1 {
-		t.Fatalf("poll: %+v, %d completions of the failed op", res, len(r.got))
+	if res := h.poll(5 * time.Second); !res.woken || len(h.of(ud)) != 1 {
+		t.Fatalf("poll: %+v, completions of the failed op %v", res, h.of(ud))
 	}
 }

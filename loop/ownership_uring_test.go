@@ -18,24 +18,24 @@ import (
 // rawProvidedRecv receives once on fd from the driver's buffer group with
 // an SQE of the test's own (not through the op table) and returns the
 // real CQE the kernel posts.
-func rawProvidedRecv(tb testing.TB, h *harness, fd int, ud uint64) ring.CQE {
+func rawProvidedRecv(tb testing.TB, d *uringDriver, fd int, ud uint64) ring.CQE {
 	tb.Helper()
-	sqe, err := h.d.r.GetSQE()
+	sqe, err := d.r.GetSQE()
 	if err != nil {
 		tb.Fatalf("GetSQE: %v", err)
 	}
 	sqe.PrepRecv(fd, nil, 0)
-	sqe.SetBufferGroup(h.d.br.Group())
+	sqe.SetBufferGroup(d.br.Group())
 	sqe.UserData = ud
-	if _, err := h.d.r.Submit(); err != nil {
+	if _, err := d.r.Submit(); err != nil {
 		tb.Fatalf("submit: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		c, err := h.d.r.WaitCQETimeout(100 * time.Millisecond)
+		c, err := d.r.WaitCQETimeout(100 * time.Millisecond)
 		if err == nil {
 			got := *c
-			h.d.r.CQESeen()
+			d.r.CQESeen()
 			if got.UserData != ud {
 				tb.Fatalf("unexpected CQE %+v", got)
 			}
@@ -58,8 +58,8 @@ func rawProvidedRecv(tb testing.TB, h *harness, fd int, ud uint64) ring.CQE {
 // ring and must hand each out exactly once.
 func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 	const nbufs = 4
-	h := newHarness(t, func(c *driverConfig, _ **uringDriver) { c.bufCount = nbufs })
-	if h.d.br == nil {
+	h, d := newUringHarness(t, withBufs(nbufs, 4096))
+	if d.br == nil {
 		t.Skip("no provided-buffer ring (IORING_REGISTER_PBUF_RING, 5.19)")
 	}
 	a, b := testutil.SocketPair(t)
@@ -67,22 +67,21 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 
 	// A table op stands for the receive whose completions the loop
 	// delivers; the raw CQEs are rewritten to name it.
-	deliver := func(c ring.CQE) rec {
+	deliver := func(c ring.CQE) cqe {
 		o := h.tab.alloc(tagRecvBuf)
-		r := &recorder{}
-		o.c, o.fd, o.state, o.multishot = r, int32(a), opInFlight, true
+		o.fd, o.state, o.multishot = int32(a), opInFlight, true
 		c.UserData = o.userData()
-		h.d.deliver(&c, h.d.br, h.sink)
-		if len(r.got) != 1 {
-			t.Fatalf("deliver: %d completions, want 1", len(r.got))
+		d.deliver(&c, d.br, h)
+		if cs := h.of(c.UserData); len(cs) != 1 {
+			t.Fatalf("deliver: completions %v, want 1", cs)
 		}
-		return r.got[0]
+		return h.of(c.UserData)[0]
 	}
 
 	// Buffer 0 goes through the loop and back, so the next receive
 	// selects a buffer other than 0.
 	send()
-	c0 := rawProvidedRecv(t, h, a, 1)
+	c0 := rawProvidedRecv(t, d, a, 1)
 	bid0, ok := c0.BufferID()
 	if c0.Res != 1 || !ok {
 		t.Fatalf("first receive: %+v", c0)
@@ -91,7 +90,7 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 
 	// The next receive selects another buffer, and fails.
 	send()
-	c1 := rawProvidedRecv(t, h, a, 2)
+	c1 := rawProvidedRecv(t, d, a, 2)
 	bid1, ok := c1.BufferID()
 	if c1.Res != 1 || !ok || bid1 == bid0 {
 		t.Fatalf("second receive: %+v (first had buffer %d)", c1, bid0)
@@ -107,7 +106,7 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 	seen := map[uint16]bool{}
 	for i := range nbufs {
 		send()
-		c := rawProvidedRecv(t, h, a, uint64(10+i))
+		c := rawProvidedRecv(t, d, a, uint64(10+i))
 		bid, ok := c.BufferID()
 		if c.Res != 1 || !ok {
 			t.Fatalf("receive %d of %d: res %d (%v) flags %#x; want 1 byte in a buffer", i+1, nbufs, c.Res, ring.Errno(c.Res), c.Flags)
@@ -118,11 +117,11 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 		seen[bid] = true
 	}
 	send()
-	if c := rawProvidedRecv(t, h, a, 99); c.Res != -int32(unix.ENOBUFS) {
+	if c := rawProvidedRecv(t, d, a, 99); c.Res != -int32(unix.ENOBUFS) {
 		bid, _ := c.BufferID()
 		t.Fatalf("receive past the ring's %d buffers: res %d flags %#x (buffer %d); want ENOBUFS", nbufs, c.Res, c.Flags, bid)
 	}
-	if n := h.d.bufMisuse.Load(); n != 0 {
+	if n := d.bufMisuse.Load(); n != 0 {
 		t.Fatalf("buffer misuse counted %d times", n)
 	}
 }
@@ -133,16 +132,16 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 // provided-buffer receive keeps receiving. A later rebuild that can
 // register it moves the receive over.
 func TestUringDriverRebuildBufRingRefused(t *testing.T) {
-	h := newHarness(t)
-	if h.d.br == nil {
+	h, d := newUringHarness(t)
+	if d.br == nil {
 		t.Skip("no provided-buffer ring (IORING_REGISTER_PBUF_RING, 5.19)")
 	}
 	client, server := testutil.SocketPair(t)
-	s := &oldRecvStream{h: h, fd: server}
+	s := &recvStream{h: h, fd: server}
 	s.arm()
 	h.poll(0)
 
-	old, oldBR, feat := h.d.r, h.d.br, h.d.features()
+	old, oldBR, feat := d.r, d.br, d.features()
 	refuse := true
 	saved := newBufRingFn
 	newBufRingFn = func(r *ring.Ring, bgid uint16, n, size uint32, inc bool) (*ring.BufRing, error) {
@@ -153,21 +152,21 @@ func TestUringDriverRebuildBufRingRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { newBufRingFn = saved })
 
-	n, err := h.d.rebuild(h.tab, h.sink)
+	n, err := d.rebuild(h.tab, h)
 	if err == nil {
 		t.Fatalf("rebuild without a buffer ring on the new ring succeeded (%d ops moved)", n)
 	}
 	t.Logf("refused rebuild: %v", err)
-	if h.d.r != old || h.d.br != oldBR || h.d.features() != feat {
+	if d.r != old || d.br != oldBR || d.features() != feat {
 		t.Fatalf("refused rebuild changed the driver: ring kept %v, buffer ring kept %v, features %+v (were %+v)",
-			h.d.r == old, h.d.br == oldBR, h.d.features(), feat)
+			d.r == old, d.br == oldBR, d.features(), feat)
 	}
 	msg := pattern(10<<10, 9)
 	writeAll(t, client, msg[:5000])
 	h.until("data after the refused rebuild", func() bool { return len(s.data) >= 5000 || len(s.errs) > 0 })
 
 	refuse = false
-	if n, err = h.d.rebuild(h.tab, h.sink); err != nil || n != 1 {
+	if n, err = d.rebuild(h.tab, h); err != nil || n != 1 {
 		t.Fatalf("rebuild = %d, %v; want the receive moved", n, err)
 	}
 	writeAll(t, client, msg[5000:])
