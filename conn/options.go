@@ -69,6 +69,7 @@ type config struct {
 	pauseUnwritable bool
 	inboundLimit    int
 	netInbound      int          // NetConn's inbound bound (WithNetInbound)
+	dgramQueue      int          // datagrams a PacketConn queues (WithDatagramQueue)
 	netLn           *NetListener // ListenNet's listener, which its NetConns join on open
 }
 
@@ -78,6 +79,7 @@ func defaultConfig() config {
 		lowWater:     DefaultLowWaterMark,
 		highWater:    DefaultHighWaterMark,
 		sendZC:       DefaultSendZCThreshold,
+		dgramQueue:   DefaultDatagramQueue,
 		linger:       DefaultLinger,
 		inboundLimit: DefaultInboundLimit,
 	}
@@ -191,6 +193,11 @@ func WithPauseReadWhenUnwritable(on bool) Option {
 // that never consumes). 0 means DefaultInboundLimit.
 func WithInboundLimit(n int) Option { return func(c *config) { c.inboundLimit = n } }
 
+// WithDatagramQueue bounds how many datagrams a PacketConn queues before
+// the kernel has taken them (default DefaultDatagramQueue; 0 means the
+// default): a write past it fails with ErrQueueFull instead of queuing.
+func WithDatagramQueue(n int) Option { return func(c *config) { c.dgramQueue = n } }
+
 // newConfig applies opts over the defaults and validates the result.
 func newConfig(opts []Option) (*config, error) {
 	c := defaultConfig()
@@ -229,6 +236,8 @@ func (c *config) validate() error {
 		return invalidOption("connect timeout %v (expected >= 0)", c.connTimeout)
 	case c.linger < 0:
 		return invalidOption("linger %v (expected >= 0)", c.linger)
+	case c.dgramQueue < 0 || c.dgramQueue > 1<<24:
+		return invalidOption("datagram queue %d (expected 0..%d; 0 means the default)", c.dgramQueue, 1<<24)
 	case c.sendZC < 0:
 		return invalidOption("send-zc threshold %d (expected >= 0)", c.sendZC)
 	}
@@ -237,6 +246,9 @@ func (c *config) validate() error {
 	}
 	if c.inboundLimit == 0 {
 		c.inboundLimit = d.inboundLimit
+	}
+	if c.dgramQueue == 0 {
+		c.dgramQueue = d.dgramQueue
 	}
 	if c.lowWater == 0 && c.highWater == 0 {
 		c.lowWater, c.highWater = d.lowWater, d.highWater

@@ -111,3 +111,54 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// packetSocket creates a non-blocking datagram socket of family for sa:
+// bound to it, or (connect) connected to it. A unixgram socket that
+// connects is bound first to an abstract name the kernel picks, so that
+// its peer can reply. Buffer sizes and SO_REUSEPORT come from cfg.
+func packetSocket(family int, sa unix.Sockaddr, v6only, connect bool, cfg *config) (int, error) {
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	fail := func(call string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, os.NewSyscallError(call, err)
+	}
+	if family == unix.AF_INET6 && !connect {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(v6only)); err != nil {
+			return fail("setsockopt", err)
+		}
+	}
+	if cfg.reusePort && family != unix.AF_UNIX && !connect {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			return fail("setsockopt", err)
+		}
+	}
+	if cfg.readBuf > 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, cfg.readBuf); err != nil {
+			return fail("setsockopt", err)
+		}
+	}
+	if cfg.writeBuf > 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, cfg.writeBuf); err != nil {
+			return fail("setsockopt", err)
+		}
+	}
+	if !connect {
+		if err := unix.Bind(fd, sa); err != nil {
+			return fail("bind", err)
+		}
+		return fd, nil
+	}
+	if family == unix.AF_UNIX {
+		// An empty name: autobind (an abstract name of the kernel's).
+		if err := unix.Bind(fd, &unix.SockaddrUnix{}); err != nil {
+			return fail("bind", err)
+		}
+	}
+	if err := unix.Connect(fd, sa); err != nil {
+		return fail("connect", err)
+	}
+	return fd, nil
+}

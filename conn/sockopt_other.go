@@ -26,3 +26,7 @@ func setNoDelay(int, string, bool) error { return ring.ErrNotSupported }
 func setKeepAlive(int, string, time.Duration) error { return ring.ErrNotSupported }
 
 func setBuffer(int, bool, int) error { return ring.ErrNotSupported }
+
+func packetSocket(int, unix.Sockaddr, bool, bool, *config) (int, error) {
+	return -1, ring.ErrNotSupported
+}

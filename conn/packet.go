@@ -1,0 +1,794 @@
+package conn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/ring"
+)
+
+// Datagram sockets on the loops: UDP (udp, udp4, udp6) and Unix datagram
+// (unixgram) sockets, each on one loop. Datagrams arrive through the loop's
+// provided buffers (loop.RecvmsgProvided: a multishot RECVMSG on io_uring,
+// recvmmsg(2) batches on epoll) and reach the PacketHandler on the loop
+// goroutine; writes from any goroutine are copied into the socket's queue
+// and go out at the end of the loop turn, one SENDMSG per datagram. See
+// docs/udp.md.
+
+// A PacketHandler receives a datagram socket's datagrams. OnPacket runs on
+// the socket's loop goroutine, one datagram at a time, and must not block.
+type PacketHandler interface {
+	// OnPacket delivers one datagram: data is its payload, valid only
+	// during the call (it is one of the loop's provided buffers), and
+	// from its source. A datagram may be empty. A datagram longer than
+	// the loop's buffers hold (MaxDatagram) is never delivered: it is
+	// reported to OnPacketError as truncated.
+	OnPacket(pc *PacketConn, data []byte, from Addr)
+}
+
+// PacketErrorHandler is optionally implemented by a PacketHandler. It
+// receives the failures that do not close the socket, each a
+// *DatagramError: a datagram truncated on arrival (ErrTruncated), an ICMP
+// error reported on a connected UDP socket (syscall.ECONNREFUSED, …), a
+// datagram the kernel refused to send (syscall.EMSGSIZE, a full socket
+// buffer: syscall.ENOBUFS or EAGAIN). Without it such failures are only
+// counted (PacketConn.Stats). It runs on the socket's loop goroutine.
+type PacketErrorHandler interface {
+	OnPacketError(pc *PacketConn, err error)
+}
+
+// PacketCloseHandler is optionally implemented by a PacketHandler.
+// OnPacketClose runs once, on the loop goroutine, after the socket's fd is
+// closed: err is nil after Close, net.ErrClosed when the loop shut down
+// under it, or the failure that closed it.
+type PacketCloseHandler interface {
+	OnPacketClose(pc *PacketConn, err error)
+}
+
+// PacketHandlerFunc adapts a function to PacketHandler.
+type PacketHandlerFunc func(pc *PacketConn, data []byte, from Addr)
+
+// OnPacket calls f.
+func (f PacketHandlerFunc) OnPacket(pc *PacketConn, data []byte, from Addr) { f(pc, data, from) }
+
+var (
+	// ErrTruncated is the cause a *DatagramError reports for a datagram
+	// longer than the loop's provided buffers hold (MaxDatagram; raise it
+	// with loop.WithBufferRing): its first bytes arrived, the rest was
+	// cut off by the kernel, so it is not delivered.
+	ErrTruncated = errors.New("conn: datagram truncated: longer than the loop's buffers hold")
+	// ErrQueueFull is returned by a write when the socket's queue of
+	// datagrams not yet handed to the kernel is full
+	// (WithDatagramQueue): the datagram was not queued.
+	ErrQueueFull = errors.New("conn: datagram queue full")
+	// ErrNotConnected is returned by Write on a socket ListenPacket made:
+	// it has no peer (use WriteTo).
+	ErrNotConnected = errors.New("conn: datagram socket not connected")
+)
+
+// DefaultDatagramQueue is how many datagrams a socket queues for sending
+// before writes fail with ErrQueueFull (WithDatagramQueue).
+const DefaultDatagramQueue = 4096
+
+// maxSendsInFlight bounds the SENDMSGs one socket has in flight; the rest
+// wait in its queue.
+const maxSendsInFlight = 256
+
+// A DatagramError is a failure that does not close a datagram socket,
+// delivered to PacketErrorHandler.
+type DatagramError struct {
+	Op   string // "read" or "write"
+	Addr Addr   // the datagram's source or destination; zero when unknown (an ICMP error on a receive)
+	Len  int    // the datagram's length: a truncated one's whole length
+	Err  error  // ErrTruncated, or a *os.SyscallError (errors.Is(err, syscall.ECONNREFUSED))
+}
+
+func (e *DatagramError) Error() string {
+	if e.Addr.IsValid() {
+		return fmt.Sprintf("conn: datagram %s %v (%d bytes): %v", e.Op, e.Addr, e.Len, e.Err)
+	}
+	return fmt.Sprintf("conn: datagram %s: %v", e.Op, e.Err)
+}
+
+func (e *DatagramError) Unwrap() error { return e.Err }
+
+// Addr is a datagram's source or destination: an IP address and port, or a
+// Unix socket name. It is a value: handing one to OnPacket allocates
+// nothing (but for a Unix socket name not seen just before). The zero Addr
+// is invalid (an unnamed Unix peer).
+type Addr struct {
+	ap   netip.AddrPort
+	name string // Unix: the name, '@' first for an abstract one
+	unix bool
+}
+
+// AddrFromAddrPort returns the Addr of an IP address and port.
+func AddrFromAddrPort(ap netip.AddrPort) Addr { return Addr{ap: ap} }
+
+// UnixAddr returns the Addr of a Unix socket name ('@' first: abstract).
+func UnixAddr(name string) Addr { return Addr{name: name, unix: true} }
+
+// AddrPort returns the IP address and port (invalid for a Unix address).
+func (a Addr) AddrPort() netip.AddrPort { return a.ap }
+
+// IsUnix reports whether a names a Unix socket.
+func (a Addr) IsUnix() bool { return a.unix }
+
+// Name returns a Unix socket's name ("" for an IP address).
+func (a Addr) Name() string { return a.name }
+
+// IsValid reports whether a names anything: an IP address and port, or a
+// named Unix socket.
+func (a Addr) IsValid() bool { return a.ap.IsValid() || a.unix && a.name != "" }
+
+// Network returns "udp" or "unixgram", so that Addr is a net.Addr.
+func (a Addr) Network() string {
+	if a.unix {
+		return "unixgram"
+	}
+	return "udp"
+}
+
+// String returns the address as package net prints it.
+func (a Addr) String() string {
+	if a.unix {
+		return a.name
+	}
+	return a.ap.String()
+}
+
+// NetAddr returns a as a *net.UDPAddr or *net.UnixAddr (allocating).
+func (a Addr) NetAddr() net.Addr {
+	switch {
+	case a.unix:
+		return &net.UnixAddr{Name: a.name, Net: "unixgram"}
+	case a.ap.IsValid():
+		return net.UDPAddrFromAddrPort(a.ap)
+	}
+	return nil
+}
+
+// PacketStats counts a datagram socket's traffic.
+type PacketStats struct {
+	Received    uint64 // datagrams delivered to OnPacket
+	Sent        uint64 // datagrams the kernel took
+	Truncated   uint64 // datagrams too long for the loop's buffers, not delivered
+	ReadErrors  uint64 // receive errors that did not close the socket (ICMP errors on a connected socket)
+	WriteErrors uint64 // datagrams the kernel refused (EMSGSIZE, a full socket buffer, an ICMP error, …)
+	QueueFull   uint64 // writes refused with ErrQueueFull
+}
+
+// A PacketConn is a datagram socket on a loop. Its handler runs on that
+// loop; its methods are safe for concurrent use.
+type PacketConn struct {
+	l         *loop.Loop
+	fd        int
+	family    int
+	network   string
+	laddr     net.Addr
+	raddr     net.Addr
+	connected bool
+	path      string // a bound Unix socket's path, removed on close
+	h         PacketHandler
+	eh        PacketErrorHandler
+	ch        PacketCloseHandler
+	queueMax  int
+
+	// mu guards the outbound queue and the close request.
+	mu          sync.Mutex
+	out         []dgramOut // queued, not yet handed to the loop (a ring: head, n)
+	head, n     int
+	free        [][]byte // spare datagram buffers
+	flushQueued bool
+	closeReq    bool
+
+	// Owned by the loop goroutine.
+	recvArmed bool
+	recvID    loop.OpID
+	inflight  int
+	sends     []*dgramSend // free send records
+	closing   bool
+	closeErr  error
+	fdClosed  bool
+	unhook    func()
+	srcName   []byte // the last Unix source name seen, and its string
+	srcString string
+
+	received, sent, truncated, readErrs, writeErrs, queueFull atomic.Uint64
+	done                                                     chan struct{}
+}
+
+// dgramOut is a queued datagram: its bytes (a buffer the socket owns) and
+// its destination as a raw sockaddr (none: the connected peer).
+type dgramOut struct {
+	buf     []byte
+	to      [unix.SizeofSockaddrAny]byte
+	toLen   uint8
+	toValid Addr
+}
+
+// dgramSend is one SENDMSG in flight, its Completer.
+type dgramSend struct {
+	pc  *PacketConn
+	buf []byte
+	to  Addr
+}
+
+// ListenPacket opens a datagram socket bound to address on network ("udp",
+// "udp4", "udp6" or "unixgram"; port 0 picks a free port) and serves it on
+// one loop of workers (WithLoop chooses which). h receives its datagrams.
+// Options that apply: WithLoop, WithReadBuffer, WithWriteBuffer,
+// WithReusePort and WithDatagramQueue.
+func ListenPacket(ctx context.Context, workers *loop.Group, network, address string, h PacketHandler, opts ...Option) (*PacketConn, error) {
+	return openPacket(ctx, workers, "listen", network, address, h, opts)
+}
+
+// DialPacket opens a datagram socket connected to address on network
+// ("udp", "udp4", "udp6" or "unixgram") and serves it on one loop of
+// workers: Write sends to the peer, and only the peer's datagrams arrive.
+// A unixgram socket is bound to an abstract name the kernel picks, so
+// that the peer can reply. Options as for ListenPacket.
+func DialPacket(ctx context.Context, workers *loop.Group, network, address string, h PacketHandler, opts ...Option) (*PacketConn, error) {
+	return openPacket(ctx, workers, "dial", network, address, h, opts)
+}
+
+func openPacket(ctx context.Context, workers *loop.Group, op, network, address string, h PacketHandler, opts []Option) (*PacketConn, error) {
+	fail := func(err error) (*PacketConn, error) { return nil, opError(op, network, "", nil, nil, err) }
+	if workers == nil {
+		return fail(errors.New("conn: nil group"))
+	}
+	if h == nil {
+		return fail(errors.New("conn: nil handler"))
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	streamNet, ok := map[string]string{"udp": "tcp", "udp4": "tcp4", "udp6": "tcp6", "unixgram": "unix"}[network]
+	if !ok {
+		return fail(fmt.Errorf("%w: %q (datagram networks: udp, udp4, udp6, unixgram)", ErrUnknownNetwork, network))
+	}
+	pc := &PacketConn{network: network, h: h, queueMax: cfg.dgramQueue, done: make(chan struct{})}
+	pc.eh, _ = h.(PacketErrorHandler)
+	pc.ch, _ = h.(PacketCloseHandler)
+	var sa unix.Sockaddr
+	var v6only bool
+	if op == "dial" {
+		sa, pc.family, err = resolveDial(ctx, streamNet, address)
+		pc.connected = true
+	} else {
+		sa, pc.family, v6only, err = resolveListen(ctx, streamNet, address)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	pc.fd, err = packetSocket(pc.family, sa, v6only, op == "dial", cfg)
+	if err != nil {
+		return fail(err)
+	}
+	if u, ok := sa.(*unix.SockaddrUnix); ok && op == "listen" && u.Name[0] != '@' {
+		pc.path = u.Name
+	}
+	if bound, err := unix.Getsockname(pc.fd); err == nil {
+		pc.laddr = packetAddr(bound)
+	}
+	if pc.connected {
+		pc.raddr = packetAddr(sa)
+	}
+	pc.l = cfg.dialLoop
+	if pc.l == nil {
+		pc.l = workers.Next()
+	}
+	if pc.l.MaxDatagram() <= 0 {
+		pc.closeFd()
+		return fail(fmt.Errorf("%w: the loop's provided buffers hold no datagram (loop.WithBufferRing)", ErrInvalidOption))
+	}
+	remove, err := pc.l.AddShutdownHook(pc.loopShutdown)
+	if err != nil {
+		pc.closeFd()
+		return fail(err)
+	}
+	pc.unhook = remove
+	if err := pc.l.Execute(pc.arm); err != nil {
+		remove()
+		pc.closeFd()
+		return fail(err)
+	}
+	return pc, nil
+}
+
+// packetAddr converts a bound or peer sockaddr to the net.Addr package net
+// reports for a datagram socket.
+func packetAddr(sa unix.Sockaddr) net.Addr {
+	if u, ok := sa.(*unix.SockaddrUnix); ok {
+		return &net.UnixAddr{Name: u.Name, Net: "unixgram"}
+	}
+	if ap, ok := ring.SockaddrToAddrPort(sa); ok {
+		return net.UDPAddrFromAddrPort(ap)
+	}
+	return nil
+}
+
+// Loop returns the loop the socket lives on.
+func (pc *PacketConn) Loop() *loop.Loop { return pc.l }
+
+// LocalAddr returns the address the socket is bound to.
+func (pc *PacketConn) LocalAddr() net.Addr { return pc.laddr }
+
+// RemoteAddr returns the peer of a socket DialPacket made, else nil.
+func (pc *PacketConn) RemoteAddr() net.Addr { return pc.raddr }
+
+// MaxDatagram is the longest datagram the socket receives whole: the size
+// of its loop's provided buffers less 128 bytes (loop.MaxDatagram).
+func (pc *PacketConn) MaxDatagram() int { return pc.l.MaxDatagram() }
+
+// Done is closed once the socket is closed and OnPacketClose has run.
+func (pc *PacketConn) Done() <-chan struct{} { return pc.done }
+
+// Stats returns the socket's counters.
+func (pc *PacketConn) Stats() PacketStats {
+	return PacketStats{Received: pc.received.Load(), Sent: pc.sent.Load(), Truncated: pc.truncated.Load(),
+		ReadErrors: pc.readErrs.Load(), WriteErrors: pc.writeErrs.Load(), QueueFull: pc.queueFull.Load()}
+}
+
+// arm starts the receive. Runs on the loop.
+func (pc *PacketConn) arm() {
+	if pc.closing {
+		return
+	}
+	id, err := pc.l.RecvmsgProvided(pc.fd, 0, (*packetRecv)(pc))
+	if err != nil {
+		pc.closeNow(opError("read", pc.network, "", pc.laddr, pc.raddr, err))
+		return
+	}
+	pc.recvID, pc.recvArmed = id, true
+}
+
+// packetRecv is a PacketConn seen as its receive's Completer.
+type packetRecv PacketConn
+
+// Complete handles one completion of the receive: a datagram, or the
+// receive's end.
+func (r *packetRecv) Complete(c *loop.Completion) {
+	pc := (*PacketConn)(r)
+	final := !c.More()
+	if final {
+		pc.recvArmed = false
+	}
+	switch {
+	case c.Res >= 0 && c.MsgFlags&unix.MSG_TRUNC != 0:
+		pc.truncated.Add(1)
+		pc.report(&DatagramError{Op: "read", Addr: pc.source(c.Name), Len: int(c.Res), Err: ErrTruncated})
+	case c.Res >= 0:
+		pc.received.Add(1)
+		pc.deliver(c.Data, pc.source(c.Name))
+	case pc.closing:
+		// The receive ends as the socket closes.
+	case c.Res == -int32(unix.ECANCELED):
+		// Only the loop's shutdown cancels it while the socket is open.
+		pc.closeNow(net.ErrClosed)
+		return
+	case softDatagramErr(unix.Errno(-c.Res)):
+		pc.readErrs.Add(1)
+		pc.report(&DatagramError{Op: "read", Err: os.NewSyscallError("recvmsg", unix.Errno(-c.Res))})
+	default:
+		pc.closeNow(opError("read", pc.network, "recvmsg", pc.laddr, pc.raddr, unix.Errno(-c.Res)))
+		return
+	}
+	if final {
+		if pc.closing {
+			pc.maybeFinish()
+			return
+		}
+		pc.arm()
+	}
+}
+
+// softDatagramErr reports whether a receive or send error leaves the
+// socket usable: an ICMP error reported on a connected socket, a datagram
+// the kernel would not take, a full buffer.
+func softDatagramErr(e unix.Errno) bool {
+	switch e {
+	case unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN,
+		unix.EMSGSIZE, unix.ENOBUFS, unix.EAGAIN, unix.EACCES, unix.EPERM, unix.EADDRNOTAVAIL,
+		unix.EAFNOSUPPORT, unix.EINVAL, unix.ENOENT, unix.EDESTADDRREQ, unix.EISCONN, unix.ENOTCONN:
+		return true
+	}
+	return false
+}
+
+// recoveredPacket logs and counts a panic of a datagram socket's handler
+// (RecoveredPanics). The socket goes on serving: one datagram's handling
+// failed, not the socket.
+func (pc *PacketConn) recoveredPacket(callback string, r any) {
+	panics.Add(1)
+	slog.Error("conn: datagram handler panicked; the socket goes on", "callback", callback,
+		"panic", r, "local", pc.laddr, "stack", string(debug.Stack()))
+}
+
+// deliver runs OnPacket under recover (recoveredPacket).
+func (pc *PacketConn) deliver(data []byte, from Addr) {
+	defer func() {
+		if v := recover(); v != nil {
+			pc.recoveredPacket("OnPacket", v)
+		}
+	}()
+	pc.h.OnPacket(pc, data, from)
+}
+
+// report hands a failure that keeps the socket open to the error handler.
+func (pc *PacketConn) report(err *DatagramError) {
+	if pc.eh == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			pc.recoveredPacket("OnPacketError", v)
+		}
+	}()
+	pc.eh.OnPacketError(pc, err)
+}
+
+// source converts a datagram's raw source address. A Unix name seen just
+// before is not converted again, so a steady peer costs no allocation.
+func (pc *PacketConn) source(name []byte) Addr {
+	if ap, ok := ring.ParseAddrPort(name); ok {
+		return Addr{ap: ap}
+	}
+	n, abstract, ok := ring.UnixName(name)
+	if !ok || len(n) == 0 && !abstract {
+		return Addr{unix: true} // unnamed
+	}
+	if string(n) != string(pc.srcName) || len(pc.srcName) == 0 && abstract {
+		pc.srcName = append(pc.srcName[:0], n...)
+		if abstract {
+			pc.srcString = "@" + string(n)
+		} else {
+			pc.srcString = string(n)
+		}
+	}
+	return Addr{name: pc.srcString, unix: true}
+}
+
+// WriteTo sends b as one datagram to addr (a *net.UDPAddr, *net.UnixAddr
+// or Addr). It copies b and returns len(b) once the datagram is queued; the
+// kernel's verdict on it (EMSGSIZE, …) goes to OnPacketError. Safe for
+// concurrent use; called on the socket's loop (from OnPacket), the
+// datagram goes out at the end of the turn.
+func (pc *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	switch a := addr.(type) {
+	case *net.UDPAddr:
+		if a == nil {
+			break
+		}
+		return pc.WriteToAddrPort(b, a.AddrPort())
+	case *net.UnixAddr:
+		if a == nil {
+			break
+		}
+		return pc.WriteToAddr(b, UnixAddr(a.Name))
+	case Addr:
+		return pc.WriteToAddr(b, a)
+	}
+	return 0, pc.writeError(addr, fmt.Errorf("conn: datagram destination %v (%T): want a *net.UDPAddr, *net.UnixAddr or conn.Addr", addr, addr))
+}
+
+// WriteToAddrPort sends b as one datagram to ap, as WriteTo does.
+func (pc *PacketConn) WriteToAddrPort(b []byte, ap netip.AddrPort) (int, error) {
+	return pc.WriteToAddr(b, Addr{ap: ap})
+}
+
+// WriteToAddr sends b as one datagram to a, as WriteTo does; replying to
+// OnPacket's from this way allocates nothing.
+func (pc *PacketConn) WriteToAddr(b []byte, a Addr) (int, error) {
+	if !a.IsValid() {
+		return 0, pc.writeError(a, errors.New("conn: invalid datagram destination"))
+	}
+	return pc.queue(b, a)
+}
+
+// Write sends b as one datagram to the peer of a socket DialPacket made.
+func (pc *PacketConn) Write(b []byte) (int, error) {
+	if !pc.connected {
+		return 0, pc.writeError(nil, ErrNotConnected)
+	}
+	return pc.queue(b, Addr{})
+}
+
+func (pc *PacketConn) writeError(to net.Addr, err error) error {
+	if a, ok := to.(Addr); ok && !a.IsValid() {
+		to = nil
+	}
+	return &net.OpError{Op: "write", Net: pc.network, Source: pc.laddr, Addr: to, Err: err}
+}
+
+// queue copies b into the outbound queue and has it flushed at the end of
+// the loop's turn.
+func (pc *PacketConn) queue(b []byte, to Addr) (int, error) {
+	var d dgramOut
+	if to.IsValid() {
+		n, err := pc.putAddr(d.to[:], to)
+		if err != nil {
+			return 0, pc.writeError(to, err)
+		}
+		d.toLen, d.toValid = uint8(n), to
+	}
+	pc.mu.Lock()
+	if pc.closeReq {
+		pc.mu.Unlock()
+		return 0, pc.writeError(to, net.ErrClosed)
+	}
+	if pc.n >= pc.queueMax {
+		pc.mu.Unlock()
+		pc.queueFull.Add(1)
+		return 0, pc.writeError(to, ErrQueueFull)
+	}
+	d.buf = pc.bufLocked(len(b))
+	copy(d.buf, b)
+	if pc.n == len(pc.out) {
+		pc.growLocked()
+	}
+	pc.out[(pc.head+pc.n)%len(pc.out)] = d
+	pc.n++
+	kick := !pc.flushQueued
+	pc.flushQueued = true
+	pc.mu.Unlock()
+	if kick {
+		if err := pc.l.ExecuteTaskAfterTurn((*packetFlush)(pc)); err != nil {
+			pc.mu.Lock()
+			pc.flushQueued = false
+			pc.mu.Unlock()
+			if pc.l.InLoop() {
+				pc.flush() // the loop is terminating: its close drops what is left
+			}
+		}
+	}
+	return len(b), nil
+}
+
+// putAddr writes a destination as the raw sockaddr the socket's family
+// takes.
+func (pc *PacketConn) putAddr(dst []byte, to Addr) (int, error) {
+	if to.unix {
+		if pc.family != unix.AF_UNIX {
+			return 0, fmt.Errorf("conn: a Unix address on a %s socket", pc.network)
+		}
+		return ring.PutUnixName(dst, to.name)
+	}
+	if pc.family == unix.AF_UNIX {
+		return 0, fmt.Errorf("conn: an IP address on a unixgram socket")
+	}
+	return ring.PutAddrPort(dst, to.ap, pc.family)
+}
+
+// bufLocked returns a buffer of n bytes for a queued datagram, a spare one
+// when it is large enough. Caller holds pc.mu.
+func (pc *PacketConn) bufLocked(n int) []byte {
+	if k := len(pc.free); k > 0 && cap(pc.free[k-1]) >= n {
+		b := pc.free[k-1]
+		pc.free = pc.free[:k-1]
+		return b[:n]
+	}
+	return make([]byte, n, max(n, 2048))
+}
+
+// putBuf keeps a sent datagram's buffer for reuse (up to the queue's
+// worth; large ones are dropped).
+func (pc *PacketConn) putBuf(b []byte) {
+	if cap(b) > 2048 {
+		return
+	}
+	pc.mu.Lock()
+	if len(pc.free) < min(pc.queueMax, maxSendsInFlight*2) {
+		pc.free = append(pc.free, b[:0])
+	}
+	pc.mu.Unlock()
+}
+
+// growLocked doubles the queue's ring. Caller holds pc.mu.
+func (pc *PacketConn) growLocked() {
+	nq := make([]dgramOut, max(16, 2*len(pc.out)))
+	for i := range pc.n {
+		nq[i] = pc.out[(pc.head+i)%len(pc.out)]
+	}
+	pc.out, pc.head = nq, 0
+}
+
+// packetFlush is a PacketConn seen as its flush task.
+type packetFlush PacketConn
+
+func (t *packetFlush) Run() { (*PacketConn)(t).flush() }
+
+// flush hands queued datagrams to the loop, one SendTo each, up to
+// maxSendsInFlight in flight; completions continue it. Runs on the loop.
+func (pc *PacketConn) flush() {
+	pc.mu.Lock()
+	pc.flushQueued = false
+	pc.mu.Unlock()
+	for pc.inflight < maxSendsInFlight && !pc.fdClosed {
+		pc.mu.Lock()
+		if pc.n == 0 {
+			pc.mu.Unlock()
+			break
+		}
+		d := pc.out[pc.head]
+		pc.out[pc.head] = dgramOut{}
+		pc.head = (pc.head + 1) % len(pc.out)
+		pc.n--
+		pc.mu.Unlock()
+		s := pc.sendRecord()
+		s.buf, s.to = d.buf, d.toValid
+		if _, err := pc.l.SendTo(pc.fd, d.buf, d.to[:d.toLen], 0, s); err != nil {
+			pc.writeErrs.Add(1)
+			pc.sends = append(pc.sends, s)
+			pc.putBuf(d.buf)
+			if errors.Is(err, loop.ErrClosed) {
+				break
+			}
+			pc.report(&DatagramError{Op: "write", Addr: d.toValid, Len: len(d.buf), Err: err})
+			continue
+		}
+		pc.inflight++
+	}
+	if pc.closing {
+		pc.maybeFinish()
+	}
+}
+
+func (pc *PacketConn) sendRecord() *dgramSend {
+	if k := len(pc.sends); k > 0 {
+		s := pc.sends[k-1]
+		pc.sends = pc.sends[:k-1]
+		return s
+	}
+	return &dgramSend{pc: pc}
+}
+
+// Complete handles a SENDMSG's result.
+func (s *dgramSend) Complete(c *loop.Completion) {
+	pc := s.pc
+	pc.inflight--
+	buf, to := s.buf, s.to
+	s.buf, s.to = nil, Addr{}
+	if !c.Quarantined {
+		pc.sends = append(pc.sends, s)
+		pc.putBuf(buf)
+	}
+	switch {
+	case c.Res >= 0:
+		pc.sent.Add(1)
+	case c.Res == -int32(unix.ECANCELED):
+		// The socket or the loop is closing.
+	default:
+		pc.writeErrs.Add(1)
+		pc.report(&DatagramError{Op: "write", Addr: to, Len: len(buf), Err: os.NewSyscallError("sendmsg", unix.Errno(-c.Res))})
+	}
+	if pc.closing {
+		pc.maybeFinish()
+		return
+	}
+	pc.mu.Lock()
+	more := pc.n > 0
+	pc.mu.Unlock()
+	if more {
+		pc.flush()
+	}
+}
+
+// Close closes the socket: datagrams already queued are still handed to
+// the kernel, later writes fail with net.ErrClosed, the receive ends, and
+// OnPacketClose follows. Safe for concurrent use; Done reports the end.
+// Closing again returns net.ErrClosed.
+func (pc *PacketConn) Close() error {
+	pc.mu.Lock()
+	if pc.closeReq {
+		pc.mu.Unlock()
+		return &net.OpError{Op: "close", Net: pc.network, Source: pc.laddr, Addr: pc.raddr, Err: net.ErrClosed}
+	}
+	pc.closeReq = true
+	pc.mu.Unlock()
+	if pc.l.InLoop() {
+		pc.closeNow(nil)
+		return nil
+	}
+	if err := pc.l.Execute(func() { pc.closeNow(nil) }); err != nil {
+		if errors.Is(err, loop.ErrClosed) {
+			// The loop is ending: its shutdown hook closes the socket.
+			<-pc.done
+			return nil
+		}
+		pc.mu.Lock()
+		pc.closeReq = false
+		pc.mu.Unlock()
+		return &net.OpError{Op: "close", Net: pc.network, Source: pc.laddr, Addr: pc.raddr, Err: err}
+	}
+	return nil
+}
+
+// loopShutdown is the loop's shutdown hook: the socket closes with
+// net.ErrClosed.
+func (pc *PacketConn) loopShutdown() { pc.closeNow(net.ErrClosed) }
+
+// closeNow starts closing on the loop: it cancels the receive, sends what
+// is queued, and closes the fd once no op is left. err is what
+// OnPacketClose reports.
+func (pc *PacketConn) closeNow(err error) {
+	if pc.closing {
+		return
+	}
+	pc.closing, pc.closeErr = true, err
+	pc.mu.Lock()
+	pc.closeReq = true
+	pc.mu.Unlock()
+	if pc.recvArmed {
+		if pc.l.Cancel(pc.recvID) != nil {
+			pc.recvArmed = false // it had ended: no completion follows
+		}
+	}
+	if err == nil {
+		pc.flush() // what was queued before Close still goes out
+	}
+	pc.maybeFinish()
+}
+
+// maybeFinish closes the fd once the receive and every send have ended,
+// then reports the close.
+func (pc *PacketConn) maybeFinish() {
+	if pc.fdClosed || pc.recvArmed || pc.inflight > 0 {
+		return
+	}
+	pc.mu.Lock()
+	left := pc.n
+	if pc.closeErr == nil && left > 0 && pc.l.State() < loop.StateShuttingDown {
+		pc.mu.Unlock()
+		return // the flush continues with the completions
+	}
+	for pc.n > 0 { // dropped: the socket or its loop is gone
+		pc.out[pc.head] = dgramOut{}
+		pc.head = (pc.head + 1) % len(pc.out)
+		pc.n--
+	}
+	pc.mu.Unlock()
+	pc.closeFd()
+	if pc.unhook != nil {
+		pc.unhook()
+	}
+	if pc.ch != nil {
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					pc.recoveredPacket("OnPacketClose", v)
+				}
+			}()
+			pc.ch.OnPacketClose(pc, pc.closeErr)
+		}()
+	}
+	close(pc.done)
+}
+
+// closeFd closes the socket's fd (and removes a bound Unix socket's path)
+// once.
+func (pc *PacketConn) closeFd() {
+	if pc.fdClosed {
+		return
+	}
+	pc.fdClosed = true
+	unix.Close(pc.fd)
+	if pc.path != "" {
+		_ = os.Remove(pc.path)
+	}
+}

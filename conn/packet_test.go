@@ -1,0 +1,365 @@
+package conn_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testutil"
+	"github.com/ringloop/ringloop/loop"
+)
+
+// ctDgramModes are the ways a loop receives datagrams: io_uring's
+// multishot RECVMSG, io_uring as on 5.15 (a poll, then recvmmsg(2)), and
+// epoll.
+func ctDgramModes(t *testing.T, f func(t *testing.T, b loop.Backend, opts ...loop.Option)) {
+	t.Helper()
+	modes := []struct {
+		name string
+		b    loop.Backend
+		opts []loop.Option
+	}{
+		{"backend=uring", loop.BackendUring, nil},
+		{"backend=uring/kernel=5.15", loop.BackendUring, []loop.Option{loop.WithKernel("5.15")}},
+		{"backend=epoll", loop.BackendEpoll, nil},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			if m.b == loop.BackendUring {
+				testutil.SkipIfNoUring(t)
+			}
+			testutil.Watchdog(t, 60*time.Second)
+			f(t, m.b, m.opts...)
+		})
+	}
+}
+
+// packetRecorder is a PacketHandler that echoes (when echo is set) and
+// records errors and the close.
+type packetRecorder struct {
+	echo    bool
+	mu      sync.Mutex
+	errs    []error
+	closed  chan error
+	offLoop int
+	got     int
+}
+
+func newPacketRecorder(echo bool) *packetRecorder {
+	return &packetRecorder{echo: echo, closed: make(chan error, 1)}
+}
+
+func (r *packetRecorder) OnPacket(pc *conn.PacketConn, data []byte, from conn.Addr) {
+	r.mu.Lock()
+	if !pc.Loop().InLoop() {
+		r.offLoop++
+	}
+	r.got++
+	r.mu.Unlock()
+	if r.echo {
+		if _, err := pc.WriteToAddr(data, from); err != nil {
+			r.OnPacketError(pc, err)
+		}
+	}
+}
+
+func (r *packetRecorder) OnPacketError(pc *conn.PacketConn, err error) {
+	r.mu.Lock()
+	r.errs = append(r.errs, err)
+	r.mu.Unlock()
+}
+
+func (r *packetRecorder) OnPacketClose(pc *conn.PacketConn, err error) { r.closed <- err }
+
+func (r *packetRecorder) errors() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]error(nil), r.errs...)
+}
+
+func ctListenPacket(t *testing.T, g *loop.Group, network, addr string, h conn.PacketHandler, opts ...conn.Option) *conn.PacketConn {
+	t.Helper()
+	pc, err := conn.ListenPacket(context.Background(), g, network, addr, h, opts...)
+	if err != nil {
+		t.Fatalf("ListenPacket(%s, %s): %v", network, addr, err)
+	}
+	t.Cleanup(func() { pc.Close(); <-pc.Done() })
+	return pc
+}
+
+// TestPacketEcho: a ListenPacket server echoes datagrams of every size it
+// can hold to a net.UDPConn and to a DialPacket client, intact and in
+// order; a datagram too long is reported as truncated and not echoed.
+func TestPacketEcho(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, b, 2, append([]loop.Option{loop.WithBufferRing(64, 4096)}, opts...)...)
+		srvH := newPacketRecorder(true)
+		srv := ctListenPacket(t, g, "udp4", "127.0.0.1:0", srvH)
+		if srv.MaxDatagram() != 4096-128 {
+			t.Fatalf("MaxDatagram %d", srv.MaxDatagram())
+		}
+		c, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		buf := make([]byte, 65536)
+		for i, n := range []int{0, 1, 64, 1472, srv.MaxDatagram()} {
+			msg := bytes.Repeat([]byte{byte(i + 1)}, n)
+			if _, err := c.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got, err := c.Read(buf)
+			if err != nil || !bytes.Equal(buf[:got], msg) {
+				t.Fatalf("echo of %d B: %d B, %v", n, got, err)
+			}
+		}
+		// Too long for the loop's buffers: reported, not delivered.
+		if _, err := c.Write(make([]byte, srv.MaxDatagram()+1)); err != nil {
+			t.Fatal(err)
+		}
+		ctWaitFor(t, 5*time.Second, "the truncation report", func() bool { return len(srvH.errors()) == 1 })
+		var de *conn.DatagramError
+		if err := srvH.errors()[0]; !errors.As(err, &de) || !errors.Is(err, conn.ErrTruncated) || de.Len != srv.MaxDatagram()+1 ||
+			de.Addr.AddrPort() != c.LocalAddr().(*net.UDPAddr).AddrPort() {
+			t.Fatalf("truncation reported as %v (%+v)", err, de)
+		}
+		if st := srv.Stats(); st.Truncated != 1 || st.Received != 5 || st.Sent != 5 {
+			t.Fatalf("server stats %+v", st)
+		}
+
+		// A ringloop client: Write to the connected peer.
+		cliH := &chanPackets{ch: make(chan []byte, 16)}
+		cli, err := conn.DialPacket(context.Background(), g, "udp4", srv.LocalAddr().String(), cliH)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			msg := bytes.Repeat([]byte{byte(i)}, 100+i)
+			if _, err := cli.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-cliH.ch:
+				if !bytes.Equal(got, msg) {
+					t.Fatalf("client echo %d: %d B", i, len(got))
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no echo for the DialPacket client")
+			}
+		}
+		if err := cli.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-cli.Done()
+		if _, err := cli.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Write after Close: %v", err)
+		}
+		if err := cli.Close(); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("second Close: %v", err)
+		}
+		if srvH.offLoop != 0 {
+			t.Fatalf("%d OnPacket calls off the loop", srvH.offLoop)
+		}
+	})
+}
+
+// chanPackets sends a copy of every datagram to ch.
+type chanPackets struct{ ch chan []byte }
+
+func (c *chanPackets) OnPacket(pc *conn.PacketConn, data []byte, from conn.Addr) {
+	c.ch <- append([]byte(nil), data...)
+}
+
+// TestPacketErrors: errors that leave the socket open reach
+// OnPacketError: ECONNREFUSED on a connected socket whose peer is gone,
+// EMSGSIZE for a datagram UDP cannot carry; the socket still works after.
+func TestPacketErrors(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, b, 1, opts...)
+		gone, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := gone.LocalAddr().String()
+		gone.Close()
+		h := newPacketRecorder(false)
+		pc, err := conn.DialPacket(context.Background(), g, "udp4", addr, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pc.Close(); <-pc.Done() }()
+		deadline := time.Now().Add(5 * time.Second)
+		for !hasErr(h.errors(), syscall.ECONNREFUSED) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no ECONNREFUSED; errors %v", h.errors())
+			}
+			pc.Write([]byte("is anyone there?"))
+			time.Sleep(10 * time.Millisecond)
+		}
+		if _, err := pc.Write(make([]byte, 70000)); err != nil {
+			t.Fatalf("Write of 70000 B: %v (the kernel's verdict goes to OnPacketError)", err)
+		}
+		ctWaitFor(t, 5*time.Second, "EMSGSIZE", func() bool { return hasErr(h.errors(), syscall.EMSGSIZE) })
+		// Still open, and serving: a peer appears at the address.
+		back, err := net.ListenUDP("udp4", gone.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			t.Skipf("the port was taken meanwhile: %v", err)
+		}
+		defer back.Close()
+		if _, err := pc.Write([]byte("hello again")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		back.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, _, err := back.ReadFrom(buf); err != nil || string(buf[:n]) != "hello again" {
+			t.Fatalf("after the errors: %q, %v", buf[:n], err)
+		}
+		if st := pc.Stats(); st.WriteErrors+st.ReadErrors == 0 {
+			t.Fatalf("errors not counted: %+v", st)
+		}
+	})
+}
+
+func hasErr(errs []error, target error) bool {
+	for _, e := range errs {
+		if errors.Is(e, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPacketUnixgram: a unixgram server echoes to a DialPacket client (its
+// socket autobound, so that the reply finds it) and to a named net client;
+// Close removes the server's path.
+func TestPacketUnixgram(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, b, 1, opts...)
+		dir := t.TempDir()
+		path := filepath.Join(dir, "srv.sock")
+		srv, err := conn.ListenPacket(context.Background(), g, "unixgram", path, newPacketRecorder(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cliH := &chanPackets{ch: make(chan []byte, 4)}
+		cli, err := conn.DialPacket(context.Background(), g, "unixgram", path, cliH)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli.Write([]byte("over unixgram"))
+		select {
+		case got := <-cliH.ch:
+			if string(got) != "over unixgram" {
+				t.Fatalf("echo %q", got)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no unixgram echo")
+		}
+		nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "cli.sock"), Net: "unixgram"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		if _, err := nc.WriteTo([]byte("named"), &net.UnixAddr{Name: path, Net: "unixgram"}); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 16)
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, _, err := nc.ReadFrom(buf); err != nil || string(buf[:n]) != "named" {
+			t.Fatalf("named echo %q, %v", buf[:n], err)
+		}
+		cli.Close()
+		srv.Close()
+		<-srv.Done()
+		<-cli.Done()
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Fatalf("server path left after Close: %v", err)
+		}
+	})
+}
+
+// TestPacketGroupShutdown: a group shutting down closes its datagram
+// sockets with net.ErrClosed.
+func TestPacketGroupShutdown(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g, err := loop.NewGroup(append([]loop.Option{loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(ctLogger)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newPacketRecorder(true)
+		pc, err := conn.ListenPacket(context.Background(), g, "udp", "127.0.0.1:0", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 100 {
+			pc.WriteToAddrPort([]byte("queued at shutdown"), pc.LocalAddr().(*net.UDPAddr).AddrPort())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-h.closed:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("OnPacketClose(%v), want net.ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no OnPacketClose after the group shut down")
+		}
+		<-pc.Done()
+		if err := pc.Close(); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Close after the shutdown: %v", err)
+		}
+	})
+}
+
+func TestPacketBadInput(t *testing.T) {
+	g := ctGroup(t, loop.BackendEpoll, 1)
+	h := newPacketRecorder(false)
+	for _, tc := range []struct{ network, addr string }{
+		{"tcp", "127.0.0.1:0"}, {"udp", "no-such-host.invalid:1"}, {"udp4", "[::1]:0"}, {"unixgram", ""},
+	} {
+		if pc, err := conn.ListenPacket(context.Background(), g, tc.network, tc.addr, h); err == nil {
+			pc.Close()
+			t.Errorf("ListenPacket(%q, %q) succeeded", tc.network, tc.addr)
+		}
+	}
+	if _, err := conn.ListenPacket(context.Background(), g, "udp", "127.0.0.1:0", nil); err == nil {
+		t.Error("ListenPacket with a nil handler succeeded")
+	}
+	small := ctGroup(t, loop.BackendEpoll, 1, loop.WithBufferRing(16, 64))
+	if _, err := conn.ListenPacket(context.Background(), small, "udp", "127.0.0.1:0", h); !errors.Is(err, conn.ErrInvalidOption) {
+		t.Errorf("ListenPacket on 64-byte buffers: %v, want ErrInvalidOption", err)
+	}
+	pc := ctListenPacket(t, g, "udp4", "127.0.0.1:0", h)
+	if _, err := pc.Write([]byte("x")); !errors.Is(err, conn.ErrNotConnected) {
+		t.Errorf("Write on an unconnected socket: %v", err)
+	}
+	if _, err := pc.WriteTo([]byte("x"), &net.TCPAddr{}); err == nil {
+		t.Error("WriteTo a TCP address succeeded")
+	}
+	if _, err := pc.WriteTo([]byte("x"), &net.UDPAddr{IP: net.ParseIP("2001:db8::1"), Port: 9}); err == nil {
+		t.Error("WriteTo an IPv6 address on a udp4 socket succeeded")
+	}
+	if _, err := pc.WriteToAddr([]byte("x"), conn.UnixAddr("/tmp/x")); err == nil {
+		t.Error("WriteToAddr a Unix address on a UDP socket succeeded")
+	}
+	if _, err := conn.ListenPacket(context.Background(), g, "udp", "127.0.0.1:0", h, conn.WithDatagramQueue(-1)); !errors.Is(err, conn.ErrInvalidOption) {
+		t.Errorf("WithDatagramQueue(-1): %v", err)
+	}
+}

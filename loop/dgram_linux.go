@@ -1,0 +1,62 @@
+//go:build linux
+
+package loop
+
+import (
+	"errors"
+
+	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
+)
+
+// dgramReader reads datagrams with recvmmsg(2) into pool buffers, each
+// laid out as a multishot RECVMSG lays one out.
+type dgramReader struct {
+	msgs [dgramBatch]ring.Mmsghdr
+	iovs [dgramBatch]unix.Iovec
+	bufs [dgramBatch]int32
+	lens [dgramBatch]int // bytes of each buffer used: header, source, payload
+}
+
+// read receives up to max (≤ dgramBatch) datagrams from fd with recv
+// flags into free buffers of p, with one recvmmsg(2). It returns how many
+// arrived (their buffers in r.bufs, lengths in r.lens), or none and the
+// error: unix.EAGAIN when nothing was waiting, errNoBufs when no buffer was
+// free, or the socket's (ECONNREFUSED, …). Fewer than asked for may mean
+// the socket is drained, or that an error waits for the next call.
+// Buffers not filled go back to p.
+func (r *dgramReader) read(fd int, p *epollBufPool, flags uint32, max int) (int, error) {
+	k := 0
+	for k < max {
+		bi, b := p.get()
+		if bi < 0 {
+			break
+		}
+		if len(b) <= dgramHead {
+			p.put(bi)
+			break
+		}
+		r.bufs[k] = bi
+		r.iovs[k] = unix.Iovec{Base: &b[dgramHead]}
+		r.iovs[k].SetLen(len(b) - dgramHead)
+		r.msgs[k] = ring.Mmsghdr{Hdr: unix.Msghdr{Name: &b[ring.SizeofRecvmsgOut], Namelen: dgramNameLen, Iov: &r.iovs[k], Iovlen: 1}}
+		k++
+	}
+	if k == 0 {
+		return 0, errNoBufs
+	}
+	n, err := ring.Recvmmsg(fd, r.msgs[:k], int(flags)|unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+	for i := n; i < k; i++ {
+		p.put(r.bufs[i])
+	}
+	for i := range n {
+		m := &r.msgs[i]
+		b := p.bytes(r.bufs[i], p.size)
+		ring.PutRecvmsgOut(b, ring.RecvmsgOut{NameLen: m.Hdr.Namelen, PayloadLen: m.Len, Flags: uint32(m.Hdr.Flags)})
+		r.lens[i] = dgramHead + min(int(m.Len), len(b)-dgramHead)
+	}
+	return n, err
+}
+
+// errNoBufs reports that no pool buffer was free for a datagram.
+var errNoBufs = errors.New("loop: no free provided buffer")
