@@ -167,6 +167,10 @@ type PacketStats struct {
 	ReadErrors  uint64 // receive errors that did not close the socket (ICMP errors on a connected socket)
 	WriteErrors uint64 // datagrams the kernel refused (EMSGSIZE, a full socket buffer, an ICMP error, …)
 	QueueFull   uint64 // writes refused with ErrQueueFull
+	// KernelDrops counts the datagrams the kernel dropped before the
+	// socket could receive them (its receive buffer was full: raise it
+	// with WithReadBuffer), read from the socket when Stats is called.
+	KernelDrops uint64
 }
 
 // A PacketConn is a datagram socket on a loop. Its handler runs on that
@@ -206,7 +210,9 @@ type PacketConn struct {
 	srcString string
 
 	received, sent, truncated, readErrs, writeErrs, queueFull atomic.Uint64
-	done                                                     chan struct{}
+	drops                                                     atomic.Uint64 // the kernel's count when the fd closed
+	fdGone                                                    bool          // under mu: the fd is closed (Stats reads drops)
+	done                                                      chan struct{}
 }
 
 // dgramOut is a queued datagram: its bytes (a buffer the socket owns) and
@@ -341,8 +347,17 @@ func (pc *PacketConn) Done() <-chan struct{} { return pc.done }
 
 // Stats returns the socket's counters.
 func (pc *PacketConn) Stats() PacketStats {
-	return PacketStats{Received: pc.received.Load(), Sent: pc.sent.Load(), Truncated: pc.truncated.Load(),
-		ReadErrors: pc.readErrs.Load(), WriteErrors: pc.writeErrs.Load(), QueueFull: pc.queueFull.Load()}
+	st := PacketStats{Received: pc.received.Load(), Sent: pc.sent.Load(), Truncated: pc.truncated.Load(),
+		ReadErrors: pc.readErrs.Load(), WriteErrors: pc.writeErrs.Load(), QueueFull: pc.queueFull.Load(),
+		KernelDrops: pc.drops.Load()}
+	pc.mu.Lock()
+	if !pc.fdGone {
+		if d, err := ring.SocketDrops(pc.fd); err == nil {
+			st.KernelDrops = uint64(d)
+		}
+	}
+	pc.mu.Unlock()
+	return st
 }
 
 // arm starts the receive. Runs on the loop.
@@ -787,7 +802,13 @@ func (pc *PacketConn) closeFd() {
 		return
 	}
 	pc.fdClosed = true
+	if d, err := ring.SocketDrops(pc.fd); err == nil {
+		pc.drops.Store(uint64(d))
+	}
+	pc.mu.Lock()
+	pc.fdGone = true
 	unix.Close(pc.fd)
+	pc.mu.Unlock()
 	if pc.path != "" {
 		_ = os.Remove(pc.path)
 	}

@@ -39,3 +39,6 @@ func PeerAddrPort(fd int) (netip.AddrPort, uint32, bool, error) {
 func LocalAddrPort(fd int) (netip.AddrPort, uint32, bool, error) {
 	return netip.AddrPort{}, 0, false, ErrNotSupported
 }
+
+// SocketDrops is Linux only; elsewhere it returns ErrNotSupported.
+func SocketDrops(fd int) (uint32, error) { return 0, ErrNotSupported }
