@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ringloop/ringloop/conn"
 	"github.com/ringloop/ringloop/internal/testutil"
@@ -362,4 +365,92 @@ func TestPacketBadInput(t *testing.T) {
 	if _, err := conn.ListenPacket(context.Background(), g, "udp", "127.0.0.1:0", h, conn.WithDatagramQueue(-1)); !errors.Is(err, conn.ErrInvalidOption) {
 		t.Errorf("WithDatagramQueue(-1): %v", err)
 	}
+}
+
+// TestPacketEchoAllocs: the server's echo path (OnPacket, WriteToAddr,
+// the flush and the SENDMSG's completion) allocates nothing per datagram.
+func TestPacketEchoAllocs(t *testing.T) {
+	if accRace {
+		t.Skip("the race detector allocates")
+	}
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		g := ctGroup(t, b, 1, opts...)
+		srv := ctListenPacket(t, g, "udp4", "127.0.0.1:0", newPacketRecorder(true))
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		ap := srv.LocalAddr().(*net.UDPAddr).AddrPort()
+		if err := unix.Connect(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+			t.Fatal(err)
+		}
+		tv := unix.NsecToTimeval(int64(5 * time.Second))
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		msg, in := make([]byte, 64), make([]byte, 128)
+		echo := func() {
+			if _, err := unix.Write(fd, msg); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := unix.Read(fd, in); err != nil || n != len(msg) {
+				t.Fatalf("echo: %d, %v", n, err)
+			}
+		}
+		for range 2000 { // warm up: buffers, records, free lists
+			echo()
+		}
+		if avg := testing.AllocsPerRun(5000, echo); avg != 0 {
+			t.Fatalf("%.3f allocations per datagram echoed, want 0", avg)
+		}
+	})
+}
+
+// TestPacketManyPeers: one server socket echoes to 10,000 distinct peers
+// (each a socket of its own, on addresses across 127.0.0.0/8), and every
+// reply reaches the peer that asked.
+func TestPacketManyPeers(t *testing.T) {
+	const peers, workers = 10_000, 4
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, b, 1, opts...)
+		srv := ctListenPacket(t, g, "udp4", "0.0.0.0:0", newPacketRecorder(true), conn.WithReadBuffer(4<<20))
+		port := srv.LocalAddr().(*net.UDPAddr).Port
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 64)
+				for i := w; i < peers; i += workers {
+					ip := net.IPv4(127, byte(1+i/60000), byte(i/250), byte(1+i%250))
+					c, err := net.DialUDP("udp4", &net.UDPAddr{IP: ip}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+					if err != nil {
+						errs <- fmt.Errorf("peer %d: %w", i, err)
+						return
+					}
+					msg := []byte(fmt.Sprintf("peer %d at %v", i, c.LocalAddr()))
+					c.SetReadDeadline(time.Now().Add(5 * time.Second))
+					_, err = c.Write(msg)
+					n := 0
+					if err == nil {
+						n, err = c.Read(buf)
+					}
+					c.Close()
+					if err != nil || string(buf[:n]) != string(msg) {
+						errs <- fmt.Errorf("peer %d: echo %q, %v", i, buf[:n], err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if st := srv.Stats(); st.Received != peers || st.Sent != peers {
+			t.Errorf("server stats %+v, want %d received and sent", st, peers)
+		}
+	})
 }
