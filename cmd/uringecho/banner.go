@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // printBanner writes what the server runs on. Its first line,
 // "uringecho: listening on <addr>", names the bound address (the real port
 // when -addr asked for port 0); tests read it.
-func printBanner(w io.Writer, cfg config, srv *conn.Server, g *loop.Group) {
+func printBanner(w io.Writer, cfg config, addr net.Addr, g *loop.Group) {
 	f := g.Features()
 	backend := f.Backend.String()
 	if cfg.backend == loop.BackendAuto {
@@ -24,7 +25,10 @@ func printBanner(w io.Writer, cfg config, srv *conn.Server, g *loop.Group) {
 	if f.FallbackReason != "" {
 		backend += ", io_uring unusable: " + f.FallbackReason
 	}
-	fmt.Fprintf(w, "uringecho: listening on %s\n", srv.Addr())
+	fmt.Fprintf(w, "uringecho: listening on %s\n", addr)
+	if cfg.network == "udp" {
+		fmt.Fprintf(w, "  network:  udp (each datagram echoed to its sender; datagrams up to %d bytes)\n", udpBufSize-128)
+	}
 	fmt.Fprintf(w, "  backend:  %s\n", backend)
 	thread := "locked"
 	if f.SharedThread {

@@ -14,6 +14,7 @@ import (
 // config holds the command line.
 type config struct {
 	addr      string
+	network   string
 	loops     int
 	backend   loop.Backend
 	ioRatio   int
@@ -27,7 +28,8 @@ goroutine locked to one OS thread that owns one io_uring ring (or one epoll
 instance with -backend epoll). Connections are accepted on one loop and handed
 round robin to the loops of the group (or, with -reuseport, accepted by every
 loop on its own SO_REUSEPORT listener), and every byte a client sends is
-written back to it. The banner names the backend, the kernel features in use
+written back to it. With -network udp it echoes each datagram to its sender
+instead, from one UDP socket (one per loop with -reuseport). The banner names the backend, the kernel features in use
 and the bound address; -stats prints a line of counters at each interval.
 SIGINT or SIGTERM closes every connection and stops the loops within a second.`
 
@@ -37,7 +39,8 @@ func parseFlags(args []string) config {
 	fs := flag.NewFlagSet("uringecho", flag.ExitOnError)
 	var cfg config
 	backend := "auto"
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7777", "TCP `address` to listen on; port 0 picks a free port (the banner shows it)")
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7777", "`address` to listen on; port 0 picks a free port (the banner shows it)")
+	fs.StringVar(&cfg.network, "network", "tcp", "`network`: tcp (echo streams) or udp (echo each datagram to its sender)")
 	fs.IntVar(&cfg.loops, "loops", 0, "number of event `loops`; 0 means GOMAXPROCS")
 	fs.StringVar(&backend, "backend", backend, "I/O `backend`: uring, epoll, or auto (io_uring, epoll if io_uring is unusable)")
 	fs.IntVar(&cfg.ioRatio, "ioratio", loop.DefaultIORatio, "`percent` of loop time given to I/O versus tasks, 1..100 (100: run every task each turn)")
@@ -48,7 +51,7 @@ func parseFlags(args []string) config {
 		out := fs.Output()
 		fmt.Fprintf(out, "Usage: uringecho [flags]\n\n%s\n\nFlags:\n", description)
 		fs.PrintDefaults()
-		fmt.Fprintf(out, "\nExample:\n  go run ./cmd/uringecho -loops 2 -stats 1s\n  nc 127.0.0.1 7777\n")
+		fmt.Fprintf(out, "\nExample:\n  go run ./cmd/uringecho -loops 2 -stats 1s\n  nc 127.0.0.1 7777\n  go run ./cmd/uringecho -network udp\n  nc -u 127.0.0.1 7777\n")
 	}
 	fs.Parse(args)
 	if fs.NArg() > 0 {
@@ -63,6 +66,9 @@ func parseFlags(args []string) config {
 		cfg.backend = loop.BackendEpoll
 	default:
 		usageError(fs, "-backend %q: want uring, epoll or auto", backend)
+	}
+	if cfg.network != "tcp" && cfg.network != "udp" {
+		usageError(fs, "-network %q: want tcp or udp", cfg.network)
 	}
 	if cfg.loops < 0 {
 		usageError(fs, "-loops %d: want 0 (GOMAXPROCS) or more", cfg.loops)

@@ -26,10 +26,18 @@ func main() {
 	cfg := parseFlags(os.Args[1:])
 	// Loops name their OS threads "<name>-<group>-<index>"; one of them may
 	// be the main thread, which names the process in ps, top and pgrep.
-	g, err := loop.NewGroup(loop.WithName("uringecho"), loop.WithLoops(cfg.loops),
-		loop.WithBackend(cfg.backend), loop.WithIORatio(cfg.ioRatio), loop.WithKernel(cfg.kernel))
+	opts := []loop.Option{loop.WithName("uringecho"), loop.WithLoops(cfg.loops),
+		loop.WithBackend(cfg.backend), loop.WithIORatio(cfg.ioRatio), loop.WithKernel(cfg.kernel)}
+	if cfg.network == "udp" {
+		opts = append(opts, loop.WithBufferRing(udpBufs, udpBufSize))
+	}
+	g, err := loop.NewGroup(opts...)
 	if err != nil {
 		fatalf("loops: %v", err)
+	}
+	if cfg.network == "udp" {
+		serveUDP(cfg, g)
+		return
 	}
 	h := newEcho(g.Len())
 	// A client that sends and never reads stalls in its own socket: reading
@@ -40,7 +48,7 @@ func main() {
 		g.Shutdown(context.Background())
 		fatalf("listen: %v", err)
 	}
-	printBanner(os.Stdout, cfg, srv, g)
+	printBanner(os.Stdout, cfg, srv.Addr(), g)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -65,4 +73,32 @@ func main() {
 func fatalf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "uringecho: "+format+"\n", args...)
 	os.Exit(1)
+}
+
+// serveUDP runs the datagram echo until SIGINT or SIGTERM.
+func serveUDP(cfg config, g *loop.Group) {
+	h := &dgramEcho{}
+	pcs, err := listenUDP(cfg, g, h)
+	if err != nil {
+		g.Shutdown(context.Background())
+		fatalf("listen: %v", err)
+	}
+	printBanner(os.Stdout, cfg, udpAddr(pcs), g)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if cfg.stats > 0 {
+		go reportUDPStats(ctx, os.Stdout, cfg.stats, pcs, g, h)
+	}
+	<-ctx.Done()
+	stop()
+	deadline, cancel := context.WithTimeout(context.Background(), exitBudget)
+	defer cancel()
+	for _, pc := range pcs {
+		pc.Close()
+	}
+	errLoops := g.Shutdown(deadline)
+	fmt.Printf("uringecho: shut down: %d datagrams, %d bytes echoed (loops: %s)\n", h.dgrams.Load(), h.bytes.Load(), orOK(errLoops))
+	if errLoops != nil {
+		os.Exit(1)
+	}
 }

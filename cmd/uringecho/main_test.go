@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -275,6 +276,48 @@ func TestEcho(t *testing.T) {
 	}
 }
 
+// TestUDPEcho runs -network udp on each backend, with -reuseport too:
+// datagrams of every size up to 65,507 bytes come back whole to their
+// sender, the stats line counts them, and SIGINT ends the process cleanly.
+func TestUDPEcho(t *testing.T) {
+	bin := build(t)
+	for _, backend := range []string{"uring", "epoll"} {
+		for _, reuse := range []bool{false, true} {
+			t.Run(fmt.Sprintf("backend=%s/reuseport=%v", backend, reuse), func(t *testing.T) {
+				if backend == "uring" {
+					testutil.SkipIfNoUring(t)
+				}
+				s := start(t, ".", bin, "-network", "udp", "-addr", "127.0.0.1:0", "-backend", backend, "-loops", "2",
+					"-stats", "50ms", fmt.Sprintf("-reuseport=%v", reuse))
+				s.expectLine(t, regexp.MustCompile(`^  network:  udp `), 5*time.Second)
+				c, err := net.Dial("udp", s.addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.(*net.UDPConn).SetReadBuffer(1 << 20)
+				buf := make([]byte, 65536)
+				for i, n := range []int{1, 64, 1472, 9000, 65507} {
+					msg := bytes.Repeat([]byte{byte('a' + i)}, n)
+					if _, err := c.Write(msg); err != nil {
+						t.Fatal(err)
+					}
+					c.SetReadDeadline(time.Now().Add(5 * time.Second))
+					got, err := c.Read(buf)
+					if err != nil || !bytes.Equal(buf[:got], msg) {
+						t.Fatalf("echo of %d B: %d B, %v", n, got, err)
+					}
+				}
+				s.expectLine(t, regexp.MustCompile(`^stats: datagrams=5 .*kernel-drops=0 `), 5*time.Second)
+				s.interrupt(t, true)
+				if !regexp.MustCompile(`uringecho: shut down: 5 datagrams, 76044 bytes echoed \(loops: ok\)`).MatchString(s.out.String()) {
+					t.Errorf("no clean shutdown line in the output:\n%s", s.out.String())
+				}
+			})
+		}
+	}
+}
+
 // -kernel runs io_uring as on an older release: the banner names the
 // profile and the features it left out, and the echo works.
 func TestKernelProfileFlag(t *testing.T) {
@@ -315,7 +358,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Usage: uringecho", "echo server", "-addr", `(default "127.0.0.1:7777")`, "-loops", "GOMAXPROCS",
-		"-backend", `(default "auto")`, "-ioratio", "(default 50)", "-reuseport", "-stats", "SIGINT",
+		"-backend", `(default "auto")`, "-network", `(default "tcp")`, "-ioratio", "(default 50)", "-reuseport", "-stats", "SIGINT",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("-h output lacks %q:\n%s", want, out)
@@ -326,7 +369,7 @@ func TestHelp(t *testing.T) {
 // TestBadFlags checks that invalid values are refused with status 2.
 func TestBadFlags(t *testing.T) {
 	bin := build(t)
-	for _, args := range [][]string{{"-backend", "kqueue"}, {"-ioratio", "0"}, {"-loops", "-1"}, {"-stats", "-1s"}, {"-kernel", "5.x"}, {"extra"}} {
+	for _, args := range [][]string{{"-network", "sctp"}, {"-backend", "kqueue"}, {"-ioratio", "0"}, {"-loops", "-1"}, {"-stats", "-1s"}, {"-kernel", "5.x"}, {"extra"}} {
 		err := exec.Command(bin, args...).Run()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
