@@ -1307,11 +1307,6 @@ func contractRecvProvided(t *testing.T, mk mkHarness) {
 // driver stuck in recv(2) is freed after 2 s by one more byte, and fails.
 func contractRecvProvidedBlockingFd(t *testing.T, mk mkHarness) {
 	h := mk(t, withBufs(8, 4096))
-	if h.k.be == BackendUring && !h.d.features().BufRing {
-		// TODO: remove once the driver reads with MSG_DONTWAIT there.
-		t.Skip("known bug: without a buffer ring (profiles before 6.0) the uring driver's polled receive " +
-			"(deliverPolledRecv) reads again after a full buffer with read(2), which blocks on a blocking fd")
-	}
 	a, b := testutil.SocketPair(t)
 	s := &recvStream{h: h, fd: a}
 	s.arm()

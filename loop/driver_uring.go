@@ -1073,7 +1073,9 @@ func (d *uringDriver) deliverPolledRecv(ud uint64, res int32, sink completionSin
 		if c := d.cfg.recvCap; c != 0 && int(c) < len(b) {
 			b = b[:c]
 		}
-		n, err := epollRecv(int(o.fd), b, o.arg)
+		// MSG_DONTWAIT: the fd may be a blocking one (io_uring needs no
+		// O_NONBLOCK), and after a full buffer this reads again.
+		n, err := ring.Recv(int(o.fd), b, int(o.arg)|unix.MSG_DONTWAIT)
 		if err == unix.EAGAIN {
 			d.pool.put(bi)
 			break

@@ -81,3 +81,24 @@ func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
 		return 0, errnoErr(e)
 	}
 }
+
+// Recv is recv(2) into p with flags (add unix.MSG_DONTWAIT to never block,
+// whatever the fd's O_NONBLOCK): the bytes read, 0 at end of stream, or
+// the bare errno; EINTR is retried. Unlike unix.Recvfrom it asks for no
+// address, so it does not allocate.
+func Recv(fd int, p []byte, flags int) (int, error) {
+	var base uintptr
+	if len(p) > 0 {
+		base = uintptr(unsafe.Pointer(&p[0]))
+	}
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), base, uintptr(len(p)), uintptr(flags), 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, errnoErr(e)
+	}
+}

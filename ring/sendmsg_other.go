@@ -21,3 +21,6 @@ func Recvmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) { return 0, ErrNot
 
 // Sendmmsg is Linux only; elsewhere it returns ErrNotSupported.
 func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) { return 0, ErrNotSupported }
+
+// Recv is Linux only; elsewhere it returns ErrNotSupported.
+func Recv(fd int, p []byte, flags int) (int, error) { return 0, ErrNotSupported }
