@@ -212,6 +212,10 @@ type uringDriver struct {
 	// someone else.
 	wakeMu sync.RWMutex
 	efd    int
+	// wakeReq is set by wake before it signals the eventfd, and taken by
+	// a netpoll wait (wakeNetpoll), where the kernel signals the same
+	// eventfd for completions.
+	wakeReq atomic.Bool
 }
 
 // newUringDriver creates the ring (R_DISABLED when the kernel allows it, so
@@ -470,20 +474,46 @@ func (d *uringDriver) waitNetpoll(timeout time.Duration, res *pollResult) error 
 	}
 	d.r.SetEventfdEnabled(true)
 	err := d.r.GetEvents()
-	if err == nil && d.r.CQReady() == 0 {
+	end := waitEnd(timeout)
+	for err == nil && d.r.CQReady() == 0 {
 		var ready bool
-		ready, err = d.waiter.wait(timeout)
-		res.timedOut = !ready && err == nil
-		res.woken = ready
+		ready, err = d.waiter.wait(waitLeft(end))
+		if err != nil || !ready {
+			res.timedOut = err == nil
+			break
+		}
+		// The signal was wake's, or the kernel's for completions now
+		// posted by this enter; else it was the kernel's for
+		// completions an earlier poll reaped (the signal is on while
+		// the loop waits, and a poll that found completions at step 2
+		// did not wait): wait on.
+		if err = d.r.GetEvents(); err == nil && d.wakeReq.Swap(false) {
+			res.woken = true
+			break
+		}
 	}
 	d.r.SetEventfdEnabled(false)
 	if err != nil {
 		return err
 	}
 	_, err = d.r.Submit()
-	// A signal with completions behind it was the kernel's, not a wakeup.
-	res.woken = res.woken && d.r.CQReady() == 0
 	return err
+}
+
+// waitEnd is when a wait of timeout (< 0: unbounded) ends.
+func waitEnd(timeout time.Duration) time.Time {
+	if timeout < 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(timeout)
+}
+
+// waitLeft is what is left of a wait ending at end (-1: unbounded; 0: due).
+func waitLeft(end time.Time) time.Duration {
+	if end.IsZero() {
+		return -1
+	}
+	return max(time.Until(end), 0)
 }
 
 // waitShared is waitNetpoll for a ring without DEFER_TASKRUN
@@ -495,10 +525,22 @@ func (d *uringDriver) waitNetpoll(timeout time.Duration, res *pollResult) error 
 // consumes the counter after looking at the CQ, so a completion is never
 // slept on; a signal for completions already reaped costs one empty turn.
 func (d *uringDriver) waitShared(timeout time.Duration, res *pollResult) error {
-	ready, err := d.waiter.wait(timeout)
-	res.timedOut = !ready && err == nil
-	res.woken = ready && d.r.CQReady() == 0
-	return err
+	end := waitEnd(timeout)
+	for {
+		ready, err := d.waiter.wait(waitLeft(end))
+		if err != nil || !ready {
+			res.timedOut = err == nil
+			return err
+		}
+		if d.r.CQReady() > 0 {
+			return nil
+		}
+		if d.wakeReq.Swap(false) {
+			res.woken = true
+			return nil
+		}
+		// A signal for completions already reaped: wait on.
+	}
 }
 
 // prepareRing registers r's fd with the loop thread (an optimisation: a
@@ -1245,6 +1287,9 @@ func (d *uringDriver) wake() error {
 	if d.efd < 0 {
 		return errDriverClosed
 	}
+	// Before the signal: a netpoll wait that sees the signal tells wake's
+	// from the kernel's by this flag.
+	d.wakeReq.Store(true)
 	for {
 		_, err := unix.Write(d.efd, eventfdOne[:])
 		switch err {
