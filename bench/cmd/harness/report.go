@@ -454,6 +454,9 @@ func kernelSection(s *summary, m meta, data string) string {
 		hdr(append([]string{running + " (running)"}, ks...))
 		for _, c := range cells {
 			ep := get("ringloop-epoll", c)
+			if st := get("ringloop-uring", c); st.ok() && ep.ok() && st.Med < ep.Med {
+				below[running+" (running)"]++
+			}
 			line := "| " + name(c) + " | " + ratio(get("ringloop-uring", c), ep)
 			for _, k := range ks {
 				st := get(kernelServer(k), c)
@@ -478,7 +481,7 @@ func kernelSection(s *summary, m meta, data string) string {
 	w("\n")
 	if s.has("ringloop-epoll") {
 		var notes []string
-		for _, k := range ks {
+		for _, k := range append([]string{running + " (running)"}, ks...) {
 			if below[k] > 0 {
 				notes = append(notes, fmt.Sprintf("%s in %d of %d cells", k, below[k], len(cells)))
 			}
