@@ -1,6 +1,8 @@
 // Package conn runs TCP and Unix stream connections on ringloop's event
 // loops: servers (Listen, ListenFunc) and clients (Dial, DialAsync) whose
-// events reach a Handler on the connection's loop goroutine.
+// events reach a Handler on the connection's loop goroutine. It also runs
+// UDP and Unix datagram sockets (ListenPacket, DialPacket; see Datagrams
+// below).
 //
 // # Handler model
 //
@@ -116,6 +118,20 @@
 // net.ErrClosed. When it wakes a blocked goroutine it asks the loop to hand
 // its P off before the next wait (loop.Loop.HandOffNextWait). See
 // docs/netconn.md.
+//
+// # Datagrams
+//
+// ListenPacket and DialPacket put a udp, udp4, udp6 or unixgram socket on
+// one loop. Each datagram reaches PacketHandler.OnPacket with its source as
+// a conn.Addr value (no allocation); WriteTo, WriteToAddr, WriteToAddrPort
+// and Write copy a datagram into the socket's queue, flushed at the end of
+// the loop turn, one SENDMSG each. Receives take the loop's provided
+// buffers, one datagram per buffer (a multishot RECVMSG on io_uring,
+// recvmmsg(2) batches on epoll): a datagram longer than MaxDatagram is
+// reported as truncated (ErrTruncated), never delivered as whole. Failures
+// that leave the socket open (truncation, ICMP errors on a connected
+// socket, EMSGSIZE, full buffers) reach PacketErrorHandler as a
+// *DatagramError. See docs/udp.md.
 //
 // # Defaults
 //
