@@ -20,15 +20,21 @@ import (
 // given: add unix.MSG_NOSIGNAL to get EPIPE instead of SIGPIPE.
 func Sendmsg(fd int, msg *unix.Msghdr, flags int) (int, error) {
 	for {
-		n, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(msg)), uintptr(flags))
-		switch e {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
+		n, _, e := unix.Syscall6(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(msg)), uintptr(flags), 0, 0, 0)
+		if e != unix.EINTR {
+			return sysResult(n, e)
 		}
+	}
+}
+
+// sysResult is a system call's result: the count, or the bare errno.
+// (The calls stay in each function, with their unsafe.Pointer conversions
+// in the call expression, so that what they point at stays put.)
+func sysResult(n uintptr, e unix.Errno) (int, error) {
+	if e != 0 {
 		return 0, errnoErr(e)
 	}
+	return int(n), nil
 }
 
 // Mmsghdr is struct mmsghdr, one message of Recvmmsg and Sendmmsg: its
@@ -51,13 +57,9 @@ func Recvmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
 	}
 	for {
 		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
-		switch e {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
+		if e != unix.EINTR {
+			return sysResult(n, e)
 		}
-		return 0, errnoErr(e)
 	}
 }
 
@@ -72,13 +74,9 @@ func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
 	}
 	for {
 		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
-		switch e {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
+		if e != unix.EINTR {
+			return sysResult(n, e)
 		}
-		return 0, errnoErr(e)
 	}
 }
 
@@ -87,18 +85,10 @@ func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
 // the bare errno; EINTR is retried. Unlike unix.Recvfrom it asks for no
 // address, so it does not allocate.
 func Recv(fd int, p []byte, flags int) (int, error) {
-	var base uintptr
-	if len(p) > 0 {
-		base = uintptr(unsafe.Pointer(&p[0]))
-	}
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), base, uintptr(len(p)), uintptr(flags), 0, 0)
-		switch e {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
+		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), uintptr(flags), 0, 0)
+		if e != unix.EINTR {
+			return sysResult(n, e)
 		}
-		return 0, errnoErr(e)
 	}
 }
