@@ -7,8 +7,8 @@ import (
 	"github.com/ringloop/ringloop/loop"
 )
 
-// NetConn deadlines are checked by one queue per loop: a min-heap of
-// (instant, connection, direction) entries, of 24 bytes each, with one
+// NetConn and NetPacketConn deadlines are checked by one queue per loop: a
+// min-heap of (instant, connection, direction) entries, of 32 bytes each, with one
 // timer on the loop's wheel armed for the earliest. A timer per deadline
 // would cost its 64 bytes and a closure for as long as the deadline is
 // pending, which is the whole life of an idle connection whose server keeps
@@ -16,10 +16,15 @@ import (
 // or cleared leaves its entry to come due, and the connection's own state
 // (NetConn.fire) says whether anything expired.
 
+// A deadliner is what a deadline check calls: a NetConn or a NetPacketConn.
+type deadliner interface {
+	fire(dir int, at int64)
+}
+
 // A dlEntry asks for nc's deadline in direction dir to be checked at at.
 type dlEntry struct {
 	at  int64
-	nc  *NetConn
+	nc  deadliner
 	dir uint8
 }
 
@@ -76,7 +81,7 @@ type deadlineQueue struct {
 
 // add queues a check of nc's deadline dir at at (a future instant, so > 0).
 // Caller holds nc.mu.
-func (q *deadlineQueue) add(nc *NetConn, dir int, at int64) {
+func (q *deadlineQueue) add(nc deadliner, dir int, at int64) {
 	q.mu.Lock()
 	q.h.push(dlEntry{at: at, nc: nc, dir: uint8(dir)})
 	arm := q.timerAt == 0 || at < q.timerAt

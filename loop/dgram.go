@@ -99,4 +99,3 @@ func (l *Loop) deliverDgram(c Completer, res int32, flags uint32, data []byte) {
 	}
 	l.deliverCompletion(c)
 }
-

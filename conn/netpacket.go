@@ -1,0 +1,371 @@
+package conn
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringloop/ringloop/loop"
+)
+
+// A NetPacketConn is a datagram socket on a loop seen as a net.PacketConn
+// (and, when DialPacketNet made it, a net.Conn): code written for package
+// net's UDP and unixgram sockets runs on the loops unchanged. It is its
+// socket's handler: datagrams that arrive are copied into an inbound queue
+// bounded by WithNetInbound (in bytes; a datagram that finds it full is
+// dropped and counted, as the kernel drops one that finds a full socket
+// buffer; Dropped counts them), and ReadFrom takes them in order. Writes queue a copy on the
+// loop (PacketConn.WriteTo) and never block: a full queue fails the write
+// with ErrQueueFull. Deadlines report os.ErrDeadlineExceeded; Close
+// unblocks every pending call with net.ErrClosed. Safe for concurrent use.
+type NetPacketConn struct {
+	pc    *PacketConn
+	limit int
+
+	mu      sync.Mutex
+	in      []netDgram // a ring: head, n
+	head, n int
+	bytes   int      // payload bytes queued
+	spare   [][]byte // buffers of read datagrams, for reuse
+	closed  bool
+	ended   error // the socket closed under us (OnPacketClose)
+	dl      [2]deadline
+	dlSet   [2]bool
+	passed  [2]bool
+
+	rw      wakeup
+	waiters atomic.Int32
+	dropped atomic.Uint64
+}
+
+// netDgram is a datagram waiting in the inbound queue.
+type netDgram struct {
+	buf  []byte
+	from Addr
+}
+
+// ListenPacketNet is ListenPacket returning a net.PacketConn. Options as
+// for ListenPacket, and WithNetInbound.
+func ListenPacketNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetPacketConn, error) {
+	return openPacketNet(ctx, g, "listen", network, address, opts)
+}
+
+// DialPacketNet is DialPacket returning a NetPacketConn, which is also a
+// net.Conn (Read and Write go to the peer), as net.Dial("udp", …) returns.
+func DialPacketNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetPacketConn, error) {
+	return openPacketNet(ctx, g, "dial", network, address, opts)
+}
+
+func openPacketNet(ctx context.Context, g *loop.Group, op, network, address string, opts []Option) (*NetPacketConn, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	np := &NetPacketConn{limit: netLimit(cfg.netInbound)}
+	np.rw.init()
+	pc, err := openPacket(ctx, g, op, network, address, np, opts)
+	if err != nil {
+		return nil, err
+	}
+	np.pc = pc // before any call of ours that reads it; the handler is given pc
+	return np, nil
+}
+
+// DefaultNetPacketInbound bounds a NetPacketConn's inbound queue when
+// WithNetInbound does not: 1 MiB of datagrams, more than a socket's
+// default receive buffer holds.
+const DefaultNetPacketInbound = 1 << 20
+
+// netLimit is the inbound bound WithNetInbound asks for.
+func netLimit(n int) int {
+	switch {
+	case n <= 0:
+		return DefaultNetPacketInbound
+	case n > 1<<30:
+		return 1 << 30
+	}
+	return n
+}
+
+// PacketConn returns the underlying socket (its loop and counters).
+func (np *NetPacketConn) PacketConn() *PacketConn { return np.pc }
+
+// Dropped counts the datagrams dropped because the inbound queue was full.
+func (np *NetPacketConn) Dropped() uint64 { return np.dropped.Load() }
+
+// OnPacket implements PacketHandler: the datagram is copied into the
+// inbound queue (or dropped when it is full) and a blocked reader woken.
+func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
+	np.mu.Lock()
+	if np.closed || np.bytes+len(data) > np.limit && np.n > 0 {
+		np.mu.Unlock()
+		np.dropped.Add(1)
+		return
+	}
+	var b []byte
+	if k := len(np.spare); k > 0 && cap(np.spare[k-1]) >= len(data) {
+		b = np.spare[k-1][:len(data)]
+		np.spare = np.spare[:k-1]
+	} else {
+		b = make([]byte, len(data), max(len(data), 2048))
+	}
+	copy(b, data)
+	if np.n == len(np.in) {
+		nq := make([]netDgram, max(16, 2*len(np.in)))
+		for i := range np.n {
+			nq[i] = np.in[(np.head+i)%len(np.in)]
+		}
+		np.in, np.head = nq, 0
+	}
+	np.in[(np.head+np.n)%len(np.in)] = netDgram{buf: b, from: from}
+	np.n++
+	np.bytes += len(data)
+	np.mu.Unlock()
+	np.wake(pc)
+}
+
+// OnPacketClose implements PacketCloseHandler: a socket closed under us
+// (its loop shut down) ends pending and later reads.
+func (np *NetPacketConn) OnPacketClose(pc *PacketConn, err error) {
+	np.mu.Lock()
+	if err == nil {
+		err = net.ErrClosed
+	}
+	np.ended = err
+	np.mu.Unlock()
+	np.wake(pc)
+}
+
+// wake signals a blocked reader; with one blocked, the loop hands its P
+// off before its next wait so the reader runs at once.
+func (np *NetPacketConn) wake(pc *PacketConn) {
+	np.rw.signal()
+	if np.waiters.Load() > 0 {
+		pc.l.HandOffNextWait()
+	}
+}
+
+// ReadFrom reads the next datagram into p and returns its length and
+// source. A datagram longer than p is cut to len(p), as package net does.
+// It blocks until a datagram arrives, the read deadline passes
+// (os.ErrDeadlineExceeded) or the socket closes (net.ErrClosed).
+func (np *NetPacketConn) ReadFrom(p []byte) (int, net.Addr, error) {
+	n, from, err := np.read(p)
+	if err != nil {
+		return n, nil, err
+	}
+	return n, from.NetAddr(), nil
+}
+
+// ReadFromAddrPort is ReadFrom returning the source as a netip.AddrPort,
+// without allocating (invalid for a Unix source).
+func (np *NetPacketConn) ReadFromAddrPort(p []byte) (int, netip.AddrPort, error) {
+	n, from, err := np.read(p)
+	return n, from.AddrPort(), err
+}
+
+// ReadFromAddr is ReadFrom returning the source as a conn.Addr, without
+// allocating; WriteToAddr replies to it.
+func (np *NetPacketConn) ReadFromAddr(p []byte) (int, Addr, error) { return np.read(p) }
+
+// Read reads the next datagram into p, as ReadFrom does without the source.
+func (np *NetPacketConn) Read(p []byte) (int, error) {
+	n, _, err := np.read(p)
+	return n, err
+}
+
+func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
+	np.mu.Lock()
+	for np.n == 0 && !np.closed && np.ended == nil {
+		if np.passed[dirRead] {
+			np.mu.Unlock()
+			np.rw.signal() // pass it on: every blocked reader times out
+			return 0, Addr{}, np.opError("read", os.ErrDeadlineExceeded)
+		}
+		np.mu.Unlock()
+		if np.pc.l.InLoop() {
+			return 0, Addr{}, np.opError("read", loop.ErrInLoop)
+		}
+		np.waiters.Add(1)
+		np.rw.wait()
+		np.waiters.Add(-1)
+		np.mu.Lock()
+	}
+	if np.closed || np.n == 0 {
+		err := np.ended
+		if np.closed || err == nil {
+			err = net.ErrClosed
+		}
+		np.mu.Unlock()
+		np.rw.signal() // pass it on to another reader
+		return 0, Addr{}, np.opError("read", err)
+	}
+	d := np.in[np.head]
+	np.in[np.head] = netDgram{}
+	np.head = (np.head + 1) % len(np.in)
+	np.n--
+	np.bytes -= len(d.buf)
+	n := copy(p, d.buf)
+	if cap(d.buf) <= 2048 && len(np.spare) < 256 {
+		np.spare = append(np.spare, d.buf[:0])
+	}
+	more := np.n > 0
+	np.mu.Unlock()
+	if more {
+		np.rw.signal() // pass the wakeup on to another reader
+	}
+	return n, d.from, nil
+}
+
+// WriteTo sends p as one datagram to addr (a *net.UDPAddr, *net.UnixAddr
+// or Addr). It copies p and does not block; it fails after the write
+// deadline with os.ErrDeadlineExceeded.
+func (np *NetPacketConn) WriteTo(p []byte, addr net.Addr) (int, error) {
+	if err := np.writable(); err != nil {
+		return 0, err
+	}
+	return np.pc.WriteTo(p, addr)
+}
+
+// WriteToAddrPort is WriteTo to a netip.AddrPort.
+func (np *NetPacketConn) WriteToAddrPort(p []byte, ap netip.AddrPort) (int, error) {
+	if err := np.writable(); err != nil {
+		return 0, err
+	}
+	return np.pc.WriteToAddrPort(p, ap)
+}
+
+// WriteToAddr is WriteTo to a conn.Addr, without allocating.
+func (np *NetPacketConn) WriteToAddr(p []byte, a Addr) (int, error) {
+	if err := np.writable(); err != nil {
+		return 0, err
+	}
+	return np.pc.WriteToAddr(p, a)
+}
+
+// Write sends p as one datagram to the peer of a socket DialPacketNet made.
+func (np *NetPacketConn) Write(p []byte) (int, error) {
+	if err := np.writable(); err != nil {
+		return 0, err
+	}
+	return np.pc.Write(p)
+}
+
+// writable fails a write after Close or its deadline. Writes never block,
+// so the write deadline is only looked at here, not queued.
+func (np *NetPacketConn) writable() error {
+	np.mu.Lock()
+	defer np.mu.Unlock()
+	switch {
+	case np.closed:
+		return np.opError("write", net.ErrClosed)
+	case np.passed[dirWrite] || np.dlSet[dirWrite] && np.dl[dirWrite].at <= sinceStarted(time.Now()):
+		return np.opError("write", os.ErrDeadlineExceeded)
+	}
+	return nil
+}
+
+func (np *NetPacketConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: np.pc.network, Source: np.pc.laddr, Addr: np.pc.raddr, Err: err}
+}
+
+// Close closes the socket and unblocks pending reads with net.ErrClosed;
+// closing again returns an error wrapping net.ErrClosed.
+func (np *NetPacketConn) Close() error {
+	np.mu.Lock()
+	if np.closed {
+		np.mu.Unlock()
+		return np.opError("close", net.ErrClosed)
+	}
+	np.closed = true
+	np.mu.Unlock()
+	np.rw.signal()
+	if err := np.pc.Close(); err != nil && !isClosedErr(err) {
+		return err
+	}
+	return nil
+}
+
+// isClosedErr reports an error wrapping net.ErrClosed.
+func isClosedErr(err error) bool {
+	oe, ok := err.(*net.OpError)
+	return ok && oe.Err == net.ErrClosed
+}
+
+// LocalAddr returns the address the socket is bound to.
+func (np *NetPacketConn) LocalAddr() net.Addr { return np.pc.LocalAddr() }
+
+// RemoteAddr returns the peer of a socket DialPacketNet made, else nil.
+func (np *NetPacketConn) RemoteAddr() net.Addr { return np.pc.RemoteAddr() }
+
+// SetDeadline sets both deadlines.
+func (np *NetPacketConn) SetDeadline(t time.Time) error {
+	if err := np.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return np.SetWriteDeadline(t)
+}
+
+// SetReadDeadline bounds pending and future reads (zero: no bound).
+func (np *NetPacketConn) SetReadDeadline(t time.Time) error { return np.setDeadline(dirRead, t) }
+
+// SetWriteDeadline makes writes fail once t has passed (zero: never).
+// Writes never block, so it only decides whether they start.
+func (np *NetPacketConn) SetWriteDeadline(t time.Time) error { return np.setDeadline(dirWrite, t) }
+
+func (np *NetPacketConn) setDeadline(dir int, t time.Time) error {
+	np.mu.Lock()
+	if np.closed {
+		np.mu.Unlock()
+		return np.opError("set", net.ErrClosed)
+	}
+	d := &np.dl[dir]
+	set, passed := !t.IsZero(), false
+	if set {
+		d.at = sinceStarted(t)
+		passed = t.Before(started) || d.at <= sinceStarted(time.Now())
+		if !passed && dir == dirRead {
+			np.arm(dir, d)
+		}
+	}
+	np.dlSet[dir], np.passed[dir] = set, passed
+	np.mu.Unlock()
+	if passed && dir == dirRead {
+		np.rw.signal()
+	}
+	return nil
+}
+
+// arm makes sure a check comes due no later than d.at. Caller holds np.mu.
+func (np *NetPacketConn) arm(dir int, d *deadline) {
+	if d.armedAt != 0 && d.at >= d.armedAt {
+		return
+	}
+	d.armedAt = d.at
+	deadlinesOf(np.pc.l).add(np, dir, d.at)
+}
+
+// fire implements deadliner: a check queued for at came due.
+func (np *NetPacketConn) fire(dir int, at int64) {
+	np.mu.Lock()
+	d := &np.dl[dir]
+	if d.armedAt == at {
+		d.armedAt = 0
+	}
+	expired := false
+	switch {
+	case !np.dlSet[dir] || np.passed[dir] || np.closed:
+	case d.at <= sinceStarted(time.Now()):
+		np.passed[dir], expired = true, true
+	default:
+		np.arm(dir, d) // moved later
+	}
+	np.mu.Unlock()
+	if expired {
+		np.wake(np.pc)
+	}
+}
