@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"time"
 
@@ -60,12 +61,23 @@ func boundAddr(eng gnet.Engine) (string, error) {
 
 func main() {
 	f := serve.Register()
+	network := flag.String("network", "tcp", "tcp, or udp (echo each datagram to its sender)")
 	serve.ParseFlags()
 	stopProfile := f.StartProfile()
 	defer stopProfile()
 	e := &echo{}
 	done := make(chan error, 1)
 	go func() {
+		if *network == "udp" {
+			// For UDP, OnTraffic gets one datagram and Write sends the
+			// reply to its sender.
+			done <- gnet.Run(e, "udp4://"+f.Addr,
+				gnet.WithMulticore(true),
+				gnet.WithSocketRecvBuffer(4<<20),
+				gnet.WithSocketSendBuffer(4<<20),
+				gnet.WithLogLevel(logging.ErrorLevel))
+			return
+		}
 		done <- gnet.Run(e, "tcp4://"+f.Addr,
 			gnet.WithMulticore(true),
 			gnet.WithTCPNoDelay(gnet.TCPNoDelay),

@@ -17,11 +17,22 @@ type server struct {
 	Env  []string // extra environment
 	Go   bool     // a Go program: GOMAXPROCS is set
 	HTTP bool     // the HTTP workload: driven by httpload instead of loadgen
+	UDP  bool     // the UDP workload: loadgen -udp, a peer per connection and a datagram per message
 }
 
 // serverOrder is the report's column order.
 var serverOrder = []string{"c-liburing", "ringloop-uring", "ringloop-epoll", "gnet", "net",
-	"http-ringloop-uring", "http-ringloop-epoll", "http-net", "fasthttp-ringloop-uring", "fasthttp-net"}
+	"http-ringloop-uring", "http-ringloop-epoll", "http-net", "fasthttp-ringloop-uring", "fasthttp-net",
+	"udp-ringloop-uring", "udp-ringloop-epoll", "udp-gnet", "udp-net"}
+
+// udpServers are the UDP workload's servers: each echo server's
+// -network udp (a datagram back to its sender), driven by loadgen -udp.
+var udpServers = map[string][]string{
+	"udp-ringloop-uring": {"ringecho", "-network", "udp", "-backend", "uring"},
+	"udp-ringloop-epoll": {"ringecho", "-network", "udp", "-backend", "epoll"},
+	"udp-gnet":           {"gnetecho", "-network", "udp"},
+	"udp-net":            {"netecho", "-network", "udp"},
+}
 
 // httpServers are the HTTP workload's servers (bench/cmd/httpserve): a
 // hello-world handler of a Go HTTP stack on a listener.
@@ -85,6 +96,15 @@ func build(benchDir, binDir string, wanted map[string]bool, setup bool) (map[str
 				}
 			}
 		}
+	}
+	for name, args := range udpServers {
+		if !wanted[name] {
+			continue
+		}
+		if err := goBuild("", "./cmd/"+args[0]); err != nil {
+			return nil, "", err
+		}
+		servers[name] = server{Name: name, Argv: append([]string{bin(args[0])}, args[1:]...), Go: true, UDP: true}
 	}
 	anyHTTP := false
 	for name := range httpServers {

@@ -553,6 +553,11 @@ var serverColor = map[string]string{
 	"http-net":                "#2ca02c",
 	"fasthttp-ringloop-uring": "#9467bd",
 	"fasthttp-net":            "#8c564b",
+
+	"udp-ringloop-uring": "#d62728",
+	"udp-ringloop-epoll": "#ff7f0e",
+	"udp-gnet":           "#1f77b4",
+	"udp-net":            "#2ca02c",
 }
 
 type plotRef struct {
@@ -611,6 +616,9 @@ type target struct {
 	any      bool
 }
 
+// udpTargetCell is the cell the UDP targets are checked on.
+func udpTargetCell(conns, size int) bool { return conns == 16 && size == 64 }
+
 func targets() []*target {
 	midConns := targetCell
 	return []*target{
@@ -619,6 +627,8 @@ func targets() []*target {
 		{text: "ringloop/uring requests per server CPU-second ≥ 0.9× C liburing (64–1024 conns × 64 B)", subject: "ringloop-uring", peer: "c-liburing", metric: "reqpercpu", min: 0.9, cellOK: midConns},
 		{text: "ringloop/uring requests per server CPU-second ≥ 1.1× ringloop/epoll (≥ 64 conns, every size)", subject: "ringloop-uring", peer: "ringloop-epoll", metric: "reqpercpu", min: 1.1, cellOK: func(c, _ int) bool { return c >= 64 }},
 		{text: "ringloop/uring p99 latency no worse than gnet's (every cell)", subject: "ringloop-uring", peer: "gnet", metric: "p99", min: 1, lower: true, cellOK: func(int, int) bool { return true }},
+		{text: "UDP: ringloop/uring requests per server CPU-second ≥ 1.3× net.UDPConn (16 peers × 64 B)", subject: "udp-ringloop-uring", peer: "udp-net", metric: "reqpercpu", min: 1.3, cellOK: udpTargetCell},
+		{text: "UDP: ringloop/uring requests per server CPU-second ≥ 1.15× gnet (16 peers × 64 B)", subject: "udp-ringloop-uring", peer: "udp-gnet", metric: "reqpercpu", min: 1.15, cellOK: udpTargetCell},
 	}
 }
 
@@ -722,7 +732,7 @@ func markdown(s *summary, m meta, plots []plotRef, plotPrefix, readme, kernels s
 		w("Not measured in this run: %s.\n\n", strings.Join(missing, ", "))
 	}
 
-	w("## Targets (issue 6)\n\n| target | result | cells (ratio, ✓/✗) |\n|---|---|---|\n")
+	w("## Targets\n\n| target | result | cells (ratio, ✓/✗) |\n|---|---|---|\n")
 	for _, t := range targets() {
 		t.evaluate(s)
 		res := "not measured"

@@ -110,6 +110,9 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 		"-addr", addr, "-conns", strconv.Itoa(spec.Conns), "-size", strconv.Itoa(spec.Size),
 		"-depth", strconv.Itoa(spec.Depth), "-warmup", spec.Warmup.String(), "-duration", spec.Duration.String(),
 		"-requests", strconv.FormatUint(spec.Requests, 10))
+	if spec.Server.UDP {
+		lg.Args = append(lg.Args, "-udp")
+	}
 	lg.Env = append(os.Environ(), "GOMAXPROCS=1")
 	lg.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	lgOut, err := lg.StdoutPipe()

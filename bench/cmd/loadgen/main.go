@@ -33,6 +33,7 @@ func main() {
 	flag.DurationVar(&cfg.Duration, "duration", 5*time.Second, "measured window (upper bound)")
 	flag.Uint64Var(&cfg.Requests, "requests", 1e9, "measured requests (upper bound)")
 	flag.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 5*time.Second, "timeout of each connect")
+	flag.BoolVar(&cfg.UDP, "udp", false, "UDP: each connection is a connected UDP socket (a peer), each message one datagram of -size bytes (at least 8)")
 	asJSON := flag.Bool("json", false, "machine-readable output for the harness")
 	cpuprofile := flag.String("cpuprofile", "", "write a pprof CPU profile of the run to this file")
 	flag.Parse()

@@ -13,7 +13,12 @@ import (
 func main() {
 	f := serve.Register()
 	bufSize := flag.Int("buf", 16384, "per-connection read buffer in bytes")
+	network := flag.String("network", "tcp", "tcp, or udp (one goroutine echoes each datagram to its sender)")
 	flag.Parse()
+	if *network == "udp" {
+		serveUDP(f)
+		return
+	}
 
 	ln, err := net.Listen("tcp", f.Addr)
 	if err != nil {
@@ -51,4 +56,39 @@ func echo(c net.Conn, size int) {
 			return
 		}
 	}
+}
+
+// serveUDP echoes datagrams from one net.UDPConn and one goroutine, the
+// way a Go UDP server is written: ReadFromUDPAddrPort, then
+// WriteToUDPAddrPort (neither allocates).
+func serveUDP(f *serve.Flags) {
+	c, err := net.ListenUDP("udp4", mustUDPAddr(f.Addr))
+	if err != nil {
+		serve.Fatal("listen", err)
+	}
+	c.SetReadBuffer(4 << 20)
+	c.SetWriteBuffer(4 << 20)
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			c.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	stopProfile := f.StartProfile()
+	serve.Ready(c.LocalAddr().String())
+	serve.Wait(f.MaxRuntime)
+	stopProfile()
+	c.Close()
+}
+
+func mustUDPAddr(s string) *net.UDPAddr {
+	a, err := net.ResolveUDPAddr("udp4", s)
+	if err != nil {
+		serve.Fatal("address", err)
+	}
+	return a
 }

@@ -20,11 +20,19 @@ type echo struct{ conn.NopHandler }
 
 func (echo) OnData(c *conn.Conn, data []byte) { _, _ = c.Write(data) }
 
+// dgramEcho sends each datagram back to its sender.
+type dgramEcho struct{}
+
+func (dgramEcho) OnPacket(pc *conn.PacketConn, data []byte, from conn.Addr) {
+	_, _ = pc.WriteToAddr(data, from)
+}
+
 func main() {
 	f := serve.Register()
 	backend := flag.String("backend", "uring", "uring or epoll")
 	loops := flag.Int("loops", 1, "event loops")
 	stats := flag.Bool("stats", false, "print the loops' counters to stderr at exit")
+	network := flag.String("network", "tcp", "tcp, or udp (echo each datagram to its sender)")
 	flag.Parse()
 
 	var b loop.Backend
@@ -39,6 +47,27 @@ func main() {
 	g, err := loop.NewGroup(loop.WithLoops(*loops), loop.WithBackend(b), loop.WithName("ringecho"))
 	if err != nil {
 		serve.Fatal("loop group", err)
+	}
+	if *network == "udp" {
+		// The loop's default buffers (4 KiB) hold any datagram of the
+		// UDP cells; the socket buffers are the load generator's.
+		pc, err := conn.ListenPacket(context.Background(), g, "udp4", f.Addr, dgramEcho{},
+			conn.WithReadBuffer(4<<20), conn.WithWriteBuffer(4<<20))
+		if err != nil {
+			serve.Fatal("listen", err)
+		}
+		stopProfile := f.StartProfile()
+		serve.Ready(pc.LocalAddr().String())
+		serve.Wait(f.MaxRuntime)
+		stopProfile()
+		if st := pc.Stats(); *stats || st.KernelDrops+st.Truncated+st.WriteErrors > 0 {
+			fmt.Fprintf(os.Stderr, "datagrams %+v\n", st)
+		}
+		pc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+		return
 	}
 	s, err := conn.Listen(context.Background(), g, "tcp", f.Addr, echo{})
 	if err != nil {

@@ -70,6 +70,9 @@ type Config struct {
 	Duration       time.Duration // measured window, upper bound (> 0)
 	Requests       uint64        // measured requests, upper bound (> 0)
 	ConnectTimeout time.Duration // per connect (default 5 s)
+	// UDP makes every connection a connected UDP socket (a peer) and
+	// every message one datagram (udp.go).
+	UDP bool
 	// OnPhase, if set, is called when the measured window starts ("measure",
 	// once every connection is up and warmed) and when it ends ("done",
 	// before the connections are closed). It runs on a loop thread: keep it
@@ -107,19 +110,21 @@ type conn struct {
 }
 
 type worker struct {
-	cfg   *Config
-	run   *runState
-	epfd  int
-	conns []*conn
-	byFD  []*conn // indexed by fd
-	h     hist.Hist
-	reqs  uint64
-	errs  uint64
-	first string
-	rbuf  []byte
-	evs   []unix.EpollEvent
-	live  int
-	endNs int64
+	cfg       *Config
+	run       *runState
+	epfd      int
+	conns     []*conn
+	byFD      []*conn // indexed by fd
+	h         hist.Hist
+	reqs      uint64
+	errs      uint64
+	first     string
+	rbuf      []byte
+	wbuf      []byte // a UDP datagram being built
+	expiredAt int64  // the last sweep for lost datagrams (UDP)
+	evs       []unix.EpollEvent
+	live      int
+	endNs     int64
 }
 
 type runState struct {
@@ -143,6 +148,8 @@ func (c *Config) validate() error {
 		return errors.New("loadgen: a run needs both a duration and a request bound")
 	case c.Size > maxChunk:
 		return fmt.Errorf("loadgen: size above %d", maxChunk)
+	case c.UDP && (c.Size < udpHeader || c.Size > 65507):
+		return fmt.Errorf("loadgen: a UDP message needs %d to 65507 bytes", udpHeader)
 	case c.Warmup < 0:
 		return errors.New("loadgen: negative warm-up")
 	}
@@ -178,10 +185,14 @@ func Run(cfg Config) (Result, error) {
 			return Result{}, fmt.Errorf("loadgen: epoll_create1: %w", err)
 		}
 		ws[i] = &worker{cfg: &cfg, run: rs, epfd: epfd,
-			rbuf: make([]byte, maxChunk), evs: make([]unix.EpollEvent, 512)}
+			rbuf: make([]byte, maxChunk), wbuf: make([]byte, cfg.Size), evs: make([]unix.EpollEvent, 512)}
 	}
 	for i := 0; i < cfg.Conns; i++ {
-		fd, err := dial(sa, cfg.ConnectTimeout)
+		dialFn := dial
+		if cfg.UDP {
+			dialFn = dialUDP
+		}
+		fd, err := dialFn(sa, cfg.ConnectTimeout)
 		if err != nil {
 			closeAll(ws)
 			return Result{}, fmt.Errorf("loadgen: connection %d of %d: %w", i+1, cfg.Conns, err)
@@ -302,6 +313,9 @@ func (w *worker) loop() {
 			w.fail(nil, fmt.Errorf("epoll_wait: %w", err))
 			break
 		}
+		if w.cfg.UDP {
+			w.expireUDP(w.now())
+		}
 		for i := 0; i < n; i++ {
 			ev := &w.evs[i]
 			fd := int(ev.Fd)
@@ -331,6 +345,10 @@ func (w *worker) loop() {
 
 // send writes as much of the allowed stream as the socket takes.
 func (w *worker) send(c *conn, now int64) {
+	if w.cfg.UDP {
+		w.sendUDP(c, now)
+		return
+	}
 	size := uint64(w.cfg.Size)
 	limit := (c.rx/size + uint64(w.cfg.Depth)) * size
 	for c.tx < limit && !w.run.stopping.Load() {
@@ -359,6 +377,10 @@ func (w *worker) send(c *conn, now int64) {
 
 // recv reads until the socket is drained, verifying every byte.
 func (w *worker) recv(c *conn, measuring bool) {
+	if w.cfg.UDP {
+		w.recvUDP(c, measuring)
+		return
+	}
 	size := uint64(w.cfg.Size)
 	rs := w.run
 	for {
