@@ -70,6 +70,7 @@ type config struct {
 	inboundLimit    int
 	netInbound      int          // NetConn's inbound bound (WithNetInbound)
 	dgramQueue      int          // datagrams a PacketConn queues (WithDatagramQueue)
+	udpSegment      int          // UDP_SEGMENT size (WithUDPSegment)
 	netLn           *NetListener // ListenNet's listener, which its NetConns join on open
 }
 
@@ -198,6 +199,19 @@ func WithInboundLimit(n int) Option { return func(c *config) { c.inboundLimit = 
 // default): a write past it fails with ErrQueueFull instead of queuing.
 func WithDatagramQueue(n int) Option { return func(c *config) { c.dgramQueue = n } }
 
+// WithUDPSegment turns on UDP generic segmentation offload (UDP_SEGMENT,
+// Linux 4.18) for a UDP PacketConn, for senders of many equal-sized
+// datagrams: a write of more than n bytes goes out as consecutive
+// datagrams of n bytes each (the last may be shorter), cut by the kernel
+// from one SENDMSG, so one system call or SQE carries up to 64 of them
+// (and at most 65,507 bytes in all; more fails with EMSGSIZE). Writes of n
+// bytes or less are single datagrams as before. 0 (the default) is off.
+// docs/udp.md has the measurement.
+func WithUDPSegment(n int) Option { return func(c *config) { c.udpSegment = n } }
+
+// maxUDPPayload is the longest UDP datagram over IPv4.
+const maxUDPPayload = 65507
+
 // newConfig applies opts over the defaults and validates the result.
 func newConfig(opts []Option) (*config, error) {
 	c := defaultConfig()
@@ -236,6 +250,8 @@ func (c *config) validate() error {
 		return invalidOption("connect timeout %v (expected >= 0)", c.connTimeout)
 	case c.linger < 0:
 		return invalidOption("linger %v (expected >= 0)", c.linger)
+	case c.udpSegment < 0 || c.udpSegment > maxUDPPayload:
+		return invalidOption("UDP segment %d (expected 0..%d; 0 turns it off)", c.udpSegment, maxUDPPayload)
 	case c.dgramQueue < 0 || c.dgramQueue > 1<<24:
 		return invalidOption("datagram queue %d (expected 0..%d; 0 means the default)", c.dgramQueue, 1<<24)
 	case c.sendZC < 0:

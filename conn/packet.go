@@ -193,7 +193,8 @@ type PacketConn struct {
 	mu          sync.Mutex
 	out         []dgramOut // queued, not yet handed to the loop (a ring: head, n)
 	head, n     int
-	free        [][]byte // spare datagram buffers
+	free        [][]byte // spare datagram buffers of smallDgram bytes
+	freeLarge   [][]byte // and of largeDgram
 	flushQueued bool
 	closeReq    bool
 
@@ -591,25 +592,44 @@ func (pc *PacketConn) putAddr(dst []byte, to Addr) (int, error) {
 }
 
 // bufLocked returns a buffer of n bytes for a queued datagram, a spare one
-// when it is large enough. Caller holds pc.mu.
+// when it is large enough: up to 2 KiB from the small list, up to 64 KiB
+// (large datagrams, segmented writes) from the large one. Caller holds
+// pc.mu.
 func (pc *PacketConn) bufLocked(n int) []byte {
-	if k := len(pc.free); k > 0 && cap(pc.free[k-1]) >= n {
-		b := pc.free[k-1]
-		pc.free = pc.free[:k-1]
+	free := &pc.free
+	if n > smallDgram {
+		free = &pc.freeLarge
+	}
+	if k := len(*free); k > 0 && cap((*free)[k-1]) >= n {
+		b := (*free)[k-1]
+		*free = (*free)[:k-1]
 		return b[:n]
 	}
-	return make([]byte, n, max(n, 2048))
+	if n > smallDgram && n <= largeDgram {
+		return make([]byte, n, largeDgram)
+	}
+	return make([]byte, n, max(n, smallDgram))
 }
 
-// putBuf keeps a sent datagram's buffer for reuse (up to the queue's
-// worth; large ones are dropped).
+// The spare buffers' sizes, and how many large ones a socket keeps.
+const (
+	smallDgram = 2048
+	largeDgram = 64 << 10
+	keepLarge  = 16
+)
+
+// putBuf keeps a sent datagram's buffer for reuse.
 func (pc *PacketConn) putBuf(b []byte) {
-	if cap(b) > 2048 {
-		return
-	}
 	pc.mu.Lock()
-	if len(pc.free) < min(pc.queueMax, maxSendsInFlight*2) {
-		pc.free = append(pc.free, b[:0])
+	switch cap(b) {
+	case smallDgram:
+		if len(pc.free) < min(pc.queueMax, maxSendsInFlight*2) {
+			pc.free = append(pc.free, b[:0])
+		}
+	case largeDgram:
+		if len(pc.freeLarge) < keepLarge {
+			pc.freeLarge = append(pc.freeLarge, b[:0])
+		}
 	}
 	pc.mu.Unlock()
 }

@@ -145,6 +145,15 @@ func packetSocket(family int, sa unix.Sockaddr, v6only, connect bool, cfg *confi
 			return fail("setsockopt", err)
 		}
 	}
+	if cfg.udpSegment > 0 {
+		if family == unix.AF_UNIX {
+			unix.Close(fd)
+			return -1, invalidOption("UDP segmentation on a unixgram socket")
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT, cfg.udpSegment); err != nil {
+			return fail("setsockopt(UDP_SEGMENT)", err)
+		}
+	}
 	if !connect {
 		if err := unix.Bind(fd, sa); err != nil {
 			return fail("bind", err)
