@@ -58,7 +58,7 @@ func progress(format string, a ...any) { fmt.Fprintf(os.Stderr, format, a...) }
 
 func main() {
 	prof := flag.String("profile", "short", "short, full or smoke: sets the defaults of the sweep flags below")
-	serversFlag := flag.String("servers", strings.Join(serverOrder[:5], ","), "servers to run (the HTTP workload's servers, http-* and fasthttp-*, only when named)")
+	serversFlag := flag.String("servers", strings.Join(serverOrder[:5], ","), "servers to run (the HTTP and UDP workloads' servers, http-*, fasthttp-* and udp-*, only when named)")
 	connsFlag := flag.String("conns", "", "connection counts (comma-separated; default from the profile)")
 	sizesFlag := flag.String("sizes", "", "message sizes in bytes")
 	depthsFlag := flag.String("depths", "", "pipelining depths")
