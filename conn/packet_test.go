@@ -454,3 +454,46 @@ func TestPacketManyPeers(t *testing.T) {
 		}
 	})
 }
+
+// TestPacketQueueFull: writes past WithDatagramQueue fail with
+// ErrQueueFull and are counted; the queued ones still go out.
+func TestPacketQueueFull(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		g := ctGroup(t, b, 1, opts...)
+		rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rx.Close()
+		pc, err := conn.DialPacket(context.Background(), g, "udp4", rx.LocalAddr().String(), newPacketRecorder(false), conn.WithDatagramQueue(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pc.Close(); <-pc.Done() }()
+		full := make(chan int, 1)
+		// On the loop, the queue is flushed only at the end of the turn:
+		// the fifth write of the turn finds it full.
+		pc.Loop().Execute(func() {
+			n := 0
+			for i := range 10 {
+				if _, err := pc.Write([]byte{byte(i)}); errors.Is(err, conn.ErrQueueFull) {
+					n++
+				}
+			}
+			full <- n
+		})
+		if n := <-full; n != 6 {
+			t.Fatalf("%d writes refused, want 6", n)
+		}
+		buf := make([]byte, 8)
+		rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for i := range 4 {
+			if n, err := rx.Read(buf); err != nil || n != 1 || buf[0] != byte(i) {
+				t.Fatalf("datagram %d: %v %v", i, buf[:n], err)
+			}
+		}
+		if st := pc.Stats(); st.QueueFull != 6 {
+			t.Fatalf("QueueFull %d, want 6", st.QueueFull)
+		}
+	})
+}
