@@ -497,3 +497,39 @@ func TestPacketQueueFull(t *testing.T) {
 		}
 	})
 }
+
+// TestPacketRebuild: datagrams keep being echoed, whole and in order,
+// while the loop rebuilds its ring (or epoll instance) under them.
+func TestPacketRebuild(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, b, 1, opts...)
+		srv := ctListenPacket(t, g, "udp4", "127.0.0.1:0", newPacketRecorder(true), conn.WithReadBuffer(1<<20))
+		c, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadBuffer(1 << 20)
+		const total, window = 3000, 8
+		buf := make([]byte, 64)
+		sent := 0
+		for recv := 0; recv < total; recv++ {
+			for sent < total && sent-recv < window {
+				c.Write([]byte(fmt.Sprintf("datagram %d", sent)))
+				sent++
+				if sent%100 == 0 {
+					g.RebuildRings()
+				}
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, err := c.Read(buf)
+			if want := fmt.Sprintf("datagram %d", recv); err != nil || string(buf[:n]) != want {
+				t.Fatalf("echo %q, %v; want %q (rebuilds %d)", buf[:n], err, want, g.Stats().Total.Rebuilds)
+			}
+		}
+		if st := g.Stats().Total; st.Rebuilds == 0 || st.LostCompletions != 0 || st.StaleCompletions != 0 {
+			t.Fatalf("loop stats after the rebuilds: %+v", st)
+		}
+	})
+}
