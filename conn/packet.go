@@ -386,6 +386,8 @@ func (r *packetRecv) Complete(c *loop.Completion) {
 		pc.recvArmed = false
 	}
 	switch {
+	case pc.closing && c.Res >= 0:
+		// Closed: the datagrams still arriving are not delivered.
 	case c.Res >= 0 && c.MsgFlags&unix.MSG_TRUNC != 0:
 		pc.truncated.Add(1)
 		pc.report(&DatagramError{Op: "read", Addr: pc.source(c.Name), Len: int(c.Res), Err: ErrTruncated})
