@@ -80,6 +80,9 @@ func TestPacketIntegrity(t *testing.T) {
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
+		// A send's completion may reach the loop after its datagram
+		// reached the client.
+		ctWaitFor(t, 5*time.Second, "the last send's completion", func() bool { return srv.Stats().Sent >= uint64(per*dgramClients) })
 		st := srv.Stats()
 		t.Logf("%d datagrams echoed in %v (%.0f/s); server %+v; client drops %v", per*dgramClients, elapsed.Round(time.Millisecond),
 			float64(per*dgramClients)/elapsed.Seconds(), st, drops)

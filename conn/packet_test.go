@@ -137,6 +137,9 @@ func TestPacketEcho(t *testing.T) {
 			de.Addr.AddrPort() != c.LocalAddr().(*net.UDPAddr).AddrPort() {
 			t.Fatalf("truncation reported as %v (%+v)", err, de)
 		}
+		// A send's completion may reach the loop after its datagram
+		// reached the client.
+		ctWaitFor(t, 5*time.Second, "the last send's completion", func() bool { return srv.Stats().Sent >= 5 })
 		if st := srv.Stats(); st.Truncated != 1 || st.Received != 5 || st.Sent != 5 {
 			t.Fatalf("server stats %+v", st)
 		}
@@ -449,6 +452,7 @@ func TestPacketManyPeers(t *testing.T) {
 		for err := range errs {
 			t.Error(err)
 		}
+		ctWaitFor(t, 5*time.Second, "the last send's completion", func() bool { return srv.Stats().Sent >= peers })
 		if st := srv.Stats(); st.Received != peers || st.Sent != peers {
 			t.Errorf("server stats %+v, want %d received and sent", st, peers)
 		}
