@@ -71,6 +71,7 @@ func main() {
 	clientCPU := flag.String("client-cpu", "1", "CPU the load generator is pinned to")
 	outDir := flag.String("out", "", "output directory (default out/<time>-<profile>)")
 	publish := flag.Bool("publish", false, "also write ../docs/benchmarks.md and ../docs/bench/ (CSV and plots)")
+	publishTo := flag.String("publish-to", "", "with -publish: write the run's report, CSVs and plots into ../docs/bench/`NAME`/ only, leaving docs/benchmarks.md as it is (a workload of its own, such as udp)")
 	label := flag.String("label", "", "label printed at the top of the report (default names the profile)")
 	setup := flag.Bool("setup", true, "install gcc and liburing-dev with apt-get when missing (root only)")
 	report := flag.String("report", "", "only regenerate the report from this raw CSV")
@@ -138,6 +139,7 @@ func main() {
 	}
 	meta := collectMeta(*prof, *label, p)
 	meta.Kernels = kernels
+	meta.PublishTo = *publishTo
 	meta.ServerCPU, meta.ClientCP = *serverCPU, *clientCPU
 
 	if *report != "" {
@@ -146,6 +148,9 @@ func main() {
 			fatal(err)
 		}
 		meta = readMeta(*report, meta)
+		if *publishTo != "" {
+			meta.PublishTo = *publishTo
+		}
 		addKernelOrder(meta.Kernels)
 		dir := filepath.Dir(*report)
 		if err := writeReport(dir, rows, meta, *publish, benchDir); err != nil {

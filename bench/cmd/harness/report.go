@@ -38,6 +38,7 @@ type meta struct {
 	Dirty               string // uncommitted library files in the build, if any
 	ServerCPU, ClientCP string
 	Kernels             []string // kernel profiles ringloop-uring also ran under (-kernels)
+	PublishTo           string   // -publish-to: the docs/bench directory of its own
 }
 
 func collectMeta(prof, label string, p profile) meta {
@@ -290,7 +291,7 @@ func writeReport(dir string, rows []row, m meta, publish bool, benchDir string) 
 		return err
 	}
 	readme := "../bench/README.md"
-	if publish && len(m.Kernels) > 0 {
+	if publish && (len(m.Kernels) > 0 || m.PublishTo != "") {
 		readme = "../../../bench/README.md"
 	}
 	md := markdown(s, m, plots, "", readme, kernelSection(all, m, "results.csv"))
@@ -305,7 +306,13 @@ func writeReport(dir string, rows []row, m meta, publish bool, benchDir string) 
 	dbench := filepath.Join(docs, "bench")
 	page := filepath.Join(docs, "benchmarks.md")
 	old, _ := os.ReadFile(page)
-	if len(m.Kernels) > 0 {
+	switch {
+	case m.PublishTo != "":
+		if strings.ContainsAny(m.PublishTo, "/.") {
+			return fmt.Errorf("-publish-to %q: a plain directory name", m.PublishTo)
+		}
+		dbench = filepath.Join(dbench, m.PublishTo)
+	case len(m.Kernels) > 0:
 		dbench = filepath.Join(dbench, "kernel-profiles")
 	}
 	if err := os.MkdirAll(dbench, 0o755); err != nil {
@@ -320,6 +327,13 @@ func writeReport(dir string, rows []row, m meta, publish bool, benchDir string) 
 				return err
 			}
 		}
+	}
+	if m.PublishTo != "" {
+		if err := os.WriteFile(filepath.Join(dbench, "benchmarks.md"), []byte(md), 0o644); err != nil {
+			return err
+		}
+		progress("published: docs/bench/%s/\n", m.PublishTo)
+		return nil
 	}
 	if len(m.Kernels) > 0 {
 		if err := os.WriteFile(filepath.Join(dbench, "benchmarks.md"), []byte(md), 0o644); err != nil {
