@@ -392,10 +392,18 @@ func TestPacketEchoAllocs(t *testing.T) {
 		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 		msg, in := make([]byte, 64), make([]byte, 128)
 		echo := func() {
-			if _, err := unix.Write(fd, msg); err != nil {
+			_, err := unix.Write(fd, msg)
+			for err == unix.EINTR { // the runtime's preemption signals
+				_, err = unix.Write(fd, msg)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
-			if n, err := unix.Read(fd, in); err != nil || n != len(msg) {
+			n, err := unix.Read(fd, in)
+			for err == unix.EINTR {
+				n, err = unix.Read(fd, in)
+			}
+			if err != nil || n != len(msg) {
 				t.Fatalf("echo: %d, %v", n, err)
 			}
 		}

@@ -65,6 +65,7 @@ type Loop struct {
 	lastExec    int64       // clock instant tasks or hooks last ran
 	lastYield   int64       // clock instant the loop goroutine last yielded its P (yield.go)
 	lastTid     int32       // the thread the loop last ran on, as recorded in running
+	tids        []int32     // a shared-thread loop: the threads it has an entry in running for (thread.go)
 	confirming  bool        // confirmShutdown ran at least once
 	sinkRefused bool        // the last timer move hit a full queue
 	parked      parkedQueue // receives waiting for provided buffers (starved.go)

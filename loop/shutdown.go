@@ -218,7 +218,7 @@ func (l *Loop) finish() {
 	if err := l.drv.close(); err != nil {
 		l.logger.Warn("loop: closing the backend failed", "loop", l.name, "err", err)
 	}
-	running.CompareAndDelete(l.lastTid, l)
+	l.forgetTids()
 	l.tid.Store(0)
 	l.terminated()
 }

@@ -19,18 +19,47 @@ func (l *Loop) parkThread() {
 	runtime.UnlockOSThread()
 }
 
-// resumeThread is the resume hook of a shared-thread loop.
+// resumeThread is the resume hook of a shared-thread loop. The entries of
+// the threads it left stay (Current ignores them: the loop no longer claims
+// those threads), so a loop moving between the same few threads adds none
+// and allocates nothing per wait; it keeps the last sharedTids of them and
+// removes its entries when it ends.
 func (l *Loop) resumeThread() {
 	runtime.LockOSThread()
 	tid := gettid()
-	if tid != l.lastTid {
-		running.CompareAndDelete(l.lastTid, l)
-		l.lastTid = tid
-	}
-	// Another shared-thread loop may have run on this thread since this
-	// one last did, and taken its entry.
+	l.lastTid = tid
+	// New to this thread, or another shared-thread loop ran on it since
+	// this one did and took its entry.
 	if v, ok := running.Load(tid); !ok || v.(*Loop) != l {
 		running.Store(tid, l)
+		l.rememberTid(tid)
 	}
 	l.tid.Store(tid)
+}
+
+// sharedTids bounds the thread entries a shared-thread loop keeps.
+const sharedTids = 16
+
+// rememberTid notes tid among the threads l has an entry for, dropping the
+// oldest entry past sharedTids.
+func (l *Loop) rememberTid(tid int32) {
+	for _, t := range l.tids {
+		if t == tid {
+			return
+		}
+	}
+	if len(l.tids) == sharedTids {
+		running.CompareAndDelete(l.tids[0], l)
+		l.tids = append(l.tids[:0], l.tids[1:]...)
+	}
+	l.tids = append(l.tids, tid)
+}
+
+// forgetTids removes every thread entry of l (at termination).
+func (l *Loop) forgetTids() {
+	for _, t := range l.tids {
+		running.CompareAndDelete(t, l)
+	}
+	l.tids = nil
+	running.CompareAndDelete(l.lastTid, l)
 }
