@@ -199,9 +199,14 @@ func (r *Ring) waitTimeoutSQE(n uint32, d time.Duration) (int, error) {
 	submitted := 0
 	for {
 		pending := r.flushSQ()
-		// Ask for one more CQE than is already posted, so a stale internal
-		// CQE at the head cannot satisfy min_complete and spin this loop.
-		got, err := r.enter(pending, r.CQReady()+1, EnterGetEvents, nil, 0)
+		// Wait for n of the caller's CQEs beyond the internal ones already
+		// posted (a stale CQE of an earlier wait's TIMEOUT must not satisfy
+		// min_complete and spin this loop), counted in one look at the CQ:
+		// a CQE posted after that look counts towards min_complete. (Asking
+		// for one more than all that was posted slept through a caller's
+		// CQE that arrived between the check below and this count.)
+		_, internal := r.readyCounts()
+		got, err := r.enter(pending, internal+n, EnterGetEvents, nil, 0)
 		submitted += got
 		if err != nil && err != errEINTR {
 			return submitted, wrapSyscall("io_uring_enter", err)
@@ -283,4 +288,22 @@ func (r *Ring) WaitCQETimeout(d time.Duration) (*CQE, error) {
 // durationTimespec converts d (> 0) to a relative kernel timespec.
 func durationTimespec(d time.Duration) Timespec {
 	return Timespec{Sec: int64(d / time.Second), Nsec: int64(d % time.Second)}
+}
+
+// readyCounts counts the ready CQEs in one look at the CQ: the caller's and
+// the ring's own (internal CQEs at the head are consumed first, as
+// userReady does). With n of the caller's wanted, min_complete is
+// internal+n: reached at once when user >= n, else by the caller's next.
+func (r *Ring) readyCounts() (user, internal uint32) {
+	r.PeekCQE() // consumes the internal CQEs at the head
+	head := *r.cq.head
+	tail := atomic.LoadUint32(r.cq.tail)
+	for i := head; i != tail; i++ {
+		if r.cq.cqes[i&r.cq.mask].UserData >= ReservedUserData {
+			internal++
+		} else {
+			user++
+		}
+	}
+	return user, internal
 }

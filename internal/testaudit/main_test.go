@@ -27,8 +27,9 @@ func run(t *testing.T, noSkip, mustPass string, events ...event) (bool, string) 
 func skip(test, reason string) []event {
 	return []event{
 		{Action: "run", Package: "p", Test: test},
-		{Action: "output", Package: "p", Test: test, Output: "--- SKIP: " + test + " (0.00s)\n"},
+		{Action: "output", Package: "p", Test: test, Output: "=== RUN   " + test + "\n"},
 		{Action: "output", Package: "p", Test: test, Output: "    x_test.go:1: " + reason + "\n"},
+		{Action: "output", Package: "p", Test: test, Output: "--- SKIP: " + test + " (0.00s)\n"},
 		{Action: "skip", Package: "p", Test: test},
 	}
 }
@@ -48,6 +49,16 @@ func TestAudit(t *testing.T) {
 	ok, out = run(t, `TestB/backend=uring`, "", append(skip("TestB/backend=uring", "io_uring unavailable"), end)...)
 	if ok || !strings.Contains(out, "skipped, but must run: p TestB/backend=uring: x_test.go:1: io_uring unavailable") {
 		t.Errorf("forbidden skip passed: ok=%v\n%s", ok, out)
+	}
+
+	var b strings.Builder
+	a := newAudit(regexp.MustCompile(`TestB`), nil, &b)
+	a.allowSkip = regexp.MustCompile(`/SendZC$`)
+	for _, e := range append(skip("TestB/SendZC", "no SEND_ZC (6.0)"), skip("TestB/Other", "gone")...) {
+		a.event(e)
+	}
+	if a.finish() || !strings.Contains(b.String(), "must run: p TestB/Other") || strings.Contains(b.String(), "must run: p TestB/SendZC") {
+		t.Errorf("-allow-skip:\n%s", b.String())
 	}
 
 	ok, out = run(t, "", `TestNothing`, append(pass, end)...)
