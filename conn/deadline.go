@@ -144,3 +144,66 @@ func (q *deadlineQueue) len() int {
 	defer q.mu.Unlock()
 	return len(q.h)
 }
+
+// deadlines are the read and write deadlines of a NetConn or a
+// NetPacketConn, guarded by their owner's mutex.
+type deadlines struct {
+	dl     [2]deadline // by direction (dirRead, dirWrite)
+	set    [2]bool     // a deadline is set
+	passed [2]bool     // it passed: blocked and later calls fail
+}
+
+// setLocked records deadline t (zero: none) for dir and reports whether it
+// has passed already. A future one gets a check on l's deadline queue for
+// owner when queue is set (a direction whose calls never block needs none:
+// they look at the deadline themselves, passedLocked).
+func (s *deadlines) setLocked(l *loop.Loop, owner deadliner, dir int, t time.Time, queue bool) (passed bool) {
+	d := &s.dl[dir]
+	set := !t.IsZero()
+	if set {
+		d.at = sinceStarted(t)
+		passed = t.Before(started) || d.at <= sinceStarted(time.Now())
+		if !passed && queue {
+			s.armLocked(l, owner, dir)
+		}
+	}
+	s.set[dir], s.passed[dir] = set, passed
+	return passed
+}
+
+// armLocked makes sure a check of dir comes due no later than its
+// deadline, which is in the future (so > 0).
+func (s *deadlines) armLocked(l *loop.Loop, owner deadliner, dir int) {
+	d := &s.dl[dir]
+	if d.armedAt != 0 && d.at >= d.armedAt {
+		return
+	}
+	d.armedAt = d.at
+	netDeadlineChecks.Add(1)
+	deadlinesOf(l).add(owner, dir, d.at)
+}
+
+// fireLocked handles a check of dir queued for at, and reports whether the
+// deadline expired with it (closed: the owner is closed; nothing expires).
+// A deadline moved later queues its check again.
+func (s *deadlines) fireLocked(l *loop.Loop, owner deadliner, dir int, at int64, closed bool) (expired bool) {
+	d := &s.dl[dir]
+	if d.armedAt == at {
+		d.armedAt = 0
+	}
+	switch {
+	case !s.set[dir] || s.passed[dir] || closed:
+	case d.at <= sinceStarted(time.Now()):
+		s.passed[dir] = true
+		return true
+	default:
+		s.armLocked(l, owner, dir)
+	}
+	return false
+}
+
+// passedLocked reports whether dir's deadline has passed, looking at the
+// clock for a direction without queued checks.
+func (s *deadlines) passedLocked(dir int) bool {
+	return s.passed[dir] || s.set[dir] && s.dl[dir].at <= sinceStarted(time.Now())
+}

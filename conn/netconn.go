@@ -60,16 +60,14 @@ type NetConn struct {
 	paused  bool         // receiving paused because in is full; under mu
 	closed  bool         // Close was called; under mu
 	eof     bool         // the peer's FIN arrived; under mu
-	dlSet   [2]bool      // a deadline is set, by direction; under mu
-	passed  [2]bool      // the deadline passed: blocked and later calls fail; under mu
 	ended   bool         // the connection ended (OnClose ran) with cause; under mu
 	rw      wakeup       // input, EOF, an error, Close or the read deadline
 	ww      wakeup       // writable, an error, Close or the write deadline
 
 	// Under mu.
-	in    inQueue     // received, not yet read
-	cause error       // what OnClose reported (see readEnd, writeEnd)
-	dl    [2]deadline // by direction (dirRead, dirWrite)
+	in    inQueue   // received, not yet read
+	cause error     // what OnClose reported (see readEnd, writeEnd)
+	dls   deadlines // read and write deadlines
 }
 
 // inChunkSize is the size of an inbound chunk: small, since most reads of a
@@ -326,7 +324,7 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 // an error: the read deadline passed, or the caller is a loop goroutine.
 func (nc *NetConn) awaitInput() error {
 	for nc.in.n == 0 && !nc.readEnded() && !nc.closed {
-		if nc.passed[dirRead] {
+		if nc.dls.passed[dirRead] {
 			nc.mu.Unlock()
 			nc.rw.signal() // pass the wakeup on to another reader
 			return nc.c.opError("read", "", os.ErrDeadlineExceeded)
@@ -421,7 +419,7 @@ func (nc *NetConn) awaitWritable() error {
 			err = nc.c.opError("write", "", net.ErrClosed)
 		case nc.ended:
 			err = writeError(nc.c, nc.writeEnd())
-		case nc.passed[dirWrite]:
+		case nc.dls.passed[dirWrite]:
 			err = nc.c.opError("write", "", os.ErrDeadlineExceeded)
 		case nc.c.Writable():
 			nc.mu.Unlock()
@@ -580,9 +578,8 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 	}
 }
 
-// A deadline is one direction's deadline, guarded by its NetConn's mu
-// (whether it is set and has passed are kept beside, in NetConn.dlSet and
-// NetConn.passed). Its check waits in the loop's deadline queue, which one
+// A deadline is one direction's deadline, guarded by its owner's mutex
+// (whether it is set and has passed are kept beside, in deadlines). Its check waits in the loop's deadline queue, which one
 // timer on the loop's wheel serves (deadline.go). A deadline moved later
 // queues no new check: the pending one comes due at the old instant, finds
 // the deadline moved and queues itself again, so a server that pushes its
@@ -612,16 +609,7 @@ func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 		nc.mu.Unlock()
 		return nc.c.opError("set", "", net.ErrClosed)
 	}
-	d := &nc.dl[dir]
-	set, passed := !t.IsZero(), false
-	if set {
-		d.at = sinceStarted(t)
-		passed = t.Before(started) || d.at <= sinceStarted(time.Now())
-		if !passed {
-			nc.arm(dir, d)
-		}
-	}
-	nc.dlSet[dir], nc.passed[dir] = set, passed
+	passed := nc.dls.setLocked(nc.c.l, nc, dir, t, true)
 	nc.mu.Unlock()
 	if passed {
 		nc.sig(dir).signal()
@@ -629,33 +617,10 @@ func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 	return nil
 }
 
-// arm makes sure a check comes due no later than d.at, which is in the future
-// (so > 0). Caller holds nc.mu.
-func (nc *NetConn) arm(dir int, d *deadline) {
-	if d.armedAt != 0 && d.at >= d.armedAt {
-		return
-	}
-	at := d.at
-	d.armedAt = at
-	netDeadlineChecks.Add(1)
-	deadlinesOf(nc.c.l).add(nc, dir, at)
-}
-
-// fire runs when a check queued for at comes due.
+// fire implements deadliner: a check queued for at came due.
 func (nc *NetConn) fire(dir int, at int64) {
 	nc.mu.Lock()
-	d := &nc.dl[dir]
-	if d.armedAt == at {
-		d.armedAt = 0
-	}
-	expired := false
-	switch {
-	case !nc.dlSet[dir] || nc.passed[dir] || nc.closed:
-	case d.at <= sinceStarted(time.Now()):
-		nc.passed[dir], expired = true, true
-	default:
-		nc.arm(dir, d) // moved later
-	}
+	expired := nc.dls.fireLocked(nc.c.l, nc, dir, at, nc.closed)
 	nc.mu.Unlock()
 	if expired {
 		nc.wake(nc.sig(dir))

@@ -33,9 +33,7 @@ type NetPacketConn struct {
 	spare   [][]byte // buffers of read datagrams, for reuse
 	closed  bool
 	ended   error // the socket closed under us (OnPacketClose)
-	dl      [2]deadline
-	dlSet   [2]bool
-	passed  [2]bool
+	dls     deadlines
 
 	rw      wakeup
 	waiters atomic.Int32
@@ -181,7 +179,7 @@ func (np *NetPacketConn) Read(p []byte) (int, error) {
 func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 	np.mu.Lock()
 	for np.n == 0 && !np.closed && np.ended == nil {
-		if np.passed[dirRead] {
+		if np.dls.passed[dirRead] {
 			np.mu.Unlock()
 			np.rw.signal() // pass it on: every blocked reader times out
 			return 0, Addr{}, np.opError("read", os.ErrDeadlineExceeded)
@@ -263,7 +261,7 @@ func (np *NetPacketConn) writable() error {
 	switch {
 	case np.closed:
 		return np.opError("write", net.ErrClosed)
-	case np.passed[dirWrite] || np.dlSet[dirWrite] && np.dl[dirWrite].at <= sinceStarted(time.Now()):
+	case np.dls.passedLocked(dirWrite):
 		return np.opError("write", os.ErrDeadlineExceeded)
 	}
 	return nil
@@ -323,16 +321,8 @@ func (np *NetPacketConn) setDeadline(dir int, t time.Time) error {
 		np.mu.Unlock()
 		return np.opError("set", net.ErrClosed)
 	}
-	d := &np.dl[dir]
-	set, passed := !t.IsZero(), false
-	if set {
-		d.at = sinceStarted(t)
-		passed = t.Before(started) || d.at <= sinceStarted(time.Now())
-		if !passed && dir == dirRead {
-			np.arm(dir, d)
-		}
-	}
-	np.dlSet[dir], np.passed[dir] = set, passed
+	// Writes never block: only reads need their deadline checked on time.
+	passed := np.dls.setLocked(np.pc.l, np, dir, t, dir == dirRead)
 	np.mu.Unlock()
 	if passed && dir == dirRead {
 		np.rw.signal()
@@ -340,30 +330,10 @@ func (np *NetPacketConn) setDeadline(dir int, t time.Time) error {
 	return nil
 }
 
-// arm makes sure a check comes due no later than d.at. Caller holds np.mu.
-func (np *NetPacketConn) arm(dir int, d *deadline) {
-	if d.armedAt != 0 && d.at >= d.armedAt {
-		return
-	}
-	d.armedAt = d.at
-	deadlinesOf(np.pc.l).add(np, dir, d.at)
-}
-
 // fire implements deadliner: a check queued for at came due.
 func (np *NetPacketConn) fire(dir int, at int64) {
 	np.mu.Lock()
-	d := &np.dl[dir]
-	if d.armedAt == at {
-		d.armedAt = 0
-	}
-	expired := false
-	switch {
-	case !np.dlSet[dir] || np.passed[dir] || np.closed:
-	case d.at <= sinceStarted(time.Now()):
-		np.passed[dir], expired = true, true
-	default:
-		np.arm(dir, d) // moved later
-	}
+	expired := np.dls.fireLocked(np.pc.l, np, dir, at, np.closed)
 	np.mu.Unlock()
 	if expired {
 		np.wake(np.pc)
