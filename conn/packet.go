@@ -227,10 +227,16 @@ type dgramOut struct {
 
 // dgramSend is one SENDMSG in flight, its Completer.
 type dgramSend struct {
-	pc  *PacketConn
-	buf []byte
-	to  Addr
+	pc    *PacketConn
+	d     dgramOut
+	tries uint8 // sends of d that ended without sending it (maxSendTries)
 }
+
+// maxSendTries bounds how often a datagram is handed to the kernel again
+// after a send that did not send it (-EAGAIN, -EINTR, a cancel nobody
+// asked for); then it is reported and dropped, so a socket that never
+// takes it cannot spin the loop.
+const maxSendTries = 8
 
 // ListenPacket opens a datagram socket bound to address on network ("udp",
 // "udp4", "udp6" or "unixgram"; port 0 picks a free port) and serves it on
@@ -368,6 +374,9 @@ func (pc *PacketConn) arm() {
 	}
 	id, err := pc.l.RecvmsgProvided(pc.fd, 0, (*packetRecv)(pc))
 	if err != nil {
+		if errors.Is(err, loop.ErrClosed) {
+			err = net.ErrClosed // the loop is shutting down
+		}
 		pc.closeNow(opError("read", pc.network, "", pc.laddr, pc.raddr, err))
 		return
 	}
@@ -396,10 +405,16 @@ func (r *packetRecv) Complete(c *loop.Completion) {
 		pc.deliver(c.Data, pc.source(c.Name))
 	case pc.closing:
 		// The receive ends as the socket closes.
-	case c.Res == -int32(unix.ECANCELED):
-		// Only the loop's shutdown cancels it while the socket is open.
-		pc.closeNow(net.ErrClosed)
-		return
+	case c.Quarantined:
+		// Given up at a ring rebuild: a datagram the kernel took for it
+		// may be gone, and that must not pass silently.
+		pc.readErrs.Add(1)
+		pc.report(&DatagramError{Op: "read", Err: loop.ErrGivenUp})
+	case c.Res == -int32(unix.ECANCELED), c.Res == -int32(unix.EAGAIN), c.Res == -int32(unix.EINTR):
+		// The receive ended without taking a datagram: it is armed
+		// again below. Only the loop's shutdown cancels it while the
+		// socket is open, and then the loop refuses the new receive and
+		// the socket closes (arm).
 	case softDatagramErr(unix.Errno(-c.Res)):
 		pc.readErrs.Add(1)
 		pc.report(&DatagramError{Op: "read", Err: os.NewSyscallError("recvmsg", unix.Errno(-c.Res))})
@@ -668,8 +683,9 @@ func (pc *PacketConn) flush() {
 		pc.n--
 		pc.mu.Unlock()
 		s := pc.sendRecord()
-		s.buf, s.to = d.buf, d.toValid
+		s.d, s.tries = d, 0
 		if _, err := pc.l.SendTo(pc.fd, d.buf, d.to[:d.toLen], 0, s); err != nil {
+			s.d = dgramOut{}
 			pc.writeErrs.Add(1)
 			pc.sends = append(pc.sends, s)
 			pc.putBuf(d.buf)
@@ -699,20 +715,28 @@ func (pc *PacketConn) sendRecord() *dgramSend {
 func (s *dgramSend) Complete(c *loop.Completion) {
 	pc := s.pc
 	pc.inflight--
-	buf, to := s.buf, s.to
-	s.buf, s.to = nil, Addr{}
+	if c.Res < 0 && !c.Quarantined && s.retry(c.Res) {
+		return
+	}
+	d := s.d
+	s.d = dgramOut{}
 	if !c.Quarantined {
 		pc.sends = append(pc.sends, s)
-		pc.putBuf(buf)
+		pc.putBuf(d.buf)
 	}
 	switch {
 	case c.Res >= 0:
 		pc.sent.Add(1)
-	case c.Res == -int32(unix.ECANCELED):
-		// The socket or the loop is closing.
+	case c.Quarantined:
+		// Given up at a ring rebuild: whether it went out is unknown.
+		pc.writeErrs.Add(1)
+		pc.report(&DatagramError{Op: "write", Addr: d.toValid, Len: len(d.buf), Err: loop.ErrGivenUp})
+	case c.Res == -int32(unix.ECANCELED) && pc.l.State() >= loop.StateShuttingDown:
+		// The loop is going away: dropped, as the datagrams still
+		// queued are.
 	default:
 		pc.writeErrs.Add(1)
-		pc.report(&DatagramError{Op: "write", Addr: to, Len: len(buf), Err: os.NewSyscallError("sendmsg", unix.Errno(-c.Res))})
+		pc.report(&DatagramError{Op: "write", Addr: d.toValid, Len: len(d.buf), Err: os.NewSyscallError("sendmsg", unix.Errno(-c.Res))})
 	}
 	if pc.closing {
 		pc.maybeFinish()
@@ -724,6 +748,28 @@ func (s *dgramSend) Complete(c *loop.Completion) {
 	if more {
 		pc.flush()
 	}
+}
+
+// retry hands s's datagram to the kernel again after a send that ended
+// without sending it (-EAGAIN, -EINTR, or a cancel while the loop runs),
+// up to maxSendTries, and reports whether it did. The datagram may then
+// leave after ones queued behind it, as datagrams may.
+func (s *dgramSend) retry(res int32) bool {
+	pc := s.pc
+	switch -res {
+	case int32(unix.EAGAIN), int32(unix.EINTR), int32(unix.ECANCELED):
+	default:
+		return false
+	}
+	if pc.fdClosed || s.tries >= maxSendTries {
+		return false
+	}
+	s.tries++
+	if _, err := pc.l.SendTo(pc.fd, s.d.buf, s.d.to[:s.d.toLen], 0, s); err != nil {
+		return false // the loop is shutting down
+	}
+	pc.inflight++
+	return true
 }
 
 // Close closes the socket: datagrams already queued are still handed to

@@ -1548,4 +1548,7 @@ func (d *uringDriver) deliverPolledDgram(ud uint64, res int32, sink completionSi
 		return
 	}
 	d.prep(sqe, o) // poll again, under the same user_data
+	if faultsEnabled {
+		d.faultPrep(sqe, o)
+	}
 }

@@ -26,7 +26,9 @@ import (
 //     write.
 //   - Fake results: an I/O op completes, without running, with -EAGAIN or
 //     -EINTR (retryable), -ENOBUFS (a provided-buffer receive: the ring ran
-//     dry) or -ECANCELED (fatal for the connection: nobody canceled it).
+//     dry) or -ECANCELED (fatal for a stream connection: nobody canceled
+//     it; a datagram socket arms its receive again, or sends the datagram
+//     again, since neither took anything).
 //     On io_uring the op's SQE becomes a NOP with the same user_data.
 //   - F_BUFFER on failure (io_uring): a provided receive's buffer is held
 //     back after its data was delivered, then handed over with a fake
@@ -142,7 +144,7 @@ func (l *Loop) faultTurn() {
 // fakeResult picks a fake result for an I/O op of tag, or 0.
 func fakeResult(tag opTag) int32 {
 	switch tag {
-	case tagRecv, tagRecvBuf, tagSend, tagSendmsg, tagSendZC:
+	case tagRecv, tagRecvBuf, tagRecvmsgBuf, tagSend, tagSendmsg, tagSendZC:
 	default:
 		return 0
 	}
@@ -150,7 +152,7 @@ func fakeResult(tag opTag) int32 {
 		faults.cancels.Add(1)
 		return -int32(unix.ECANCELED)
 	}
-	if tag == tagRecvBuf {
+	if tag.providedRecv() {
 		if ok, _ := roll(func(f *Faults) float64 { return f.NoBufs }, 0); ok {
 			faults.noBufs.Add(1)
 			return -int32(unix.ENOBUFS)
@@ -215,7 +217,7 @@ func (d *uringDriver) faultResult(c *ring.CQE) bool {
 	}
 	c.Res, c.Flags = d.faultPlans[slot].res, 0
 	d.faultPlans[slot] = faultPlan{}
-	if tag == tagRecvBuf && len(d.faultHeld) > 0 && d.br != nil {
+	if tag.providedRecv() && len(d.faultHeld) > 0 && d.br != nil {
 		bid := d.faultHeld[len(d.faultHeld)-1]
 		d.faultHeld = d.faultHeld[:len(d.faultHeld)-1]
 		// Back in the kernel's hands, unpublished: it "selected" it.

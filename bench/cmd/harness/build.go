@@ -23,7 +23,7 @@ type server struct {
 // serverOrder is the report's column order.
 var serverOrder = []string{"c-liburing", "ringloop-uring", "ringloop-epoll", "gnet", "net",
 	"http-ringloop-uring", "http-ringloop-epoll", "http-net", "fasthttp-ringloop-uring", "fasthttp-net",
-	"udp-ringloop-uring", "udp-ringloop-epoll", "udp-gnet", "udp-net"}
+	"udp-ringloop-uring", "udp-ringloop-epoll", "udp-gnet", "udp-net", "udp-mmsg"}
 
 // udpServers are the UDP workload's servers: each echo server's
 // -network udp (a datagram back to its sender), driven by loadgen -udp.
@@ -32,6 +32,7 @@ var udpServers = map[string][]string{
 	"udp-ringloop-epoll": {"ringecho", "-network", "udp", "-backend", "epoll"},
 	"udp-gnet":           {"gnetecho", "-network", "udp"},
 	"udp-net":            {"netecho", "-network", "udp"},
+	"udp-mmsg":           {"netecho", "-network", "udp-mmsg"},
 }
 
 // httpServers are the HTTP workload's servers (bench/cmd/httpserve): a

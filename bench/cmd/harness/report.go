@@ -572,6 +572,7 @@ var serverColor = map[string]string{
 	"udp-ringloop-epoll": "#ff7f0e",
 	"udp-gnet":           "#1f77b4",
 	"udp-net":            "#2ca02c",
+	"udp-mmsg":           "#555555",
 }
 
 type plotRef struct {

@@ -13,10 +13,14 @@ import (
 func main() {
 	f := serve.Register()
 	bufSize := flag.Int("buf", 16384, "per-connection read buffer in bytes")
-	network := flag.String("network", "tcp", "tcp, or udp (one goroutine echoes each datagram to its sender)")
+	network := flag.String("network", "tcp", "tcp, udp (one goroutine echoes each datagram to its sender), or udp-mmsg (a thread in recvmmsg and sendmmsg, no runtime: the floor)")
 	flag.Parse()
-	if *network == "udp" {
+	switch *network {
+	case "udp":
 		serveUDP(f)
+		return
+	case "udp-mmsg":
+		serveMmsg(f)
 		return
 	}
 
