@@ -173,13 +173,7 @@ func (s *faultDgramServer) OnPacketError(pc *conn.PacketConn, err error) {
 }
 
 func TestFaultPacketEcho(t *testing.T) {
-	base := uint64(time.Now().UnixNano())
-	if v := os.Getenv("RINGLOOP_FAULT_SEED"); v != "" {
-		if _, err := fmt.Sscan(v, &base); err != nil {
-			t.Fatalf("RINGLOOP_FAULT_SEED=%q: %v", v, err)
-		}
-	}
-	t.Logf("fault seed %d (RINGLOOP_FAULT_SEED)", base)
+	base := faultSeed(t)
 	i := uint64(0)
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		i++
@@ -228,26 +222,9 @@ func runFaultPacketCase(t *testing.T, b loop.Backend, seed uint64, opts []loop.O
 			results[id] = runFaultDgramClient(ctx, uint32(id+1), count, srv.LocalAddr().(*net.UDPAddr))
 		}()
 	}
-	// Rebuilds from outside too, so even a short run moves the receive
-	// across rings.
-	stop := make(chan struct{})
-	rebuilt := make(chan struct{})
-	go func() {
-		defer close(rebuilt)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				g.RebuildRings()
-			}
-		}
-	}()
+	stopRebuilds := rebuildEvery(g, 100*time.Millisecond)
 	wg.Wait()
-	close(stop)
-	<-rebuilt
+	stopRebuilds()
 	st := srv.Stats()
 	srv.Close()
 	<-srv.Done()

@@ -199,6 +199,42 @@ func runFaultClient(ctx context.Context, id uint32, addr string, seed uint64) fa
 	return out
 }
 
+// faultSeed is the fault runs' seed: RINGLOOP_FAULT_SEED, or the clock.
+// It is logged, so a failing run's fault choices can be repeated.
+func faultSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("RINGLOOP_FAULT_SEED"); v != "" {
+		if _, err := fmt.Sscan(v, &seed); err != nil {
+			t.Fatalf("RINGLOOP_FAULT_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("fault seed %d (RINGLOOP_FAULT_SEED)", seed)
+	return seed
+}
+
+// rebuildEvery asks g's loops to rebuild their rings every period until
+// the returned stop is called (and returns), so that even a short run
+// moves live traffic across rings.
+func rebuildEvery(g *loop.Group, period time.Duration) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				g.RebuildRings()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
 type faultCase struct {
 	name     string
 	backend  loop.Backend
@@ -215,14 +251,7 @@ func TestFaultEcho(t *testing.T) {
 		{"epoll/provided", loop.BackendEpoll, false, true},
 		{"epoll/single", loop.BackendEpoll, false, false},
 	}
-	// RINGLOOP_FAULT_SEED varies the runs; the seed is logged.
-	base := uint64(time.Now().UnixNano())
-	if v := os.Getenv("RINGLOOP_FAULT_SEED"); v != "" {
-		if _, err := fmt.Sscan(v, &base); err != nil {
-			t.Fatalf("RINGLOOP_FAULT_SEED=%q: %v", v, err)
-		}
-	}
-	t.Logf("fault seed %d (RINGLOOP_FAULT_SEED)", base)
+	base := faultSeed(t)
 	for i, fc := range cases {
 		t.Run(fc.name, func(t *testing.T) { runFaultCase(t, fc, base+uint64(i)) })
 	}
@@ -291,26 +320,9 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 			results[i] = runFaultClient(ctx, uint32(i+1), srv.Addr().String(), seed)
 		}()
 	}
-	// Rebuilds requested from outside as well, at least every 100 ms, so
-	// even a short run moves live traffic across rings.
-	stop := make(chan struct{})
-	rebuilt := make(chan struct{})
-	go func() {
-		defer close(rebuilt)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				g.RebuildRings()
-			}
-		}
-	}()
+	stopRebuilds := rebuildEvery(g, 100*time.Millisecond)
 	wg.Wait()
-	close(stop)
-	<-rebuilt
+	stopRebuilds()
 
 	// Every server connection closes once its client is gone.
 	ctWaitFor(t, 20*time.Second, "server connections to close", func() bool { return srv.Conns() == 0 })

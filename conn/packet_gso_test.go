@@ -19,19 +19,13 @@ import (
 func TestPacketUDPSegment(t *testing.T) {
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		g := ctGroup(t, b, 1, opts...)
-		rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rx.Close()
-		pc, err := conn.DialPacket(context.Background(), g, "udp4", rx.LocalAddr().String(), newPacketRecorder(false), conn.WithUDPSegment(100))
+		rx, pc, err := ctDialReceiver(t, g, conn.WithUDPSegment(100))
 		if err != nil {
 			if errors.Is(err, syscall.ENOPROTOOPT) || errors.Is(err, syscall.EINVAL) {
 				t.Skipf("the kernel refuses UDP_SEGMENT: %v", err)
 			}
 			t.Fatal(err)
 		}
-		defer func() { pc.Close(); <-pc.Done() }()
 		batch := make([]byte, 1050)
 		for i := range batch {
 			batch[i] = byte(i / 100)

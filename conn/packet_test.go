@@ -88,6 +88,24 @@ func (r *packetRecorder) errors() []error {
 	return append([]error(nil), r.errs...)
 }
 
+// ctDialReceiver dials a PacketConn on g (opts applied) to a new
+// net.UDPConn on loopback, the receiver; both close when the test ends.
+// Only the dial can fail (err), so a test can skip on what it returns.
+func ctDialReceiver(t *testing.T, g *loop.Group, opts ...conn.Option) (*net.UDPConn, *conn.PacketConn, error) {
+	t.Helper()
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rx.Close() })
+	pc, err := conn.DialPacket(context.Background(), g, "udp4", rx.LocalAddr().String(), newPacketRecorder(false), opts...)
+	if err != nil {
+		return rx, nil, err
+	}
+	t.Cleanup(func() { pc.Close(); <-pc.Done() })
+	return rx, pc, nil
+}
+
 func ctListenPacket(t *testing.T, g *loop.Group, network, addr string, h conn.PacketHandler, opts ...conn.Option) *conn.PacketConn {
 	t.Helper()
 	pc, err := conn.ListenPacket(context.Background(), g, network, addr, h, opts...)
@@ -472,16 +490,10 @@ func TestPacketManyPeers(t *testing.T) {
 func TestPacketQueueFull(t *testing.T) {
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		g := ctGroup(t, b, 1, opts...)
-		rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		rx, pc, err := ctDialReceiver(t, g, conn.WithDatagramQueue(4))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rx.Close()
-		pc, err := conn.DialPacket(context.Background(), g, "udp4", rx.LocalAddr().String(), newPacketRecorder(false), conn.WithDatagramQueue(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { pc.Close(); <-pc.Done() }()
 		full := make(chan int, 1)
 		// On the loop, the queue is flushed only at the end of the turn:
 		// the fifth write of the turn finds it full.

@@ -375,6 +375,24 @@ func (w *worker) send(c *conn, now int64) {
 	}
 }
 
+// readFd reads once from c into w.rbuf, retrying EINTR. ok is false when
+// the socket is drained (EAGAIN) or the read failed (reported to w.fail).
+func (w *worker) readFd(c *conn) (n int, ok bool) {
+	for {
+		n, err := unix.Read(c.fd, w.rbuf)
+		switch err {
+		case nil:
+			return n, true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, false
+		}
+		w.fail(c, fmt.Errorf("read: %w", err))
+		return 0, false
+	}
+}
+
 // recv reads until the socket is drained, verifying every byte.
 func (w *worker) recv(c *conn, measuring bool) {
 	if w.cfg.UDP {
@@ -384,15 +402,8 @@ func (w *worker) recv(c *conn, measuring bool) {
 	size := uint64(w.cfg.Size)
 	rs := w.run
 	for {
-		n, err := unix.Read(c.fd, w.rbuf)
-		if err != nil {
-			if err == unix.EAGAIN {
-				return
-			}
-			if err == unix.EINTR {
-				continue
-			}
-			w.fail(c, fmt.Errorf("read: %w", err))
+		n, ok := w.readFd(c)
+		if !ok {
 			return
 		}
 		if n == 0 {

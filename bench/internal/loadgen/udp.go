@@ -68,15 +68,8 @@ func (w *worker) sendUDP(c *conn, now int64) {
 func (w *worker) recvUDP(c *conn, measuring bool) {
 	rs := w.run
 	for {
-		n, err := unix.Read(c.fd, w.rbuf)
-		if err != nil {
-			if err == unix.EAGAIN {
-				return
-			}
-			if err == unix.EINTR {
-				continue
-			}
-			w.fail(c, fmt.Errorf("read: %w", err))
+		n, ok := w.readFd(c)
+		if !ok {
 			return
 		}
 		if n < udpHeader {
