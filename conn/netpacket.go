@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
@@ -296,6 +297,18 @@ func isClosedErr(err error) bool {
 
 // LocalAddr returns the address the socket is bound to.
 func (np *NetPacketConn) LocalAddr() net.Addr { return np.pc.LocalAddr() }
+
+// SetReadBuffer sets the socket's receive buffer (SO_RCVBUF), as
+// net.UDPConn's does. Safe for concurrent use.
+func (np *NetPacketConn) SetReadBuffer(n int) error { return np.pc.SetReadBuffer(n) }
+
+// SetWriteBuffer sets the socket's send buffer (SO_SNDBUF). Safe for
+// concurrent use.
+func (np *NetPacketConn) SetWriteBuffer(n int) error { return np.pc.SetWriteBuffer(n) }
+
+// SyscallConn returns the socket's syscall.RawConn (PacketConn.SyscallConn:
+// Control only).
+func (np *NetPacketConn) SyscallConn() (syscall.RawConn, error) { return np.pc.SyscallConn() }
 
 // RemoteAddr returns the peer of a socket DialPacketNet made, else nil.
 func (np *NetPacketConn) RemoteAddr() net.Addr { return np.pc.RemoteAddr() }

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -366,6 +367,62 @@ func (pc *PacketConn) Stats() PacketStats {
 	pc.mu.Unlock()
 	return st
 }
+
+// SetReadBuffer sets the socket's receive buffer, SO_RCVBUF (the kernel
+// doubles n and caps it at net.core.rmem_max): the datagrams that can wait
+// while the loop is busy. Safe for concurrent use.
+func (pc *PacketConn) SetReadBuffer(n int) error { return pc.setBuffer(false, n) }
+
+// SetWriteBuffer sets the socket's send buffer, SO_SNDBUF. Safe for
+// concurrent use.
+func (pc *PacketConn) SetWriteBuffer(n int) error { return pc.setBuffer(true, n) }
+
+func (pc *PacketConn) setBuffer(write bool, n int) error {
+	if n < 0 {
+		return invalidOption("buffer %d (expected >= 0)", n)
+	}
+	return pc.control("setsockopt", func(fd int) error { return setBuffer(fd, write, n) })
+}
+
+// control runs f on the socket's fd under pc.mu, which the fd's close
+// takes too, so the number cannot be closed and reused underneath f. An
+// error of f is wrapped as a *net.OpError of call.
+func (pc *PacketConn) control(call string, f func(fd int) error) error {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.fdGone {
+		return opError("set", pc.network, "", pc.laddr, pc.raddr, net.ErrClosed)
+	}
+	if err := f(pc.fd); err != nil {
+		return opError("set", pc.network, call, pc.laddr, pc.raddr, err)
+	}
+	return nil
+}
+
+// SyscallConn returns a syscall.RawConn whose Control runs a function on
+// the socket's fd (to read or set socket options; the fd stays open while
+// it runs). The loop owns the socket's reads and writes, so the RawConn's
+// Read and Write return an error and do not call their function.
+func (pc *PacketConn) SyscallConn() (syscall.RawConn, error) { return packetRawConn{pc}, nil }
+
+// packetRawConn is a PacketConn's syscall.RawConn.
+type packetRawConn struct{ pc *PacketConn }
+
+func (rc packetRawConn) Control(f func(fd uintptr)) error {
+	return rc.pc.control("", func(fd int) error { f(uintptr(fd)); return nil })
+}
+
+func (rc packetRawConn) Read(func(fd uintptr) bool) error {
+	return opError("read", rc.pc.network, "", rc.pc.laddr, rc.pc.raddr, errRawIO)
+}
+
+func (rc packetRawConn) Write(func(fd uintptr) bool) error {
+	return opError("write", rc.pc.network, "", rc.pc.laddr, rc.pc.raddr, errRawIO)
+}
+
+// errRawIO is the error of a RawConn's Read and Write: the loop owns the
+// socket's I/O.
+var errRawIO = errors.New("conn: the loop owns the socket's reads and writes; RawConn.Read and Write are not supported")
 
 // arm starts the receive. Runs on the loop.
 func (pc *PacketConn) arm() {

@@ -557,3 +557,64 @@ func TestPacketRebuild(t *testing.T) {
 		}
 	})
 }
+
+// TestPacketSocketOptions: SetReadBuffer and SetWriteBuffer reach the
+// socket (the kernel reports twice the size asked for), SyscallConn's
+// Control runs on the socket's fd, and all of them fail with
+// net.ErrClosed once the socket is closed, never touching a reused fd.
+func TestPacketSocketOptions(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		g := ctGroup(t, b, 1, opts...)
+		np, err := conn.ListenPacketNet(context.Background(), g, "udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What quic-go and similar users probe a net.PacketConn for.
+		var _ interface {
+			SetReadBuffer(int) error
+			SetWriteBuffer(int) error
+			SyscallConn() (syscall.RawConn, error)
+		} = np
+		if err := np.SetReadBuffer(16384); err != nil {
+			t.Fatalf("SetReadBuffer: %v", err)
+		}
+		if err := np.SetWriteBuffer(20480); err != nil {
+			t.Fatalf("SetWriteBuffer: %v", err)
+		}
+		if err := np.SetReadBuffer(-1); err == nil {
+			t.Fatal("SetReadBuffer(-1) succeeded")
+		}
+		rc, err := np.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rcv, snd int
+		var port int
+		if err := rc.Control(func(fd uintptr) {
+			rcv, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+			snd, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+			if sa, err := unix.Getsockname(int(fd)); err == nil {
+				port = sa.(*unix.SockaddrInet4).Port
+			}
+		}); err != nil {
+			t.Fatalf("Control: %v", err)
+		}
+		if rcv != 2*16384 || snd != 2*20480 {
+			t.Errorf("SO_RCVBUF %d, SO_SNDBUF %d; want %d and %d", rcv, snd, 2*16384, 2*20480)
+		}
+		if port != np.LocalAddr().(*net.UDPAddr).Port {
+			t.Errorf("Control ran on a socket bound to port %d, not the PacketConn's %v", port, np.LocalAddr())
+		}
+		if err := rc.Read(func(uintptr) bool { t.Error("RawConn.Read ran its function"); return true }); err == nil {
+			t.Error("RawConn.Read succeeded: the loop owns the socket's reads")
+		}
+		np.Close()
+		<-np.PacketConn().Done()
+		if err := np.SetReadBuffer(16384); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("SetReadBuffer after Close: %v, want net.ErrClosed", err)
+		}
+		if err := rc.Control(func(uintptr) { t.Error("Control ran after Close") }); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Control after Close: %v, want net.ErrClosed", err)
+		}
+	})
+}
