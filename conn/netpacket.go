@@ -2,6 +2,7 @@ package conn
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -19,9 +20,11 @@ import (
 // socket's handler: datagrams that arrive are copied into an inbound queue
 // bounded by WithNetInbound (in bytes; a datagram that finds it full is
 // dropped and counted, as the kernel drops one that finds a full socket
-// buffer; Dropped counts them), and ReadFrom takes them in order. Writes queue a copy on the
-// loop (PacketConn.WriteTo) and never block: a full queue fails the write
-// with ErrQueueFull. Deadlines report os.ErrDeadlineExceeded; Close
+// buffer; Dropped counts them), and ReadFrom takes them in order. Writes
+// queue a copy on the loop (PacketConn.WriteTo) and never block: a full
+// queue fails the write with ErrQueueFull; on a connected socket a write
+// with a destination fails with net.ErrWriteToConnected, as package net's
+// does. Deadlines report os.ErrDeadlineExceeded; Close
 // unblocks every pending call with net.ErrClosed. Safe for concurrent use.
 type NetPacketConn struct {
 	pc    *PacketConn
@@ -34,6 +37,7 @@ type NetPacketConn struct {
 	spare   [][]byte // buffers of read datagrams, for reuse
 	closed  bool
 	ended   error // the socket closed under us (OnPacketClose)
+	soft    error // an ICMP error on a connected socket, for the next read that finds no datagram
 	dls     deadlines
 
 	rw      wakeup
@@ -93,7 +97,9 @@ func netLimit(n int) int {
 // PacketConn returns the underlying socket (its loop and counters).
 func (np *NetPacketConn) PacketConn() *PacketConn { return np.pc }
 
-// Dropped counts the datagrams dropped because the inbound queue was full.
+// Dropped counts the datagrams dropped because the inbound queue was full,
+// and those longer than the loop's buffers hold (PacketConn.MaxDatagram:
+// give the group larger buffers with loop.WithBufferRing to take them).
 func (np *NetPacketConn) Dropped() uint64 { return np.dropped.Load() }
 
 // OnPacket implements PacketHandler: the datagram is copied into the
@@ -123,6 +129,31 @@ func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 	np.in[(np.head+np.n)%len(np.in)] = netDgram{buf: b, from: from}
 	np.n++
 	np.bytes += len(data)
+	np.mu.Unlock()
+	np.wake(pc)
+}
+
+// OnPacketError implements PacketErrorHandler. A datagram too long for the
+// loop's buffers (ErrTruncated) is dropped and counted in Dropped; an
+// error the kernel reports on a connected socket (ECONNREFUSED after an
+// ICMP port unreachable, …) fails the next Read that finds no datagram
+// waiting, as package net's Read does. Send errors are only counted
+// (PacketConn().Stats()).
+func (np *NetPacketConn) OnPacketError(pc *PacketConn, err error) {
+	var de *DatagramError
+	if !errors.As(err, &de) || de.Op != "read" {
+		return
+	}
+	if errors.Is(err, ErrTruncated) {
+		np.dropped.Add(1)
+		return
+	}
+	var errno syscall.Errno
+	if !pc.connected || !errors.As(err, &errno) {
+		return
+	}
+	np.mu.Lock()
+	np.soft = os.NewSyscallError("read", errno)
 	np.mu.Unlock()
 	np.wake(pc)
 }
@@ -179,7 +210,7 @@ func (np *NetPacketConn) Read(p []byte) (int, error) {
 
 func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 	np.mu.Lock()
-	for np.n == 0 && !np.closed && np.ended == nil {
+	for np.n == 0 && !np.closed && np.ended == nil && np.soft == nil {
 		if np.dls.passed[dirRead] {
 			np.mu.Unlock()
 			np.rw.signal() // pass it on: every blocked reader times out
@@ -193,6 +224,12 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 		np.rw.wait()
 		np.waiters.Add(-1)
 		np.mu.Lock()
+	}
+	if np.n == 0 && !np.closed && np.soft != nil {
+		err := np.soft
+		np.soft = nil
+		np.mu.Unlock()
+		return 0, Addr{}, np.opError("read", err)
 	}
 	if np.closed || np.n == 0 {
 		err := np.ended
@@ -224,7 +261,7 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 // or Addr). It copies p and does not block; it fails after the write
 // deadline with os.ErrDeadlineExceeded.
 func (np *NetPacketConn) WriteTo(p []byte, addr net.Addr) (int, error) {
-	if err := np.writable(); err != nil {
+	if err := np.writableTo(); err != nil {
 		return 0, err
 	}
 	return np.pc.WriteTo(p, addr)
@@ -232,7 +269,7 @@ func (np *NetPacketConn) WriteTo(p []byte, addr net.Addr) (int, error) {
 
 // WriteToAddrPort is WriteTo to a netip.AddrPort.
 func (np *NetPacketConn) WriteToAddrPort(p []byte, ap netip.AddrPort) (int, error) {
-	if err := np.writable(); err != nil {
+	if err := np.writableTo(); err != nil {
 		return 0, err
 	}
 	return np.pc.WriteToAddrPort(p, ap)
@@ -240,7 +277,7 @@ func (np *NetPacketConn) WriteToAddrPort(p []byte, ap netip.AddrPort) (int, erro
 
 // WriteToAddr is WriteTo to a conn.Addr, without allocating.
 func (np *NetPacketConn) WriteToAddr(p []byte, a Addr) (int, error) {
-	if err := np.writable(); err != nil {
+	if err := np.writableTo(); err != nil {
 		return 0, err
 	}
 	return np.pc.WriteToAddr(p, a)
@@ -268,6 +305,15 @@ func (np *NetPacketConn) writable() error {
 	return nil
 }
 
+// writableTo is writable for a write with a destination, which a connected
+// socket refuses (net.ErrWriteToConnected), as package net's does.
+func (np *NetPacketConn) writableTo() error {
+	if np.pc.connected {
+		return np.opError("write", net.ErrWriteToConnected)
+	}
+	return np.writable()
+}
+
 func (np *NetPacketConn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: np.pc.network, Source: np.pc.laddr, Addr: np.pc.raddr, Err: err}
 }
@@ -284,6 +330,11 @@ func (np *NetPacketConn) Close() error {
 	np.mu.Unlock()
 	np.rw.signal()
 	if err := np.pc.Close(); err != nil && !isClosedErr(err) {
+		// Not closed (the loop's task queue was full): a later Close
+		// tries again.
+		np.mu.Lock()
+		np.closed = false
+		np.mu.Unlock()
 		return err
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -208,12 +209,14 @@ type PacketConn struct {
 	closeErr  error
 	fdClosed  bool
 	unhook    func()
-	srcName   []byte // the last Unix source name seen, and its string
+	srcName   []byte // the last Unix source name seen, its kind and its string
+	srcAbs    bool
 	srcString string
 
 	received, sent, truncated, readErrs, writeErrs, queueFull atomic.Uint64
 	drops                                                     atomic.Uint64 // the kernel's count when the fd closed
-	fdGone                                                    bool          // under mu: the fd is closed (Stats reads drops)
+	fdGone                                                    bool          // under mu: the fd is closed, or will be by the last of fdRefs
+	fdRefs                                                    int           // under mu: control calls running on the fd
 	done                                                      chan struct{}
 }
 
@@ -232,6 +235,10 @@ type dgramSend struct {
 	d     dgramOut
 	tries uint8 // sends of d that ended without sending it (maxSendTries)
 }
+
+// rearmDelay is how long a socket waits before arming its receive again
+// when the loop could not take it.
+const rearmDelay = 10 * time.Millisecond
 
 // maxSendTries bounds how often a datagram is handed to the kernel again
 // after a send that did not send it (-EAGAIN, -EINTR, a cancel nobody
@@ -311,18 +318,24 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 		pc.closeFd()
 		return fail(fmt.Errorf("%w: the loop's provided buffers hold no datagram (loop.WithBufferRing)", ErrInvalidOption))
 	}
-	remove, err := pc.l.AddShutdownHook(pc.loopShutdown)
-	if err != nil {
-		pc.closeFd()
-		return fail(err)
-	}
-	pc.unhook = remove
-	if err := pc.l.Execute(pc.arm); err != nil {
-		remove()
-		pc.closeFd()
+	if err := pc.l.Execute(pc.open); err != nil {
+		pc.closeFd() // no task ran: the loop has not seen the fd
 		return fail(err)
 	}
 	return pc, nil
+}
+
+// open hooks the socket to its loop's shutdown and arms its receive. Runs
+// on the loop, so a shutdown starting meanwhile either finds the hook or
+// makes it fail, and the fd is closed once either way.
+func (pc *PacketConn) open() {
+	remove, err := pc.l.AddShutdownHook(pc.loopShutdown)
+	if err != nil {
+		pc.closeNow(net.ErrClosed) // the loop is shutting down
+		return
+	}
+	pc.unhook = remove
+	pc.arm()
 }
 
 // packetAddr converts a bound or peer sockaddr to the net.Addr package net
@@ -384,16 +397,28 @@ func (pc *PacketConn) setBuffer(write bool, n int) error {
 	return pc.control("setsockopt", func(fd int) error { return setBuffer(fd, write, n) })
 }
 
-// control runs f on the socket's fd under pc.mu, which the fd's close
-// takes too, so the number cannot be closed and reused underneath f. An
-// error of f is wrapped as a *net.OpError of call.
+// control runs f on the socket's fd, holding a reference that keeps the fd
+// open (its number cannot be reused underneath f): a close meanwhile is
+// carried out by the last reference's release. f runs without a lock, so it
+// may call the socket's methods. An error of f is wrapped as a
+// *net.OpError of call.
 func (pc *PacketConn) control(call string, f func(fd int) error) error {
 	pc.mu.Lock()
-	defer pc.mu.Unlock()
 	if pc.fdGone {
+		pc.mu.Unlock()
 		return opError("set", pc.network, "", pc.laddr, pc.raddr, net.ErrClosed)
 	}
-	if err := f(pc.fd); err != nil {
+	pc.fdRefs++
+	pc.mu.Unlock()
+	err := f(pc.fd)
+	pc.mu.Lock()
+	pc.fdRefs--
+	last := pc.fdGone && pc.fdRefs == 0
+	pc.mu.Unlock()
+	if last {
+		unix.Close(pc.fd)
+	}
+	if err != nil {
 		return opError("set", pc.network, call, pc.laddr, pc.raddr, err)
 	}
 	return nil
@@ -432,9 +457,17 @@ func (pc *PacketConn) arm() {
 	id, err := pc.l.RecvmsgProvided(pc.fd, 0, (*packetRecv)(pc))
 	if err != nil {
 		if errors.Is(err, loop.ErrClosed) {
-			err = net.ErrClosed // the loop is shutting down
+			pc.closeNow(net.ErrClosed) // the loop is shutting down
+			return
 		}
-		pc.closeNow(opError("read", pc.network, "", pc.laddr, pc.raddr, err))
+		// The loop could not take the op now (its op table or submission
+		// queue full): reported, and tried again shortly, as a stream
+		// server retries its accepts; the datagrams wait in the socket.
+		pc.readErrs.Add(1)
+		pc.report(&DatagramError{Op: "read", Err: err})
+		if _, serr := pc.l.Schedule(rearmDelay, pc.arm); serr != nil {
+			pc.closeNow(net.ErrClosed)
+		}
 		return
 	}
 	pc.recvID, pc.recvArmed = id, true
@@ -543,8 +576,8 @@ func (pc *PacketConn) source(name []byte) Addr {
 	if !ok || len(n) == 0 && !abstract {
 		return Addr{unix: true} // unnamed
 	}
-	if string(n) != string(pc.srcName) || len(pc.srcName) == 0 && abstract {
-		pc.srcName = append(pc.srcName[:0], n...)
+	if string(n) != string(pc.srcName) || abstract != pc.srcAbs || pc.srcString == "" {
+		pc.srcName, pc.srcAbs = append(pc.srcName[:0], n...), abstract
 		if abstract {
 			pc.srcString = "@" + string(n)
 		} else {
@@ -565,7 +598,17 @@ func (pc *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 		if a == nil {
 			break
 		}
-		return pc.WriteToAddrPort(b, a.AddrPort())
+		ap := a.AddrPort()
+		if len(a.IP) == 0 && pc.family != unix.AF_UNIX {
+			// As package net: no IP is the unspecified address, which
+			// the kernel delivers to this host.
+			ip := netip.IPv4Unspecified()
+			if pc.family == unix.AF_INET6 {
+				ip = netip.IPv6Unspecified()
+			}
+			ap = netip.AddrPortFrom(ip, uint16(a.Port))
+		}
+		return pc.WriteToAddrPort(b, ap)
 	case *net.UnixAddr:
 		if a == nil {
 			break
@@ -846,9 +889,11 @@ func (pc *PacketConn) Close() error {
 		return nil
 	}
 	if err := pc.l.Execute(func() { pc.closeNow(nil) }); err != nil {
-		if errors.Is(err, loop.ErrClosed) {
+		if errors.Is(err, loop.ErrShutdown) {
 			// The loop is ending: its shutdown hook closes the socket.
-			<-pc.done
+			if loop.Current() == nil {
+				<-pc.done
+			}
 			return nil
 		}
 		pc.mu.Lock()
@@ -874,15 +919,28 @@ func (pc *PacketConn) closeNow(err error) {
 	pc.mu.Lock()
 	pc.closeReq = true
 	pc.mu.Unlock()
-	if pc.recvArmed {
-		if pc.l.Cancel(pc.recvID) != nil {
-			pc.recvArmed = false // it had ended: no completion follows
-		}
-	}
+	pc.cancelRecv()
 	if err == nil {
 		pc.flush() // what was queued before Close still goes out
 	}
 	pc.maybeFinish()
+}
+
+// cancelRecv cancels the armed receive; its final completion ends it. A
+// cancel the backend could not queue (its submission queue full and the
+// kernel busy) is tried again after the turn; if the loop is terminating
+// instead, its drain ends the receive.
+func (pc *PacketConn) cancelRecv() {
+	if !pc.recvArmed {
+		return
+	}
+	switch err := pc.l.Cancel(pc.recvID); {
+	case err == nil:
+	case errors.Is(err, loop.ErrUnknownOp):
+		pc.recvArmed = false // it had ended: no completion follows
+	default:
+		_ = pc.l.ExecuteAfterTurn(pc.cancelRecv)
+	}
 }
 
 // maybeFinish closes the fd once the receive and every send have ended,
@@ -895,7 +953,10 @@ func (pc *PacketConn) maybeFinish() {
 	left := pc.n
 	if pc.closeErr == nil && left > 0 && pc.l.State() < loop.StateShuttingDown {
 		pc.mu.Unlock()
-		return // the flush continues with the completions
+		// More was queued than may be in flight: the flush goes on (and
+		// comes back here when it has handed everything over).
+		pc.flush()
+		return
 	}
 	for pc.n > 0 { // dropped: the socket or its loop is gone
 		pc.out[pc.head] = dgramOut{}
@@ -932,8 +993,11 @@ func (pc *PacketConn) closeFd() {
 	}
 	pc.mu.Lock()
 	pc.fdGone = true
-	unix.Close(pc.fd)
+	held := pc.fdRefs > 0 // the last control call closes it
 	pc.mu.Unlock()
+	if !held {
+		unix.Close(pc.fd)
+	}
 	if pc.path != "" {
 		_ = os.Remove(pc.path)
 	}

@@ -97,15 +97,19 @@ func ParseAddrPort(b []byte) (netip.AddrPort, bool) {
 // length. b must hold unix.SizeofSockaddrUnix bytes; a name too long for
 // sun_path returns an error matching unix.EINVAL.
 func PutUnixName(b []byte, path string) (int, error) {
-	if len(path) == 0 || len(path) > len(unix.RawSockaddrUnix{}.Path)-1 {
+	const room = len(unix.RawSockaddrUnix{}.Path)
+	if len(path) == 0 || len(path) > room {
 		return 0, fmt.Errorf("ring: sockaddr: unix socket name %q: %w", path, unix.EINVAL)
 	}
 	_ = b[unix.SizeofSockaddrUnix-1]
 	binary.NativeEndian.PutUint16(b[0:2], unix.AF_UNIX)
-	n := copy(b[2:], path)
+	n := copy(b[2:2+room], path)
 	if path[0] == '@' {
 		b[2] = 0
 		return 2 + n, nil // abstract: the length bounds the name
+	}
+	if n == room {
+		return 2 + n, nil // a path filling sun_path has no NUL, as Linux allows
 	}
 	b[2+n] = 0
 	return 2 + n + 1, nil

@@ -2,6 +2,7 @@ package ring_test
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -42,7 +43,10 @@ func TestRawAddrPort(t *testing.T) {
 		t.Fatal("ParseAddrPort read a 1-byte address")
 	}
 
-	for _, name := range []string{"/tmp/x.sock", "@abstract"} {
+	// sun_path's 108 bytes may all be name: a path without its NUL, or
+	// an abstract name of 107 bytes after the leading NUL.
+	long := "/" + strings.Repeat("p", 107)
+	for _, name := range []string{"/tmp/x.sock", "@abstract", long, "@" + long[1:]} {
 		n, err := ring.PutUnixName(b[:], name)
 		if err != nil {
 			t.Fatal(err)
@@ -55,6 +59,9 @@ func TestRawAddrPort(t *testing.T) {
 		if !ok || string(got) != want || abstract != (name[0] == '@') {
 			t.Fatalf("UnixName(PutUnixName(%q)) = %q, %v, %v", name, got, abstract, ok)
 		}
+	}
+	if _, err := ring.PutUnixName(b[:], long+"x"); err == nil {
+		t.Fatal("a 109-byte Unix socket name was written")
 	}
 	if got, _, ok := ring.UnixName(b[:2]); !ok || len(got) != 0 {
 		t.Fatalf("unnamed: %q, %v", got, ok)
