@@ -1,8 +1,10 @@
 package conn
 
 import (
+	"errors"
 	"io"
 	"net"
+	"time"
 
 	"github.com/ringloop/ringloop/loop"
 	"github.com/ringloop/ringloop/sched"
@@ -40,11 +42,30 @@ func (c *Conn) Close() error {
 		c.closeLinger()
 		return nil
 	}
-	if err := c.l.Execute(c.closeTask); err != nil {
-		// The loop is shutting down: its drain cancels c's ops, and c
-		// closes as they complete (OnClose reports net.ErrClosed).
-		return nil
+	// An error means the loop is shutting down: its drain cancels c's
+	// ops, and c closes as they complete (OnClose reports net.ErrClosed).
+	_ = executeClose(c.l, c.closeTask)
+	return nil
+}
+
+// executeClose runs a close task f on l. A close must not be lost to a
+// bounded task queue that is full (loop.WithMaxPendingTasks): then a
+// goroutine tries again, backing off up to 10 ms, until l takes the task
+// or shuts down. The error is the first attempt's other than a full queue:
+// l is shutting down.
+func executeClose(l *loop.Loop, f func()) error {
+	err := l.Execute(f)
+	if err == nil || !errors.Is(err, loop.ErrQueueFull) {
+		return err
 	}
+	go func() {
+		for d := 100 * time.Microsecond; ; d = min(2*d, 10*time.Millisecond) {
+			time.Sleep(d)
+			if err := l.Execute(f); err == nil || !errors.Is(err, loop.ErrQueueFull) {
+				return
+			}
+		}
+	}()
 	return nil
 }
 

@@ -330,11 +330,6 @@ func (np *NetPacketConn) Close() error {
 	np.mu.Unlock()
 	np.rw.signal()
 	if err := np.pc.Close(); err != nil && !isClosedErr(err) {
-		// Not closed (the loop's task queue was full): a later Close
-		// tries again.
-		np.mu.Lock()
-		np.closed = false
-		np.mu.Unlock()
 		return err
 	}
 	return nil

@@ -888,18 +888,9 @@ func (pc *PacketConn) Close() error {
 		pc.closeNow(nil)
 		return nil
 	}
-	if err := pc.l.Execute(func() { pc.closeNow(nil) }); err != nil {
-		if errors.Is(err, loop.ErrShutdown) {
-			// The loop is ending: its shutdown hook closes the socket.
-			if loop.Current() == nil {
-				<-pc.done
-			}
-			return nil
-		}
-		pc.mu.Lock()
-		pc.closeReq = false
-		pc.mu.Unlock()
-		return &net.OpError{Op: "close", Net: pc.network, Source: pc.laddr, Addr: pc.raddr, Err: err}
+	if err := executeClose(pc.l, func() { pc.closeNow(nil) }); err != nil && loop.Current() == nil {
+		// The loop is ending: its shutdown hook closes the socket.
+		<-pc.done
 	}
 	return nil
 }

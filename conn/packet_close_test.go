@@ -393,3 +393,49 @@ func TestPacketControlCloses(t *testing.T) {
 		}
 	})
 }
+
+// TestCloseWithFullTaskQueue: with a bounded task queue that is full,
+// Close (of a stream connection and of a datagram socket, from outside the
+// loop) still closes once the loop drains its queue; it is not lost.
+func TestCloseWithFullTaskQueue(t *testing.T) {
+	for _, b := range []loop.Backend{loop.BackendUring, loop.BackendEpoll} {
+		t.Run(b.String(), func(t *testing.T) {
+			if b == loop.BackendUring {
+				testutil.SkipIfNoUring(t)
+			}
+			testutil.CheckLeaks(t)
+			g := ctGroup(t, b, 1, loop.WithMaxPendingTasks(2))
+			h := ctNewServerHandler(t, nil)
+			srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h)
+			_, sc, ev := ctDialAccepted(t, srv, h)
+			_, pc, err := ctDialReceiver(t, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := g.Loop(0)
+			block := make(chan struct{})
+			if err := l.Execute(func() { <-block }); err != nil {
+				t.Fatal(err)
+			}
+			for l.Execute(func() {}) == nil {
+			}
+			if err := sc.Close(); err != nil {
+				t.Fatalf("Conn.Close with the task queue full: %v", err)
+			}
+			if err := pc.Close(); err != nil {
+				t.Fatalf("PacketConn.Close with the task queue full: %v", err)
+			}
+			close(block)
+			select {
+			case <-ev.closed:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the connection did not close")
+			}
+			select {
+			case <-pc.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the datagram socket did not close")
+			}
+		})
+	}
+}
