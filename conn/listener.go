@@ -158,9 +158,9 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 		remove, err := ln.l.AddShutdownHook(ln.stop)
 		if err != nil {
 			for _, ln := range s.lns[i:] {
-				ln.fdClosed.Store(true)
-				unix.Close(ln.fd)
-				ln.closed()
+				// Never armed, but a shutdown hook may be closing
+				// this one too: the fd is closed once.
+				ln.closeFdOnce()
 			}
 			s.lns = s.lns[:i]
 			s.Close()
@@ -169,9 +169,9 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 		ln.unhook = remove
 		if err := ln.l.Execute(ln.arm); err != nil {
 			for _, ln := range s.lns[i:] {
-				ln.fdClosed.Store(true)
-				unix.Close(ln.fd) // never armed: the loop never saw it
-				ln.closed()
+				// Never armed, but a shutdown hook may be closing
+				// this one too: the fd is closed once.
+				ln.closeFdOnce()
 			}
 			s.lns = s.lns[:i]
 			s.Close()
@@ -207,7 +207,7 @@ func (s *Server) close(ctx context.Context) error {
 	s.closing.Store(true)
 	var wait []*listener
 	for _, ln := range s.lns {
-		if err := ln.l.Execute(ln.stop); err != nil {
+		if err := executeClose(ln.l, ln.stop); err != nil {
 			// The loop terminated: its drain ended the accept; the
 			// listener's fd is closed by its last completion, or here if
 			// it never started.

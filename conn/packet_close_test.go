@@ -439,3 +439,58 @@ func TestCloseWithFullTaskQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestListenDuringShutdown: servers opened while their group shuts down
+// either fail to open or stop with it, each listening fd closed once
+// (CheckLeaks counts the fds; -race sees who touches the listener).
+func TestListenDuringShutdown(t *testing.T) {
+	for _, b := range []loop.Backend{loop.BackendUring, loop.BackendEpoll} {
+		t.Run(b.String(), func(t *testing.T) {
+			if b == loop.BackendUring {
+				testutil.SkipIfNoUring(t)
+			}
+			testutil.CheckLeaks(t)
+			refused := 0
+			for range 20 {
+				g := ctGroup(t, b, 1)
+				var servers []*conn.Server
+				first := make(chan struct{})
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					defer func() {
+						if len(servers) == 0 {
+							close(first)
+						}
+					}()
+					for range 100 {
+						s, err := conn.Listen(context.Background(), g, "tcp4", "127.0.0.1:0", ctNewServerHandler(t, nil))
+						if err != nil {
+							refused++
+							return
+						}
+						servers = append(servers, s)
+						if len(servers) == 1 {
+							close(first)
+						}
+					}
+				}()
+				<-first
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := g.Shutdown(ctx); err != nil {
+					t.Errorf("Shutdown: %v", err)
+				}
+				cancel()
+				<-done
+				for _, s := range servers {
+					if err := s.Close(); err != nil && !errors.Is(err, conn.ErrServerClosed) {
+						t.Errorf("Close: %v", err)
+					}
+				}
+			}
+			if refused == 0 {
+				t.Fatal("no Listen met the shutdown: the test proves nothing")
+			}
+		})
+	}
+}
