@@ -90,12 +90,19 @@ func (c *Conn) closeLinger() {
 		return
 	}
 	t, err := c.l.Schedule(c.cfg.linger, c.onLingerTimer)
-	if err != nil {
+	switch {
+	case err == nil:
+		c.rareX().lingerTimer = t
+	case errors.Is(err, loop.ErrShuttingDown):
+		// The loop is shutting down and takes no timers: linger without
+		// one, holding its termination until the queue drains or the
+		// shutdown's timeout passes (then its drain cancels the send).
+		c.rareX().lingerHold = c.l.DelayTermination()
+	default:
 		c.closeNow(nil) // the loop is terminating
 		return
 	}
 	c.lingering = true
-	c.rareX().lingerTimer = t
 	c.mu.Lock()
 	c.rare.closeErr = nil
 	c.mu.Unlock()
@@ -246,6 +253,10 @@ func (c *Conn) closed() {
 		c.rare.rbuf = nil
 	}
 	c.kin = nil
+	if c.rare != nil && c.rare.lingerHold != nil {
+		c.rare.lingerHold()
+		c.rare.lingerHold = nil
+	}
 	if c.tracked {
 		c.untrack()
 	}

@@ -139,6 +139,12 @@ func (r *loopConns) closeAll() {
 func (c *Conn) closeForShutdown() {
 	c.shutdownClose = true
 	_ = c.Close() // on the loop: closeLinger; an error only says Close came first
+	if c.lingering && c.rareX().lingerHold == nil {
+		// Lingering since before the shutdown: the loop's shutdown stops
+		// its linger timer, so it holds the loop's termination instead,
+		// until its queue drains or the shutdown's timeout passes.
+		c.rare.lingerHold = c.l.DelayTermination()
+	}
 }
 
 // errLoopShutdown is what OnClose reports for a connection closed by its

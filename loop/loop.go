@@ -67,6 +67,7 @@ type Loop struct {
 	lastTid     int32       // the thread the loop last ran on, as recorded in running
 	tids        []int32     // a shared-thread loop: the threads it has an entry in running for (thread.go)
 	confirming  bool        // confirmShutdown ran at least once
+	holds       int         // DelayTermination holds not yet released
 	sinkRefused bool        // the last timer move hit a full queue
 	parked      parkedQueue // receives waiting for provided buffers (starved.go)
 	fair        bool        // WithFairReceives: rotate receives while some are parked (starved.go)
@@ -377,6 +378,25 @@ func (l *Loop) RebuildRing() error {
 }
 
 func (l *Loop) rebuildRequested() { l.rebuild("requested") }
+
+// DelayTermination keeps the loop, once shutting down, from terminating
+// until release is called or the shutdown's timeout passes, quiet period
+// or not: for work the loop's ops carry on with no task to show for it,
+// such as a connection sending its queued bytes as its loop shuts down.
+// Calling release again does nothing. Must be called on the loop
+// goroutine, and so must release.
+func (l *Loop) DelayTermination() (release func()) {
+	l.assertLoop()
+	l.holds++
+	done := false
+	return func() {
+		l.assertLoop()
+		if !done {
+			done = true
+			l.holds--
+		}
+	}
+}
 
 // AddShutdownHook registers f to run on the loop during its graceful
 // shutdown, after the quiet period's tasks. Hooks run in registration order,

@@ -145,6 +145,9 @@ func (l *Loop) confirmShutdown() bool {
 	if now-l.shutdownAt.Load() >= l.timeout.Load() {
 		return true
 	}
+	if l.holds > 0 {
+		return false // DelayTermination: until released or the timeout
+	}
 	quiet := l.quiet.Load()
 	if ran {
 		l.lastExec = now

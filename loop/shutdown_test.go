@@ -164,3 +164,49 @@ func TestShutdownFromLoopReturnsError(t *testing.T) {
 		}
 	})
 }
+
+// TestShutdownDelayTermination: a loop shutting down with a quiet period
+// of 0 does not terminate while a DelayTermination hold is out; it does
+// once the hold is released, and without the release once the shutdown's
+// timeout passes.
+func TestShutdownDelayTermination(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		for _, released := range []bool{true, false} {
+			g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := g.Loop(0)
+			var release func()
+			runOn(t, l, func() { release = l.DelayTermination() })
+			start := time.Now()
+			timeout := 400 * time.Millisecond
+			if released {
+				timeout = 10 * time.Second
+			}
+			if err := g.ShutdownGracefully(0, timeout); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-g.Done():
+				t.Fatalf("terminated after %v with a hold out", time.Since(start))
+			case <-time.After(200 * time.Millisecond):
+			}
+			if released {
+				// Tasks still run while shutting down: release on the loop.
+				if err := l.Execute(func() { release(); release() }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case <-g.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("not terminated %v after the shutdown (released %v)", time.Since(start), released)
+			}
+			if !released && time.Since(start) < timeout {
+				t.Fatalf("terminated after %v, before the %v timeout, with the hold out", time.Since(start), timeout)
+			}
+		}
+	})
+}
