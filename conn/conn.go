@@ -105,7 +105,7 @@ type connRare struct {
 	lastRead, lastIO     int64 // monotonic ns of the last received data, and of the last receive or send
 	readTimer, idleTimer *sched.Timer
 	lingerTimer          *sched.Timer
-	lingerHold           func() // releases the loop's DelayTermination while lingering as it shuts down
+	lingerHold           func()                // releases the loop's DelayTermination while lingering as it shuts down
 	rbuf                 *[singleRecvSize]byte // single-shot receive buffer (fallback only)
 	dial                 *dialState            // non-nil while Dial waits
 	misc                 miscOp                // the connect, shutdown or close in flight
