@@ -44,16 +44,16 @@ func (c *Conn) Close() error {
 	}
 	// An error means the loop is shutting down: its drain cancels c's
 	// ops, and c closes as they complete (OnClose reports net.ErrClosed).
-	_ = executeClose(c.l, c.closeTask)
+	_ = executeRetrying(c.l, c.closeTask)
 	return nil
 }
 
-// executeClose runs a close task f on l. A close must not be lost to a
-// bounded task queue that is full (loop.WithMaxPendingTasks): then a
-// goroutine tries again, backing off up to 10 ms, until l takes the task
-// or shuts down. The error is the first attempt's other than a full queue:
-// l is shutting down.
-func executeClose(l *loop.Loop, f func()) error {
+// executeRetrying runs f on l as a task that must not be lost to a bounded
+// task queue that is full (loop.WithMaxPendingTasks): a close, a pause or
+// resume, a dial's cancellation. Then a goroutine tries again, backing off
+// up to 10 ms, until l takes the task or shuts down. The error is the first
+// attempt's other than a full queue: l is shutting down.
+func executeRetrying(l *loop.Loop, f func()) error {
 	err := l.Execute(f)
 	if err == nil || !errors.Is(err, loop.ErrQueueFull) {
 		return err
@@ -149,7 +149,7 @@ func (c *Conn) CloseWrite() error {
 		f()
 		return nil
 	}
-	if err := c.l.Execute(f); err != nil {
+	if err := executeRetrying(c.l, f); err != nil {
 		return c.opError("close", "", net.ErrClosed)
 	}
 	return nil

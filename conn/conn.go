@@ -1,6 +1,7 @@
 package conn
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -479,15 +480,25 @@ func (c *Conn) onLoop(op string, f func() error) error {
 	}
 	if loop.Current() != nil {
 		if err := c.l.Execute(func() { _ = f() }); err != nil {
-			return c.opError(op, "", net.ErrClosed)
+			return c.loopRefused(op, err)
 		}
 		return nil
 	}
 	res := make(chan error, 1)
 	if err := c.l.Execute(func() { res <- f() }); err != nil {
-		return c.opError(op, "", net.ErrClosed)
+		return c.loopRefused(op, err)
 	}
 	return <-res
+}
+
+// loopRefused is the error of a call whose task c's loop refused: its
+// task queue full (the error says so; the call may be tried again), or the
+// loop shut down (net.ErrClosed).
+func (c *Conn) loopRefused(op string, err error) error {
+	if errors.Is(err, loop.ErrQueueFull) {
+		return c.opError(op, "", err)
+	}
+	return c.opError(op, "", net.ErrClosed)
 }
 
 // SetReadTimeout closes the connection with an error wrapping

@@ -160,7 +160,7 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 	if ctx.Done() != nil {
 		ds.stopCtx = context.AfterFunc(ctx, func() {
 			cerr := ctx.Err()
-			_ = l.Execute(func() { c.abortDial(cerr) })
+			_ = executeRetrying(l, func() { c.abortDial(cerr) })
 			// A refused task means the loop is terminating: its drain
 			// cancels the connect.
 		})

@@ -207,7 +207,7 @@ func (s *Server) close(ctx context.Context) error {
 	s.closing.Store(true)
 	var wait []*listener
 	for _, ln := range s.lns {
-		if err := executeClose(ln.l, ln.stop); err != nil {
+		if err := executeRetrying(ln.l, ln.stop); err != nil {
 			// The loop terminated: its drain ended the accept; the
 			// listener's fd is closed by its last completion, or here if
 			// it never started.
@@ -279,7 +279,7 @@ func (s *Server) add(c *Conn) bool {
 func (s *Server) closeConns() {
 	for i := range s.workers.Len() {
 		l := s.workers.Loop(i)
-		_ = l.Execute(func() {
+		_ = executeRetrying(l, func() {
 			for _, c := range registryFor(l).conns.snapshot() {
 				if c.srv == s {
 					_ = c.Close()

@@ -95,6 +95,15 @@ func (iq *inQueue) push(p []byte) {
 		if t == nil || t.w == len(t.buf) {
 			t = inChunkPool.Get().(*chunk)
 			t.r, t.w = 0, 0
+			if len(iq.q) == cap(iq.q) && iq.head > 0 {
+				// Full, with read chunks at the front: slide the live
+				// ones down rather than grow, or a queue that never
+				// quite empties (a stream into a slower reader) would
+				// grow by a slot per chunk for as long as it runs.
+				k := copy(iq.q, iq.q[iq.head:])
+				clear(iq.q[k:])
+				iq.q, iq.head = iq.q[:k], 0
+			}
 			iq.q = append(iq.q, t)
 		}
 		k := copy(t.buf[t.w:], p)

@@ -888,7 +888,7 @@ func (pc *PacketConn) Close() error {
 		pc.closeNow(nil)
 		return nil
 	}
-	if err := executeClose(pc.l, func() { pc.closeNow(nil) }); err != nil && loop.Current() == nil {
+	if err := executeRetrying(pc.l, func() { pc.closeNow(nil) }); err != nil && loop.Current() == nil {
 		// The loop is ending: its shutdown hook closes the socket.
 		<-pc.done
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -490,6 +491,51 @@ func TestListenDuringShutdown(t *testing.T) {
 			}
 			if refused == 0 {
 				t.Fatal("no Listen met the shutdown: the test proves nothing")
+			}
+		})
+	}
+}
+
+// TestPauseResumeWithFullTaskQueue: PauseRead then ResumeRead from another
+// goroutine while the loop's bounded task queue is full are not lost or
+// reordered: the connection ends up reading (the last word wins). A
+// setter refused by the full queue says so (loop.ErrQueueFull), not that
+// the connection is closed.
+func TestPauseResumeWithFullTaskQueue(t *testing.T) {
+	for _, b := range []loop.Backend{loop.BackendUring, loop.BackendEpoll} {
+		t.Run(b.String(), func(t *testing.T) {
+			if b == loop.BackendUring {
+				testutil.SkipIfNoUring(t)
+			}
+			testutil.CheckLeaks(t)
+			g := ctGroup(t, b, 1, loop.WithMaxPendingTasks(2))
+			h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
+			srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h)
+			cl, sc, _ := ctDialAccepted(t, srv, h)
+			l := g.Loop(0)
+			block := make(chan struct{})
+			if err := l.Execute(func() { <-block }); err != nil {
+				t.Fatal(err)
+			}
+			for l.Execute(func() {}) == nil {
+			}
+			if err := sc.SetNoDelay(true); !errors.Is(err, loop.ErrQueueFull) || errors.Is(err, net.ErrClosed) {
+				t.Errorf("SetNoDelay with the task queue full: %v, want loop.ErrQueueFull", err)
+			}
+			if err := sc.PauseRead(); err != nil {
+				t.Fatal(err)
+			}
+			if err := sc.ResumeRead(); err != nil {
+				t.Fatal(err)
+			}
+			close(block)
+			cl.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := cl.Write([]byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(cl, buf); err != nil || string(buf) != "ping" {
+				t.Fatalf("echo after pause and resume: %q, %v (paused: %v)", buf, err, sc.ReadPaused())
 			}
 		})
 	}

@@ -370,10 +370,19 @@ func (c *Conn) setPaused(bit uint8, on bool) error {
 	if c.shared.Load()&sharedCloseReq != 0 {
 		return c.opError("read", "", net.ErrClosed)
 	}
-	if err := c.l.Execute(func() { c.applyPause(bit, on) }); err != nil {
+	// The task applies the user's pause as it stands when it runs, not
+	// this call's: a task retried after a full task queue may run after
+	// a later call's, and the last word must win.
+	if err := executeRetrying(c.l, c.applyUserPause); err != nil {
 		return c.opError("read", "", net.ErrClosed)
 	}
 	return nil
+}
+
+// applyUserPause applies PauseRead or ResumeRead, whichever was called
+// last. Must be called on c's loop.
+func (c *Conn) applyUserPause() {
+	c.applyPause(pauseUser, c.shared.Load()&sharedUserPaused != 0)
 }
 
 // applyPause sets or clears one reason to pause and acts on a change of
@@ -402,7 +411,8 @@ func (c *Conn) applyPause(bit uint8, on bool) {
 	if c.pending() > 0 || c.eofHeld {
 		if !c.resumeQueued {
 			c.resumeQueued = true
-			if c.l.Execute(c.resume) != nil {
+			// A tail task: a bounded task queue cannot refuse it.
+			if c.l.ExecuteAfterTurn(c.resume) != nil {
 				c.resumeQueued = false
 			}
 		}
