@@ -48,6 +48,17 @@ func (c *Conn) Close() error {
 	return nil
 }
 
+// cancelOp cancels op id on l. loop.ErrUnknownOp means the op has reached
+// its final completion, which is on its way; any other error (the backend
+// could not queue the cancel: its submission queue full, the kernel busy)
+// leaves the op live, so the cancel is tried again after the turn. A
+// terminating loop's drain cancels what is left. Must be called on l.
+func cancelOp(l *loop.Loop, id loop.OpID) {
+	if err := l.Cancel(id); err != nil && !errors.Is(err, loop.ErrUnknownOp) {
+		_ = l.ExecuteAfterTurn(func() { cancelOp(l, id) })
+	}
+}
+
 // executeRetrying runs f on l as a task that must not be lost to a bounded
 // task queue that is full (loop.WithMaxPendingTasks): a close, a pause or
 // resume, a dial's cancellation. Then a goroutine tries again, backing off
@@ -108,7 +119,7 @@ func (c *Conn) closeLinger() {
 	c.mu.Unlock()
 	c.stopTimeouts()
 	if c.recvActive {
-		_ = c.l.Cancel(c.recv.id) // its completions are dropped from now on
+		cancelOp(c.l, c.recv.id) // its completions are dropped from now on
 	}
 	if !c.send.active {
 		c.startSend()
@@ -196,16 +207,14 @@ func (c *Conn) closeNow(err error) {
 	if c.rare != nil {
 		stopTimer(&c.rare.lingerTimer)
 	}
-	// Cancel errors mean the op already reached its final completion,
-	// which is then on its way: nothing to do.
 	if c.recvActive {
-		_ = c.l.Cancel(c.recv.id)
+		cancelOp(c.l, c.recv.id)
 	}
 	if c.send.active {
-		_ = c.l.Cancel(c.send.id)
+		cancelOp(c.l, c.send.id)
 	}
 	if m := c.miscOp(); m != nil {
-		_ = c.l.Cancel(m.id)
+		cancelOp(c.l, m.id)
 	}
 	if c.send.waitsOnlyForNotif() {
 		c.detachSend() // the fd closes now; the chunks wait for the notification

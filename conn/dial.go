@@ -193,7 +193,7 @@ func (c *Conn) abortDial(cause error) {
 	}
 	ds.canceled = cause
 	if m := c.miscOp(); m != nil && m.kind == miscConnect {
-		_ = c.l.Cancel(m.id)
+		cancelOp(c.l, m.id)
 	}
 }
 

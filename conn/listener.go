@@ -191,8 +191,8 @@ func (s *Server) Conns() int { return int(s.live.Load()) }
 
 // Close stops accepting and closes the listening sockets (removing a Unix
 // socket's path); live connections stay open. It waits for the listeners'
-// accept ops to end, unless called on one of the acceptor loops, where it
-// returns at once and the listeners close right after. A second call
+// accept ops to end, unless called on a loop goroutine (of any group),
+// where it returns at once and the listeners close right after. A second call
 // returns ErrServerClosed. Safe for concurrent use.
 func (s *Server) Close() error { return s.close(context.Background()) }
 
@@ -214,7 +214,10 @@ func (s *Server) close(ctx context.Context) error {
 			ln.closeFdOnce()
 			continue
 		}
-		if !ln.l.InLoop() {
+		if loop.Current() == nil {
+			// Waited for off the loops only: a loop waiting for
+			// another's listener would stall its own connections, and
+			// two doing so at once would wait for each other.
 			wait = append(wait, ln)
 		}
 	}
@@ -380,7 +383,7 @@ func (ln *listener) Complete(cp *loop.Completion) {
 		ln.s.outOfRes.Add(1)
 		ln.pause = true
 		if !final {
-			_ = ln.l.Cancel(ln.id)
+			cancelOp(ln.l, ln.id)
 			return
 		}
 		ln.next()
@@ -448,6 +451,12 @@ func (ln *listener) stop() {
 	}
 	if ln.active {
 		if err := ln.l.Cancel(ln.id); err == nil {
+			return
+		} else if !errors.Is(err, loop.ErrUnknownOp) {
+			// Not queued (the submission queue full, the kernel busy):
+			// the accept is live, so its fd stays open; again after
+			// the turn, until its final completion closes the fd.
+			_ = ln.l.ExecuteAfterTurn(func() { ln.closing = false; ln.stop() })
 			return
 		}
 	}

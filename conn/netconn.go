@@ -645,9 +645,9 @@ func WithNetInbound(n int) Option { return func(c *config) { c.netInbound = n } 
 // DialNet connects to address on a loop of g, as Dial does, and returns
 // the connection as a net.Conn. It must not be called on a loop goroutine.
 func DialNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetConn, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	nc := newNetConn(cfg.netInbound)
 	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true))
@@ -679,9 +679,9 @@ type NetListener struct {
 // ListenNet listens on address as Listen does and returns a net.Listener
 // whose Accept returns the connections as *NetConn.
 func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetListener, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	ln := &NetListener{
 		limit: cfg.netInbound,

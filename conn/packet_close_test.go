@@ -91,7 +91,7 @@ func TestPacketOpenDuringShutdown(t *testing.T) {
 						close(first)
 					}
 				}()
-				for range 200 {
+				for range 5000 { // until the shutdown refuses one
 					pc, err := conn.ListenPacket(context.Background(), g, "udp4", "127.0.0.1:0", newPacketRecorder(false))
 					if err != nil {
 						failed++
@@ -464,7 +464,7 @@ func TestListenDuringShutdown(t *testing.T) {
 							close(first)
 						}
 					}()
-					for range 100 {
+					for range 2000 { // until the shutdown refuses one
 						s, err := conn.Listen(context.Background(), g, "tcp4", "127.0.0.1:0", ctNewServerHandler(t, nil))
 						if err != nil {
 							refused++

@@ -223,6 +223,9 @@ func (c *Conn) kept() []byte {
 // consume drops the first n kept bytes.
 func (c *Conn) consume(n int) {
 	k := c.kin
+	if k == nil {
+		return // closed inside the handler: the buffer is gone
+	}
 	k.off += n
 	if k.off == len(k.buf) {
 		k.buf, k.off = k.buf[:0], 0
@@ -401,7 +404,7 @@ func (c *Conn) applyPause(bit uint8, on bool) {
 	if c.pause != 0 {
 		if c.recvActive && !c.recvCanceled {
 			c.recvCanceled = true
-			_ = c.l.Cancel(c.recv.id)
+			cancelOp(c.l, c.recv.id)
 		}
 		return
 	}
@@ -474,7 +477,7 @@ func (c *Conn) onEOF() {
 		stopTimer(&c.rare.readTimer)
 	}
 	if c.recvActive {
-		_ = c.l.Cancel(c.recv.id)
+		cancelOp(c.l, c.recv.id)
 	}
 	if c.cfg.halfClose {
 		switch {

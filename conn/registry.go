@@ -138,7 +138,14 @@ func (r *loopConns) closeAll() {
 // on c's loop.
 func (c *Conn) closeForShutdown() {
 	c.shutdownClose = true
-	_ = c.Close() // on the loop: closeLinger; an error only says Close came first
+	// As Close on the loop, even if a Close came first: its task may
+	// still be on its way (retried after a full task queue), and the loop
+	// is going away.
+	c.setShared(sharedCloseReq)
+	c.mu.Lock()
+	c.wclosed = true
+	c.mu.Unlock()
+	c.closeLinger()
 	if c.lingering && c.rareX().lingerHold == nil {
 		// Lingering since before the shutdown: the loop's shutdown stops
 		// its linger timer, so it holds the loop's termination instead,
