@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
@@ -61,23 +62,63 @@ func cancelOp(l *loop.Loop, id loop.OpID) {
 
 // executeRetrying runs f on l as a task that must not be lost to a bounded
 // task queue that is full (loop.WithMaxPendingTasks): a close, a pause or
-// resume, a dial's cancellation. Then a goroutine tries again, backing off
-// up to 10 ms, until l takes the task or shuts down. The error is the first
-// attempt's other than a full queue: l is shutting down.
+// resume, a dial's cancellation. Refused ones wait in l's overflow, and a
+// goroutine hands them to l in order, backing off up to 10 ms, until l
+// takes each or shuts down; while any waits, later calls queue behind it,
+// so one goroutine's calls keep their order. The error is the loop's other
+// than a full queue: l is shutting down.
 func executeRetrying(l *loop.Loop, f func()) error {
-	err := l.Execute(f)
-	if err == nil || !errors.Is(err, loop.ErrQueueFull) {
-		return err
-	}
-	go func() {
-		for d := 100 * time.Microsecond; ; d = min(2*d, 10*time.Millisecond) {
-			time.Sleep(d)
-			if err := l.Execute(f); err == nil || !errors.Is(err, loop.ErrQueueFull) {
-				return
-			}
+	o := &registryFor(l).overflow
+	o.mu.Lock()
+	if len(o.q) == 0 {
+		o.mu.Unlock()
+		err := l.Execute(f)
+		if err == nil || !errors.Is(err, loop.ErrQueueFull) {
+			return err
 		}
-	}()
+		o.mu.Lock()
+	}
+	o.q = append(o.q, f)
+	if !o.running {
+		o.running = true
+		go o.drain(l)
+	}
+	o.mu.Unlock()
 	return nil
+}
+
+// overflow holds tasks a loop's full task queue refused, for drain.
+type overflow struct {
+	mu      sync.Mutex
+	q       []func()
+	running bool
+}
+
+// drain hands the overflow's tasks to l in order until none is left. One
+// l refuses for shutting down is dropped: the loop's shutdown closes what
+// it would have.
+func (o *overflow) drain(l *loop.Loop) {
+	wait := 100 * time.Microsecond
+	for {
+		o.mu.Lock()
+		if len(o.q) == 0 {
+			o.q, o.running = nil, false
+			o.mu.Unlock()
+			return
+		}
+		f := o.q[0]
+		o.mu.Unlock()
+		if err := l.Execute(f); err != nil && errors.Is(err, loop.ErrQueueFull) {
+			time.Sleep(wait)
+			wait = min(2*wait, 10*time.Millisecond)
+			continue
+		}
+		wait = 100 * time.Microsecond
+		o.mu.Lock()
+		o.q[0] = nil
+		o.q = o.q[1:]
+		o.mu.Unlock()
+	}
 }
 
 func (c *Conn) closeTask() { c.closeLinger() }
@@ -108,7 +149,7 @@ func (c *Conn) closeLinger() {
 		// The loop is shutting down and takes no timers: linger without
 		// one, holding its termination until the queue drains or the
 		// shutdown's timeout passes (then its drain cancels the send).
-		c.rareX().lingerHold = c.l.DelayTermination()
+		c.rareX().lingerHold = c.l.DelayTermination(c.cfg.linger)
 	default:
 		c.closeNow(nil) // the loop is terminating
 		return

@@ -414,10 +414,11 @@ func TestCloseWithFullTaskQueue(t *testing.T) {
 				t.Fatal(err)
 			}
 			l := g.Loop(0)
-			block := make(chan struct{})
-			if err := l.Execute(func() { <-block }); err != nil {
+			block, running := make(chan struct{}), make(chan struct{})
+			if err := l.Execute(func() { close(running); <-block }); err != nil {
 				t.Fatal(err)
 			}
+			<-running // the loop is in it: nothing leaves the queue now
 			for l.Execute(func() {}) == nil {
 			}
 			if err := sc.Close(); err != nil {
@@ -497,10 +498,9 @@ func TestListenDuringShutdown(t *testing.T) {
 }
 
 // TestPauseResumeWithFullTaskQueue: PauseRead then ResumeRead from another
-// goroutine while the loop's bounded task queue is full are not lost or
-// reordered: the connection ends up reading (the last word wins). A
-// setter refused by the full queue says so (loop.ErrQueueFull), not that
-// the connection is closed.
+// goroutine while the loop's bounded task queue is full are not lost: the
+// connection ends up reading. A setter refused by the full queue says so
+// (loop.ErrQueueFull), not that the connection is closed.
 func TestPauseResumeWithFullTaskQueue(t *testing.T) {
 	for _, b := range []loop.Backend{loop.BackendUring, loop.BackendEpoll} {
 		t.Run(b.String(), func(t *testing.T) {
@@ -513,10 +513,11 @@ func TestPauseResumeWithFullTaskQueue(t *testing.T) {
 			srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h)
 			cl, sc, _ := ctDialAccepted(t, srv, h)
 			l := g.Loop(0)
-			block := make(chan struct{})
-			if err := l.Execute(func() { <-block }); err != nil {
+			block, running := make(chan struct{}), make(chan struct{})
+			if err := l.Execute(func() { close(running); <-block }); err != nil {
 				t.Fatal(err)
 			}
+			<-running // the loop is in it: nothing leaves the queue now
 			for l.Execute(func() {}) == nil {
 			}
 			if err := sc.SetNoDelay(true); !errors.Is(err, loop.ErrQueueFull) || errors.Is(err, net.ErrClosed) {

@@ -373,19 +373,13 @@ func (c *Conn) setPaused(bit uint8, on bool) error {
 	if c.shared.Load()&sharedCloseReq != 0 {
 		return c.opError("read", "", net.ErrClosed)
 	}
-	// The task applies the user's pause as it stands when it runs, not
-	// this call's: a task retried after a full task queue may run after
-	// a later call's, and the last word must win.
-	if err := executeRetrying(c.l, c.applyUserPause); err != nil {
+	// Each call's own word, in the order the loop takes the tasks: the
+	// shared bit cannot say it, since a pause on the loop and a resume
+	// from a goroutine may set and clear it in the other order.
+	if err := executeRetrying(c.l, func() { c.applyPause(bit, on) }); err != nil {
 		return c.opError("read", "", net.ErrClosed)
 	}
 	return nil
-}
-
-// applyUserPause applies PauseRead or ResumeRead, whichever was called
-// last. Must be called on c's loop.
-func (c *Conn) applyUserPause() {
-	c.applyPause(pauseUser, c.shared.Load()&sharedUserPaused != 0)
 }
 
 // applyPause sets or clears one reason to pause and acts on a change of
@@ -414,8 +408,10 @@ func (c *Conn) applyPause(bit uint8, on bool) {
 	if c.pending() > 0 || c.eofHeld {
 		if !c.resumeQueued {
 			c.resumeQueued = true
-			// A tail task: a bounded task queue cannot refuse it.
-			if c.l.ExecuteAfterTurn(c.resume) != nil {
+			// A task (not a tail task, which queued from the tail phase
+			// would wait for the loop's next wakeup); a full bounded
+			// queue is retried.
+			if executeRetrying(c.l, c.resume) != nil {
 				c.resumeQueued = false
 			}
 		}

@@ -20,6 +20,7 @@ type loopConns struct {
 	closing bool    // the loop's shutdown began: no connection joins
 
 	deadlines deadlineQueue // its NetConns' deadlines (safe for concurrent use)
+	overflow  overflow      // tasks a full task queue refused, in order (executeRetrying)
 }
 
 // A connSet is a set of connections kept in fixed chunks of a slice each,
@@ -150,7 +151,7 @@ func (c *Conn) closeForShutdown() {
 		// Lingering since before the shutdown: the loop's shutdown stops
 		// its linger timer, so it holds the loop's termination instead,
 		// until its queue drains or the shutdown's timeout passes.
-		c.rare.lingerHold = c.l.DelayTermination()
+		c.rare.lingerHold = c.l.DelayTermination(c.cfg.linger)
 	}
 }
 

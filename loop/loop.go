@@ -68,6 +68,7 @@ type Loop struct {
 	tids        []int32     // a shared-thread loop: the threads it has an entry in running for (thread.go)
 	confirming  bool        // confirmShutdown ran at least once
 	holds       int         // DelayTermination holds not yet released
+	holdUntil   int64       // clock instant the last of them expires
 	sinkRefused bool        // the last timer move hit a full queue
 	parked      parkedQueue // receives waiting for provided buffers (starved.go)
 	fair        bool        // WithFairReceives: rotate receives while some are parked (starved.go)
@@ -380,14 +381,16 @@ func (l *Loop) RebuildRing() error {
 func (l *Loop) rebuildRequested() { l.rebuild("requested") }
 
 // DelayTermination keeps the loop, once shutting down, from terminating
-// until release is called or the shutdown's timeout passes, quiet period
-// or not: for work the loop's ops carry on with no task to show for it,
-// such as a connection sending its queued bytes as its loop shuts down.
-// Calling release again does nothing. Must be called on the loop
-// goroutine, and so must release.
-func (l *Loop) DelayTermination() (release func()) {
+// until release is called, limit passes or the shutdown's timeout passes,
+// whichever comes first, quiet period or not: for work the loop's ops carry
+// on with no task to show for it, such as a connection sending its queued
+// bytes as its loop shuts down (for at most its linger time). Calling
+// release again does nothing. Must be called on the loop goroutine, and so
+// must release.
+func (l *Loop) DelayTermination(limit time.Duration) (release func()) {
 	l.assertLoop()
 	l.holds++
+	l.holdUntil = max(l.holdUntil, l.clock.Now()+int64(limit))
 	done := false
 	return func() {
 		l.assertLoop()

@@ -145,8 +145,8 @@ func (l *Loop) confirmShutdown() bool {
 	if now-l.shutdownAt.Load() >= l.timeout.Load() {
 		return true
 	}
-	if l.holds > 0 {
-		return false // DelayTermination: until released or the timeout
+	if l.holds > 0 && now < l.holdUntil {
+		return false // DelayTermination: until released, its max or the timeout
 	}
 	quiet := l.quiet.Load()
 	if ran {

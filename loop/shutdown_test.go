@@ -167,33 +167,37 @@ func TestShutdownFromLoopReturnsError(t *testing.T) {
 
 // TestShutdownDelayTermination: a loop shutting down with a quiet period
 // of 0 does not terminate while a DelayTermination hold is out; it does
-// once the hold is released, and without the release once the shutdown's
-// timeout passes.
+// once the hold is released, and without the release once the hold's limit
+// or the shutdown's timeout passes, whichever is first.
 func TestShutdownDelayTermination(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
-		for _, released := range []bool{true, false} {
+		for _, c := range []struct {
+			name           string
+			limit, timeout time.Duration
+			release        bool
+		}{
+			{"released", time.Minute, 10 * time.Second, true},
+			{"timeout", time.Minute, 400 * time.Millisecond, false},
+			{"limit", 400 * time.Millisecond, 10 * time.Second, false},
+		} {
 			g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
 			if err != nil {
 				t.Fatal(err)
 			}
 			l := g.Loop(0)
 			var release func()
-			runOn(t, l, func() { release = l.DelayTermination() })
+			runOn(t, l, func() { release = l.DelayTermination(c.limit) })
 			start := time.Now()
-			timeout := 400 * time.Millisecond
-			if released {
-				timeout = 10 * time.Second
-			}
-			if err := g.ShutdownGracefully(0, timeout); err != nil {
+			if err := g.ShutdownGracefully(0, c.timeout); err != nil {
 				t.Fatal(err)
 			}
 			select {
 			case <-g.Done():
-				t.Fatalf("terminated after %v with a hold out", time.Since(start))
+				t.Fatalf("%s: terminated after %v with a hold out", c.name, time.Since(start))
 			case <-time.After(200 * time.Millisecond):
 			}
-			if released {
+			if c.release {
 				// Tasks still run while shutting down: release on the loop.
 				if err := l.Execute(func() { release(); release() }); err != nil {
 					t.Fatal(err)
@@ -202,10 +206,10 @@ func TestShutdownDelayTermination(t *testing.T) {
 			select {
 			case <-g.Done():
 			case <-time.After(5 * time.Second):
-				t.Fatalf("not terminated %v after the shutdown (released %v)", time.Since(start), released)
+				t.Fatalf("%s: not terminated %v after the shutdown", c.name, time.Since(start))
 			}
-			if !released && time.Since(start) < timeout {
-				t.Fatalf("terminated after %v, before the %v timeout, with the hold out", time.Since(start), timeout)
+			if bound := min(c.limit, c.timeout); !c.release && time.Since(start) < bound {
+				t.Fatalf("%s: terminated after %v, before the hold's %v bound", c.name, time.Since(start), bound)
 			}
 		}
 	})
