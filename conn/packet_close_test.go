@@ -80,36 +80,14 @@ func TestPacketOpenDuringShutdown(t *testing.T) {
 		total, failed := 0, 0
 		for range 20 {
 			g := ctGroup(t, b, 1, opts...)
-			var wg sync.WaitGroup
 			var opened []*conn.PacketConn
-			first := make(chan struct{})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() {
-					if len(opened) == 0 {
-						close(first)
-					}
-				}()
-				for range 5000 { // until the shutdown refuses one
-					pc, err := conn.ListenPacket(context.Background(), g, "udp4", "127.0.0.1:0", newPacketRecorder(false))
-					if err != nil {
-						failed++
-						return
-					}
+			failed += openDuringShutdown(t, g, 5000, func() error {
+				pc, err := conn.ListenPacket(context.Background(), g, "udp4", "127.0.0.1:0", newPacketRecorder(false))
+				if err == nil {
 					opened = append(opened, pc)
-					if len(opened) == 1 {
-						close(first)
-					}
 				}
-			}()
-			<-first
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := g.Shutdown(ctx); err != nil {
-				t.Errorf("Shutdown: %v", err)
-			}
-			cancel()
-			wg.Wait()
+				return err
+			})
 			for _, pc := range opened {
 				select {
 				case <-pc.Done():
@@ -126,6 +104,37 @@ func TestPacketOpenDuringShutdown(t *testing.T) {
 	})
 }
 
+// openDuringShutdown calls open on a goroutine, up to limit times until it
+// fails, while g shuts down (once open has succeeded once), and returns
+// 1 if an open failed (met the shutdown), else 0. open's state is the
+// caller's to read once it returns.
+func openDuringShutdown(t *testing.T, g *loop.Group, limit int, open func() error) int {
+	t.Helper()
+	first := make(chan struct{})
+	var once sync.Once
+	refused := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer once.Do(func() { close(first) })
+		for range limit {
+			if err := open(); err != nil {
+				refused = 1
+				return
+			}
+			once.Do(func() { close(first) })
+		}
+	}()
+	<-first
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	<-done
+	return refused
+}
+
 // TestPacketRearmRetry: when the loop cannot take the socket's receive
 // again (its op table full), the socket reports it, keeps its fd and arms
 // the receive again shortly; it does not close.
@@ -133,12 +142,7 @@ func TestPacketRearmRetry(t *testing.T) {
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		testutil.CheckLeaks(t)
 		g := ctGroup(t, b, 1, append([]loop.Option{loop.WithMaxOps(4)}, opts...)...)
-		gone, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := gone.LocalAddr().String()
-		gone.Close()
+		addr := ctGoneUDPAddr(t).String()
 		h := &hogOnRefused{packetRecorder: newPacketRecorder(false)}
 		pc, err := conn.DialPacket(context.Background(), g, "udp4", addr, h)
 		if err != nil {
@@ -290,12 +294,7 @@ func TestNetPacketConnErrors(t *testing.T) {
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		testutil.CheckLeaks(t)
 		g := ctGroup(t, b, 1, opts...)
-		gone, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := gone.LocalAddr().(*net.UDPAddr)
-		gone.Close()
+		addr := ctGoneUDPAddr(t)
 		c, err := conn.DialPacketNet(context.Background(), g, "udp4", addr.String())
 		if err != nil {
 			t.Fatal(err)
@@ -456,34 +455,13 @@ func TestListenDuringShutdown(t *testing.T) {
 			for range 20 {
 				g := ctGroup(t, b, 1)
 				var servers []*conn.Server
-				first := make(chan struct{})
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					defer func() {
-						if len(servers) == 0 {
-							close(first)
-						}
-					}()
-					for range 2000 { // until the shutdown refuses one
-						s, err := conn.Listen(context.Background(), g, "tcp4", "127.0.0.1:0", ctNewServerHandler(t, nil))
-						if err != nil {
-							refused++
-							return
-						}
+				refused += openDuringShutdown(t, g, 2000, func() error {
+					s, err := conn.Listen(context.Background(), g, "tcp4", "127.0.0.1:0", ctNewServerHandler(t, nil))
+					if err == nil {
 						servers = append(servers, s)
-						if len(servers) == 1 {
-							close(first)
-						}
 					}
-				}()
-				<-first
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				if err := g.Shutdown(ctx); err != nil {
-					t.Errorf("Shutdown: %v", err)
-				}
-				cancel()
-				<-done
+					return err
+				})
 				for _, s := range servers {
 					if err := s.Close(); err != nil && !errors.Is(err, conn.ErrServerClosed) {
 						t.Errorf("Close: %v", err)

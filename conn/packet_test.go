@@ -106,6 +106,19 @@ func ctDialReceiver(t *testing.T, g *loop.Group, opts ...conn.Option) (*net.UDPC
 	return rx, pc, nil
 }
 
+// ctGoneUDPAddr returns a loopback UDP address nothing listens on (a
+// socket bound there and closed): datagrams to it draw an ICMP port
+// unreachable.
+func ctGoneUDPAddr(t *testing.T) *net.UDPAddr {
+	t.Helper()
+	gone, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Close()
+	return gone.LocalAddr().(*net.UDPAddr)
+}
+
 func ctListenPacket(t *testing.T, g *loop.Group, network, addr string, h conn.PacketHandler, opts ...conn.Option) *conn.PacketConn {
 	t.Helper()
 	pc, err := conn.ListenPacket(context.Background(), g, network, addr, h, opts...)
@@ -212,12 +225,8 @@ func TestPacketErrors(t *testing.T) {
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		testutil.CheckLeaks(t)
 		g := ctGroup(t, b, 1, opts...)
-		gone, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := gone.LocalAddr().String()
-		gone.Close()
+		gone := ctGoneUDPAddr(t)
+		addr := gone.String()
 		h := newPacketRecorder(false)
 		pc, err := conn.DialPacket(context.Background(), g, "udp4", addr, h)
 		if err != nil {
@@ -237,7 +246,7 @@ func TestPacketErrors(t *testing.T) {
 		}
 		ctWaitFor(t, 5*time.Second, "EMSGSIZE", func() bool { return hasErr(h.errors(), syscall.EMSGSIZE) })
 		// Still open, and serving: a peer appears at the address.
-		back, err := net.ListenUDP("udp4", gone.LocalAddr().(*net.UDPAddr))
+		back, err := net.ListenUDP("udp4", gone)
 		if err != nil {
 			t.Skipf("the port was taken meanwhile: %v", err)
 		}
