@@ -153,25 +153,9 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 	}
 	for i, ln := range s.lns {
 		ln.rearmFn = ln.arm
-		// A group shutting down stops accepting at its first shutdown
-		// check (Netty's closeAll), not at its end.
-		remove, err := ln.l.AddShutdownHook(ln.stop)
-		if err != nil {
+		if err := ln.l.Execute(ln.open); err != nil {
 			for _, ln := range s.lns[i:] {
-				// Never armed, but a shutdown hook may be closing
-				// this one too: the fd is closed once.
-				ln.closeFdOnce()
-			}
-			s.lns = s.lns[:i]
-			s.Close()
-			return nil, opError("listen", network, "", nil, s.addr, err)
-		}
-		ln.unhook = remove
-		if err := ln.l.Execute(ln.arm); err != nil {
-			for _, ln := range s.lns[i:] {
-				// Never armed, but a shutdown hook may be closing
-				// this one too: the fd is closed once.
-				ln.closeFdOnce()
+				ln.closeFdOnce() // no loop has seen these
 			}
 			s.lns = s.lns[:i]
 			s.Close()
@@ -324,6 +308,21 @@ type listener struct {
 
 // arm starts the accept op (multishot where the backend has it). Must be
 // called on ln's loop.
+// open hooks the listener to its loop's shutdown, which stops accepting at
+// the loop's first shutdown check (Netty's closeAll), not at its end, and
+// arms the accept. It runs on the loop, so a shutdown starting meanwhile
+// either finds the hook or refuses it, and the fd is closed once either
+// way.
+func (ln *listener) open() {
+	remove, err := ln.l.AddShutdownHook(ln.stop)
+	if err != nil {
+		ln.stop() // the loop is shutting down
+		return
+	}
+	ln.unhook = remove
+	ln.arm()
+}
+
 func (ln *listener) arm() {
 	ln.timer = nil
 	if ln.closing || ln.active {
