@@ -3,6 +3,7 @@ package loop_test
 import (
 	"bytes"
 	"cmp"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -249,16 +250,21 @@ func profileWorkload(t *testing.T, l *loop.Loop, bufRing bool) {
 				p = p[n:]
 			}
 			var back []byte
+			var rerr error
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := unix.Read(fd, buf)
+				if err == unix.EINTR {
+					continue
+				}
 				if n <= 0 || err != nil {
+					rerr = err
 					break
 				}
 				back = append(back, buf[:n]...)
 			}
 			if !bytes.Equal(back, msg) {
-				fail("echo differs")
+				fail(fmt.Sprintf("echo differs: %d bytes back of %d (equal prefix: %v), then read error %v", len(back), len(msg), bytes.HasPrefix(msg, back), rerr))
 			}
 		}()
 	}
