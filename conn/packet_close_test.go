@@ -151,18 +151,11 @@ func TestPacketRearmRetry(t *testing.T) {
 		defer func() { pc.Close(); <-pc.Done() }()
 		// ECONNREFUSED ends the receive; the handler then takes every
 		// free op, so the socket cannot arm it again.
-		deadline := time.Now().Add(5 * time.Second)
-		for !hasErr(h.errors(), loop.ErrTooManyOps) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the re-arm never met a full op table; errors %v", h.errors())
-			}
-			pc.Write([]byte("anyone?"))
-			time.Sleep(10 * time.Millisecond)
-		}
+		ctWriteUntilErr(t, pc, h, loop.ErrTooManyOps)
 		h.release(pc.Loop())
 		// Armed again: the next refusal arrives too.
 		refused := h.refusals()
-		deadline = time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(5 * time.Second)
 		for h.refusals() == refused {
 			if time.Now().After(deadline) {
 				t.Fatalf("no receive after the op table freed up; errors %v, stats %+v", h.errors(), pc.Stats())
@@ -398,81 +391,71 @@ func TestPacketControlCloses(t *testing.T) {
 // Close (of a stream connection and of a datagram socket, from outside the
 // loop) still closes once the loop drains its queue; it is not lost.
 func TestCloseWithFullTaskQueue(t *testing.T) {
-	for _, b := range []loop.Backend{loop.BackendUring, loop.BackendEpoll} {
-		t.Run(b.String(), func(t *testing.T) {
-			if b == loop.BackendUring {
-				testutil.SkipIfNoUring(t)
-			}
-			testutil.CheckLeaks(t)
-			g := ctGroup(t, b, 1, loop.WithMaxPendingTasks(2))
-			h := ctNewServerHandler(t, nil)
-			srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h)
-			_, sc, ev := ctDialAccepted(t, srv, h)
-			_, pc, err := ctDialReceiver(t, g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l := g.Loop(0)
-			block, running := make(chan struct{}), make(chan struct{})
-			if err := l.Execute(func() { close(running); <-block }); err != nil {
-				t.Fatal(err)
-			}
-			<-running // the loop is in it: nothing leaves the queue now
-			for l.Execute(func() {}) == nil {
-			}
-			if err := sc.Close(); err != nil {
-				t.Fatalf("Conn.Close with the task queue full: %v", err)
-			}
-			if err := pc.Close(); err != nil {
-				t.Fatalf("PacketConn.Close with the task queue full: %v", err)
-			}
-			close(block)
-			select {
-			case <-ev.closed:
-			case <-time.After(5 * time.Second):
-				t.Fatal("the connection did not close")
-			}
-			select {
-			case <-pc.Done():
-			case <-time.After(5 * time.Second):
-				t.Fatal("the datagram socket did not close")
-			}
-		})
-	}
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, b, 1, loop.WithMaxPendingTasks(2))
+		h := ctNewServerHandler(t, nil)
+		srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h)
+		_, sc, ev := ctDialAccepted(t, srv, h)
+		_, pc, err := ctDialReceiver(t, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := g.Loop(0)
+		block, running := make(chan struct{}), make(chan struct{})
+		if err := l.Execute(func() { close(running); <-block }); err != nil {
+			t.Fatal(err)
+		}
+		<-running // the loop is in it: nothing leaves the queue now
+		for l.Execute(func() {}) == nil {
+		}
+		if err := sc.Close(); err != nil {
+			t.Fatalf("Conn.Close with the task queue full: %v", err)
+		}
+		if err := pc.Close(); err != nil {
+			t.Fatalf("PacketConn.Close with the task queue full: %v", err)
+		}
+		close(block)
+		select {
+		case <-ev.closed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the connection did not close")
+		}
+		select {
+		case <-pc.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the datagram socket did not close")
+		}
+	})
 }
 
 // TestListenDuringShutdown: servers opened while their group shuts down
 // either fail to open or stop with it, each listening fd closed once
 // (CheckLeaks counts the fds; -race sees who touches the listener).
 func TestListenDuringShutdown(t *testing.T) {
-	for _, b := range []loop.Backend{loop.BackendUring, loop.BackendEpoll} {
-		t.Run(b.String(), func(t *testing.T) {
-			if b == loop.BackendUring {
-				testutil.SkipIfNoUring(t)
-			}
-			testutil.CheckLeaks(t)
-			refused := 0
-			for range 20 {
-				g := ctGroup(t, b, 1)
-				var servers []*conn.Server
-				refused += openDuringShutdown(t, g, 2000, func() error {
-					s, err := conn.Listen(context.Background(), g, "tcp4", "127.0.0.1:0", ctNewServerHandler(t, nil))
-					if err == nil {
-						servers = append(servers, s)
-					}
-					return err
-				})
-				for _, s := range servers {
-					if err := s.Close(); err != nil && !errors.Is(err, conn.ErrServerClosed) {
-						t.Errorf("Close: %v", err)
-					}
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		refused := 0
+		for range 20 {
+			g := ctGroup(t, b, 1)
+			var servers []*conn.Server
+			refused += openDuringShutdown(t, g, 2000, func() error {
+				s, err := conn.Listen(context.Background(), g, "tcp4", "127.0.0.1:0", ctNewServerHandler(t, nil))
+				if err == nil {
+					servers = append(servers, s)
+				}
+				return err
+			})
+			for _, s := range servers {
+				if err := s.Close(); err != nil && !errors.Is(err, conn.ErrServerClosed) {
+					t.Errorf("Close: %v", err)
 				}
 			}
-			if refused == 0 {
-				t.Fatal("no Listen met the shutdown: the test proves nothing")
-			}
-		})
-	}
+		}
+		if refused == 0 {
+			t.Fatal("no Listen met the shutdown: the test proves nothing")
+		}
+	})
 }
 
 // TestPauseResumeWithFullTaskQueue: PauseRead then ResumeRead from another
@@ -480,42 +463,37 @@ func TestListenDuringShutdown(t *testing.T) {
 // connection ends up reading. A setter refused by the full queue says so
 // (loop.ErrQueueFull), not that the connection is closed.
 func TestPauseResumeWithFullTaskQueue(t *testing.T) {
-	for _, b := range []loop.Backend{loop.BackendUring, loop.BackendEpoll} {
-		t.Run(b.String(), func(t *testing.T) {
-			if b == loop.BackendUring {
-				testutil.SkipIfNoUring(t)
-			}
-			testutil.CheckLeaks(t)
-			g := ctGroup(t, b, 1, loop.WithMaxPendingTasks(2))
-			h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
-			srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h)
-			cl, sc, _ := ctDialAccepted(t, srv, h)
-			l := g.Loop(0)
-			block, running := make(chan struct{}), make(chan struct{})
-			if err := l.Execute(func() { close(running); <-block }); err != nil {
-				t.Fatal(err)
-			}
-			<-running // the loop is in it: nothing leaves the queue now
-			for l.Execute(func() {}) == nil {
-			}
-			if err := sc.SetNoDelay(true); !errors.Is(err, loop.ErrQueueFull) || errors.Is(err, net.ErrClosed) {
-				t.Errorf("SetNoDelay with the task queue full: %v, want loop.ErrQueueFull", err)
-			}
-			if err := sc.PauseRead(); err != nil {
-				t.Fatal(err)
-			}
-			if err := sc.ResumeRead(); err != nil {
-				t.Fatal(err)
-			}
-			close(block)
-			cl.SetDeadline(time.Now().Add(5 * time.Second))
-			if _, err := cl.Write([]byte("ping")); err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, 4)
-			if _, err := io.ReadFull(cl, buf); err != nil || string(buf) != "ping" {
-				t.Fatalf("echo after pause and resume: %q, %v (paused: %v)", buf, err, sc.ReadPaused())
-			}
-		})
-	}
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, b, 1, loop.WithMaxPendingTasks(2))
+		h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
+		srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h)
+		cl, sc, _ := ctDialAccepted(t, srv, h)
+		l := g.Loop(0)
+		block, running := make(chan struct{}), make(chan struct{})
+		if err := l.Execute(func() { close(running); <-block }); err != nil {
+			t.Fatal(err)
+		}
+		<-running // the loop is in it: nothing leaves the queue now
+		for l.Execute(func() {}) == nil {
+		}
+		if err := sc.SetNoDelay(true); !errors.Is(err, loop.ErrQueueFull) || errors.Is(err, net.ErrClosed) {
+			t.Errorf("SetNoDelay with the task queue full: %v, want loop.ErrQueueFull", err)
+		}
+		if err := sc.PauseRead(); err != nil {
+			t.Fatal(err)
+		}
+		if err := sc.ResumeRead(); err != nil {
+			t.Fatal(err)
+		}
+		close(block)
+		cl.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := cl.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(cl, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("echo after pause and resume: %q, %v (paused: %v)", buf, err, sc.ReadPaused())
+		}
+	})
 }

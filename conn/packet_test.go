@@ -233,14 +233,7 @@ func TestPacketErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { pc.Close(); <-pc.Done() }()
-		deadline := time.Now().Add(5 * time.Second)
-		for !hasErr(h.errors(), syscall.ECONNREFUSED) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no ECONNREFUSED; errors %v", h.errors())
-			}
-			pc.Write([]byte("is anyone there?"))
-			time.Sleep(10 * time.Millisecond)
-		}
+		ctWriteUntilErr(t, pc, h, syscall.ECONNREFUSED)
 		if _, err := pc.Write(make([]byte, 70000)); err != nil {
 			t.Fatalf("Write of 70000 B: %v (the kernel's verdict goes to OnPacketError)", err)
 		}
@@ -263,6 +256,20 @@ func TestPacketErrors(t *testing.T) {
 			t.Fatalf("errors not counted: %+v", st)
 		}
 	})
+}
+
+// ctWriteUntilErr writes to pc's peer every 10 ms until h has recorded an
+// error matching target, failing the test after 5 s.
+func ctWriteUntilErr(t *testing.T, pc *conn.PacketConn, h interface{ errors() []error }, target error) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !hasErr(h.errors(), target) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %v; errors %v", target, h.errors())
+		}
+		pc.Write([]byte("is anyone there?"))
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func hasErr(errs []error, target error) bool {
