@@ -80,7 +80,7 @@ func main() {
 	idleSettle := flag.Duration("idle-settle", 3*time.Second, "with -idle: wait between the last connection and the RSS reading")
 	where := flag.Bool("where", false, "one run per server and cell with perf attached: system calls, SQEs and context switches per request and a grouped CPU profile, into where.md (needs perf)")
 	var variants []variant
-	flag.Func("variant", "`NAME=SERVER:ENV=VALUE[:ENV=VALUE…]`: also run SERVER as NAME with this extra environment, side by side with it (repeatable; e.g. nobundle=ringloop-uring:RINGLOOP_RECV_BUNDLE=off)", func(v string) error {
+	flag.Func("variant", "`NAME=SERVER:ENV=VALUE[:ENV=VALUE…][:bin=PATH]`: also run SERVER as NAME with this extra environment, or with the binary at PATH (a build of another commit), side by side with it (repeatable; e.g. shared=ringloop-uring:RINGLOOP=thread=shared, before=ringloop-uring:bin=/tmp/old/ringecho)", func(v string) error {
 		x, err := parseVariant(v)
 		variants = append(variants, x)
 		return err
@@ -369,11 +369,13 @@ func fatal(err error) {
 }
 
 // A variant runs one of the servers under another name with extra
-// environment (a loop option's variable, say), so that the two are
+// environment (the RINGLOOP switch, say) or another build of its binary
+// (bin=PATH: a server built from an earlier commit), so that the two are
 // measured side by side in one run.
 type variant struct {
 	name, base string
 	env        []string
+	bin        string
 }
 
 func parseVariant(v string) (variant, error) {
@@ -385,12 +387,16 @@ func parseVariant(v string) (variant, error) {
 	x := variant{name: name, base: parts[0]}
 	for _, e := range parts[1:] {
 		if !strings.Contains(e, "=") {
-			return variant{}, fmt.Errorf("variant %s: %q is not ENV=VALUE", name, e)
+			return variant{}, fmt.Errorf("variant %s: %q is not ENV=VALUE or bin=PATH", name, e)
+		}
+		if path, ok := strings.CutPrefix(e, "bin="); ok {
+			x.bin = path
+			continue
 		}
 		x.env = append(x.env, e)
 	}
-	if len(x.env) == 0 {
-		return variant{}, fmt.Errorf("variant %s: no ENV=VALUE", name)
+	if len(x.env) == 0 && x.bin == "" {
+		return variant{}, fmt.Errorf("variant %s: no ENV=VALUE or bin=PATH", name)
 	}
 	return x, nil
 }
@@ -405,6 +411,9 @@ func addVariants(servers map[string]server, variants []variant) {
 		}
 		sv.Name = v.name
 		sv.Env = append(append([]string(nil), sv.Env...), v.env...)
+		if v.bin != "" {
+			sv.Argv = append([]string{v.bin}, sv.Argv[1:]...)
+		}
 		servers[v.name] = sv
 		at := indexOf(serverOrder, v.base) + 1
 		serverOrder = append(serverOrder[:at], append([]string{v.name}, serverOrder[at:]...)...)
