@@ -145,8 +145,8 @@ func (l *Loop) confirmShutdown() bool {
 	if now-l.shutdownAt.Load() >= l.timeout.Load() {
 		return true
 	}
-	if l.holds > 0 && now < l.holdUntil {
-		return false // DelayTermination: until released, its max or the timeout
+	if l.held(now) {
+		return false // DelayTermination: until released, its limit or the timeout
 	}
 	quiet := l.quiet.Load()
 	if ran {
@@ -154,6 +154,38 @@ func (l *Loop) confirmShutdown() bool {
 		return quiet == 0
 	}
 	return quiet == 0 || now-l.lastExec > quiet
+}
+
+// hold is a DelayTermination hold: its id and the clock instant its limit
+// passes (math.MaxInt64 for a limit too long to add to the clock).
+type hold struct {
+	id    uint64
+	until int64
+}
+
+// held reports whether a hold not yet released keeps the loop from
+// terminating at now. Holds whose limit passed are dropped.
+func (l *Loop) held(now int64) bool {
+	k := 0
+	for _, h := range l.holds {
+		if now < h.until {
+			l.holds[k] = h
+			k++
+		}
+	}
+	clear(l.holds[k:])
+	l.holds = l.holds[:k]
+	return k > 0
+}
+
+// dropHold removes hold id; one already released or expired is not there.
+func (l *Loop) dropHold(id uint64) {
+	for i, h := range l.holds {
+		if h.id == id {
+			l.holds = append(l.holds[:i], l.holds[i+1:]...)
+			return
+		}
+	}
 }
 
 // runQueued runs the tasks and tail tasks queued now (not those they

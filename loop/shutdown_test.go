@@ -3,6 +3,7 @@ package loop_test
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,6 +181,10 @@ func TestShutdownDelayTermination(t *testing.T) {
 			{"released", time.Minute, 10 * time.Second, true},
 			{"timeout", time.Minute, 400 * time.Millisecond, false},
 			{"limit", 400 * time.Millisecond, 10 * time.Second, false},
+			// A limit too long to add to the clock holds as long as
+			// any: it does not wrap to an instant already past.
+			{"huge limit released", math.MaxInt64, 10 * time.Second, true},
+			{"huge limit timeout", math.MaxInt64, 400 * time.Millisecond, false},
 		} {
 			g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
 			if err != nil {
@@ -212,6 +217,43 @@ func TestShutdownDelayTermination(t *testing.T) {
 			if bound := min(c.limit, c.timeout) - 5*time.Millisecond; !c.release && time.Since(start) < bound {
 				t.Fatalf("%s: terminated after %v, before the hold's %v bound", c.name, time.Since(start), bound)
 			}
+		}
+	})
+}
+
+// TestShutdownReleasedHoldGone: a released DelayTermination hold no longer
+// counts. With a 10 s hold released at once and a 100 ms one never
+// released, a shutdown with a quiet period of 0 ends when the 100 ms one
+// expires, not at the 10 s shutdown timeout.
+func TestShutdownReleasedHoldGone(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := g.Loop(0)
+		start := time.Now()
+		runOn(t, l, func() {
+			release := l.DelayTermination(10 * time.Second)
+			release()
+			l.DelayTermination(100 * time.Millisecond)
+		})
+		if err := g.ShutdownGracefully(0, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-g.Done():
+		case <-time.After(15 * time.Second):
+			t.Fatal("not terminated after the shutdown's timeout")
+		}
+		took := time.Since(start)
+		if took >= 5*time.Second {
+			t.Fatalf("terminated after %v: the released 10 s hold still counted", took)
+		}
+		// The loop's clock may read up to a tick (1 ms) behind.
+		if took < 95*time.Millisecond {
+			t.Fatalf("terminated after %v, before the 100 ms hold expired", took)
 		}
 	})
 }
