@@ -40,6 +40,10 @@ type starveRig struct {
 	// the first one reaches target bytes.
 	target int
 	lens   []int
+
+	// hook, if set, sees every completion of receive i first. On the
+	// loop.
+	hook func(i int, c *loop.Completion)
 }
 
 func newStarveRig(t *testing.T, pairs int) *starveRig {
@@ -139,6 +143,9 @@ func (r *starveRig) arm(i int) {
 		recv = r.l.RecvProvidedOnce
 	}
 	id, err := recv(r.rd[i], 0, completerFunc(func(c *loop.Completion) {
+		if r.hook != nil {
+			r.hook(i, c)
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		switch {
@@ -387,6 +394,85 @@ func TestParkedRecvCancel(t *testing.T) {
 	if inFlight != 0 {
 		t.Fatalf("%d ops in flight after every receive ended", inFlight)
 	}
+}
+
+// A Completer the loop runs while it resubmits its parked receives (here
+// the final completion of a parked receive canceled earlier) cancels
+// another parked receive, the next one due: that one is not resubmitted,
+// and its final completion is -ECANCELED with no bytes after the Cancel.
+func TestParkedRecvCanceledDuringResubmit(t *testing.T) {
+	const pairs, size = 8, 1 << 20
+	r := newStarveRig(t, pairs)
+	writes := r.sendAll(size)
+	a, b := -1, -1
+	var cancelErr error
+	hookRan := false
+	bytesAtCancel := 0
+	waitFor(t, 10*time.Second, "two parked receives", func() bool {
+		runOn(t, r.l, func() {
+			ids := r.l.ParkedOps()
+			if len(ids) < 2 {
+				return
+			}
+			// B is the oldest parked receive: once A is gone it is the
+			// first this turn's end resubmits.
+			idA, idB := ids[len(ids)-1], ids[0]
+			r.mu.Lock()
+			for i, id := range r.ids {
+				switch id {
+				case idA:
+					a = i
+				case idB:
+					b = i
+				}
+			}
+			r.mu.Unlock()
+			r.hook = func(i int, c *loop.Completion) {
+				if i != a || c.Res != -int32(unix.ECANCELED) {
+					return
+				}
+				r.hook = nil
+				hookRan = true
+				r.mu.Lock()
+				bytesAtCancel = len(r.got[b])
+				r.mu.Unlock()
+				cancelErr = r.l.Cancel(idB)
+			}
+			if err := r.l.Cancel(idA); err != nil {
+				t.Errorf("Cancel of parked receive A: %v", err)
+			}
+		})
+		return a >= 0
+	})
+	waitFor(t, 10*time.Second, "A's final completion", func() bool {
+		var ran bool
+		runOn(t, r.l, func() { ran = hookRan })
+		return ran
+	})
+	if cancelErr != nil {
+		t.Fatalf("Cancel of parked receive B from A's Completer: %v", cancelErr)
+	}
+	// B's writer is still writing: B, if resubmitted, gets bytes at once.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		ended := r.ends[b] != 1
+		r.mu.Unlock()
+		if ended {
+			break
+		}
+	}
+	r.mu.Lock()
+	endB, gotB := r.ends[b], len(r.got[b])-bytesAtCancel
+	r.mu.Unlock()
+	if endB != -int32(unix.ECANCELED) || gotB != 0 {
+		t.Errorf("receive B canceled while parked: %d bytes after the Cancel, then end %d (1: still armed), want none and -ECANCELED", gotB, endB)
+	}
+	skip := map[int]bool{a: true, b: true}
+	for i := range skip {
+		unix.Shutdown(r.rd[i], unix.SHUT_RD)
+	}
+	r.finish(writes, skip)
+	r.checkStreams(size, skip)
 }
 
 // A ring rebuild leaves parked receives parked; they go to the new ring
