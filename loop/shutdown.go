@@ -18,7 +18,8 @@ import (
 //	               (which starts no earlier than the call: a task queued in
 //	               it restarts it)
 //	finish ──► Shutdown: new tasks rejected; wait for in-progress submitters;
-//	           run what slipped in; cancel every op and reap until the table
+//	           run what slipped in; cancel every op (again those being
+//	           canceled: a cancel is idempotent) and reap until the table
 //	           is empty or the drain deadline passes (orphaning the rest);
 //	           close the backend ──► Terminated; Done() closes last.
 
@@ -265,9 +266,9 @@ func (l *Loop) terminated() {
 	l.group.loopTerminated()
 }
 
-// drainOps cancels every live op and reaps completions until the op table
-// is empty or the drain timeout passes (measured on the real clock, so an
-// injected test clock cannot stall it).
+// drainOps cancels every live op (those being canceled again) and reaps
+// completions until the op table is empty or the drain timeout passes
+// (measured on the real clock, so an injected test clock cannot stall it).
 func (l *Loop) drainOps() {
 	if l.parked.len() > 0 {
 		l.completeParked(nil) // not in the kernel: nothing to cancel there
@@ -275,11 +276,12 @@ func (l *Loop) drainOps() {
 	if l.ops.inFlight == 0 {
 		return
 	}
+	// Every live op, also those being canceled already: a cancel is
+	// idempotent, and one lost earlier (submitted in a batch that dropped
+	// it) would keep the drain waiting until its deadline.
 	l.ops.each(func(o *op) {
-		if o.state != opCanceling {
-			if l.drv.cancel(o) == nil {
-				o.state = opCanceling
-			}
+		if l.drv.cancel(o) == nil {
+			o.state = opCanceling
 		}
 	})
 	deadline := time.Now().Add(l.cfg.drainTimeout)
