@@ -209,6 +209,31 @@ func (r *starveRig) send(i, n int) chan error {
 	return done
 }
 
+// sendBursts is send in bursts of burst bytes, pause apart.
+func (r *starveRig) sendBursts(i, n, burst int, pause time.Duration) chan error {
+	done := make(chan error, 1)
+	r.writers.Add(1)
+	go func() {
+		defer r.writers.Done()
+		p := pattern(i, n)
+		for len(p) > 0 {
+			b := p[:min(burst, len(p))]
+			p = p[len(b):]
+			for len(b) > 0 {
+				k, err := unix.Write(r.wr[i], b)
+				if err != nil {
+					done <- err
+					return
+				}
+				b = b[k:]
+			}
+			time.Sleep(pause)
+		}
+		done <- nil
+	}()
+	return done
+}
+
 func pattern(i, n int) []byte {
 	p := make([]byte, n)
 	for k := range p {
@@ -473,6 +498,54 @@ func TestParkedRecvCanceledDuringResubmit(t *testing.T) {
 	}
 	r.finish(writes, skip)
 	r.checkStreams(size, skip)
+}
+
+// Bundles name their buffers by ring position (the entries that followed
+// the first one the completion names), which holds only while completions
+// come in the order the kernel selected the buffers: a completion reaped
+// after a later selection's lets the loop recycle buffers into the ring
+// entries the earlier bundle took, and its bytes would be read from the
+// wrong buffers. While receives rotate, single-shot bundles (resubmitted
+// from the parked queue) run beside multishot ones on the same small ring,
+// the mix whose completions a kernel without the flush of deferred
+// completions before multishot ones posts out of order. Every byte of
+// every stream arrives, in order, and no completion names a buffer the
+// loop holds.
+func TestBundleRotationOrder(t *testing.T) {
+	const pairs, bufs, size, rounds = 64, 32, 512 << 10, 3
+	defer loop.CountSubmissions()()
+	for round := range rounds {
+		r := newRecvRig(t, pairs, bufs, false)
+		if f := r.l.Features(); !f.RecvBundle || f.IncrementalBuffers {
+			t.Skip("no bundles (RINGLOOP_RECV_BUNDLE=off, or a kernel before 6.17), or an incremental ring: no rotation of single-shot bundles")
+		}
+		// Bursts with pauses: the parked queue empties between them and
+		// receives are armed multishot again, then rotate again.
+		var writes []chan error
+		for i := range pairs {
+			writes = append(writes, r.sendBursts(i, size, 32<<10, 5*time.Millisecond))
+		}
+		r.finish(writes, nil)
+		r.checkStreams(size, nil)
+		if t.Failed() {
+			t.Fatalf("round %d: bytes lost, reordered or misrouted", round)
+		}
+		var c ring.SubmitCounts
+		runOn(t, r.l, func() { c = r.l.Submissions() })
+		st := r.l.Stats()
+		single := c.Count(ring.OpRecv, func(k ring.SQEKind) bool { return k.Bundle && !k.Multishot })
+		multi := c.Count(ring.OpRecv, func(k ring.SQEKind) bool { return k.Bundle && k.Multishot })
+		r.mu.Lock()
+		more := r.more
+		r.mu.Unlock()
+		t.Logf("round %d: %d single-shot and %d multishot bundled receives, %d completions with F_MORE, %d bundle completions, %d parked", round, single, multi, more, st.RecvBundles, st.ParkedRecvs)
+		if st.BufferMisuse != 0 {
+			t.Fatalf("round %d: %d completions named a buffer the loop held", round, st.BufferMisuse)
+		}
+		if single == 0 || multi == 0 || st.RecvBundles == 0 || st.ParkedRecvs == 0 {
+			t.Fatal("single-shot and multishot bundles did not run side by side: the test exercises nothing")
+		}
+	}
 }
 
 // A ring rebuild leaves parked receives parked; they go to the new ring
