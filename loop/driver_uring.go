@@ -1406,7 +1406,10 @@ func (d *uringDriver) setRecvCap() {
 		return
 	}
 	// The probe also stands for bundles' length: kernels before 6.17
-	// ignore it on a bundle, single shot or not.
+	// ignore it on a bundle, single shot or not. It also keeps bundles off
+	// kernels that may post a single shot's completion after a later
+	// multishot one (fixed in 6.15), which TakeBundle's ring positions
+	// cannot survive (docs/op-lifecycle.md, TestBundleRotationOrder).
 	d.capMultishot = d.feat.MultishotRecv && d.probeMultishotLen()
 	if !d.capMultishot {
 		d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles, and WithRecvCap caps plain single shots only", "loop", d.cfg.name)

@@ -137,3 +137,12 @@ func (l *Loop) Submissions() ring.SubmitCounts {
 	}
 	return c
 }
+
+// LoseCancel marks op id as being canceled without asking the backend to
+// stop it, as if its cancel had been lost on the way. Must be called on the
+// loop goroutine.
+func (l *Loop) LoseCancel(id OpID) {
+	if o := l.ops.lookup(uint64(id)); o != nil && o.state == opInFlight {
+		o.state = opCanceling
+	}
+}

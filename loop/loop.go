@@ -67,8 +67,8 @@ type Loop struct {
 	lastTid     int32       // the thread the loop last ran on, as recorded in running
 	tids        []int32     // a shared-thread loop: the threads it has an entry in running for (thread.go)
 	confirming  bool        // confirmShutdown ran at least once
-	holds       int         // DelayTermination holds not yet released
-	holdUntil   int64       // clock instant the last of them expires
+	holds       []hold      // DelayTermination holds not yet released (shutdown.go)
+	holdSeq     uint64      // the last hold's id
 	sinkRefused bool        // the last timer move hit a full queue
 	parked      parkedQueue // receives waiting for provided buffers (starved.go)
 	fair        bool        // WithFairReceives: rotate receives while some are parked (starved.go)
@@ -389,15 +389,12 @@ func (l *Loop) rebuildRequested() { l.rebuild("requested") }
 // must release.
 func (l *Loop) DelayTermination(limit time.Duration) (release func()) {
 	l.assertLoop()
-	l.holds++
-	l.holdUntil = max(l.holdUntil, l.clock.Now()+int64(limit))
-	done := false
+	l.holdSeq++
+	id := l.holdSeq
+	l.holds = append(l.holds, hold{id: id, until: l.deadline(limit)})
 	return func() {
 		l.assertLoop()
-		if !done {
-			done = true
-			l.holds--
-		}
+		l.dropHold(id)
 	}
 }
 

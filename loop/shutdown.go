@@ -18,7 +18,8 @@ import (
 //	               (which starts no earlier than the call: a task queued in
 //	               it restarts it)
 //	finish ──► Shutdown: new tasks rejected; wait for in-progress submitters;
-//	           run what slipped in; cancel every op and reap until the table
+//	           run what slipped in; cancel every op (again those being
+//	           canceled: a cancel is idempotent) and reap until the table
 //	           is empty or the drain deadline passes (orphaning the rest);
 //	           close the backend ──► Terminated; Done() closes last.
 
@@ -145,8 +146,8 @@ func (l *Loop) confirmShutdown() bool {
 	if now-l.shutdownAt.Load() >= l.timeout.Load() {
 		return true
 	}
-	if l.holds > 0 && now < l.holdUntil {
-		return false // DelayTermination: until released, its max or the timeout
+	if l.held(now) {
+		return false // DelayTermination: until released, its limit or the timeout
 	}
 	quiet := l.quiet.Load()
 	if ran {
@@ -154,6 +155,38 @@ func (l *Loop) confirmShutdown() bool {
 		return quiet == 0
 	}
 	return quiet == 0 || now-l.lastExec > quiet
+}
+
+// hold is a DelayTermination hold: its id and the clock instant its limit
+// passes (math.MaxInt64 for a limit too long to add to the clock).
+type hold struct {
+	id    uint64
+	until int64
+}
+
+// held reports whether a hold not yet released keeps the loop from
+// terminating at now. Holds whose limit passed are dropped.
+func (l *Loop) held(now int64) bool {
+	k := 0
+	for _, h := range l.holds {
+		if now < h.until {
+			l.holds[k] = h
+			k++
+		}
+	}
+	clear(l.holds[k:])
+	l.holds = l.holds[:k]
+	return k > 0
+}
+
+// dropHold removes hold id; one already released or expired is not there.
+func (l *Loop) dropHold(id uint64) {
+	for i, h := range l.holds {
+		if h.id == id {
+			l.holds = append(l.holds[:i], l.holds[i+1:]...)
+			return
+		}
+	}
 }
 
 // runQueued runs the tasks and tail tasks queued now (not those they
@@ -233,9 +266,9 @@ func (l *Loop) terminated() {
 	l.group.loopTerminated()
 }
 
-// drainOps cancels every live op and reaps completions until the op table
-// is empty or the drain timeout passes (measured on the real clock, so an
-// injected test clock cannot stall it).
+// drainOps cancels every live op (those being canceled again) and reaps
+// completions until the op table is empty or the drain timeout passes
+// (measured on the real clock, so an injected test clock cannot stall it).
 func (l *Loop) drainOps() {
 	if l.parked.len() > 0 {
 		l.completeParked(nil) // not in the kernel: nothing to cancel there
@@ -243,11 +276,12 @@ func (l *Loop) drainOps() {
 	if l.ops.inFlight == 0 {
 		return
 	}
+	// Every live op, also those being canceled already: a cancel is
+	// idempotent, and one lost earlier (submitted in a batch that dropped
+	// it) would keep the drain waiting until its deadline.
 	l.ops.each(func(o *op) {
-		if o.state != opCanceling {
-			if l.drv.cancel(o) == nil {
-				o.state = opCanceling
-			}
+		if l.drv.cancel(o) == nil {
+			o.state = opCanceling
 		}
 	})
 	deadline := time.Now().Add(l.cfg.drainTimeout)

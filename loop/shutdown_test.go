@@ -3,6 +3,7 @@ package loop_test
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 	"github.com/ringloop/ringloop/sched"
+	"golang.org/x/sys/unix"
 )
 
 func TestShutdownGraceful(t *testing.T) {
@@ -180,6 +182,10 @@ func TestShutdownDelayTermination(t *testing.T) {
 			{"released", time.Minute, 10 * time.Second, true},
 			{"timeout", time.Minute, 400 * time.Millisecond, false},
 			{"limit", 400 * time.Millisecond, 10 * time.Second, false},
+			// A limit too long to add to the clock holds as long as
+			// any: it does not wrap to an instant already past.
+			{"huge limit released", math.MaxInt64, 10 * time.Second, true},
+			{"huge limit timeout", math.MaxInt64, 400 * time.Millisecond, false},
 		} {
 			g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
 			if err != nil {
@@ -212,6 +218,92 @@ func TestShutdownDelayTermination(t *testing.T) {
 			if bound := min(c.limit, c.timeout) - 5*time.Millisecond; !c.release && time.Since(start) < bound {
 				t.Fatalf("%s: terminated after %v, before the hold's %v bound", c.name, time.Since(start), bound)
 			}
+		}
+	})
+}
+
+// TestShutdownReleasedHoldGone: a released DelayTermination hold no longer
+// counts. With a 10 s hold released at once and a 100 ms one never
+// released, a shutdown with a quiet period of 0 ends when the 100 ms one
+// expires, not at the 10 s shutdown timeout.
+func TestShutdownReleasedHoldGone(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := g.Loop(0)
+		start := time.Now()
+		runOn(t, l, func() {
+			release := l.DelayTermination(10 * time.Second)
+			release()
+			l.DelayTermination(100 * time.Millisecond)
+		})
+		if err := g.ShutdownGracefully(0, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-g.Done():
+		case <-time.After(15 * time.Second):
+			t.Fatal("not terminated after the shutdown's timeout")
+		}
+		took := time.Since(start)
+		if took >= 5*time.Second {
+			t.Fatalf("terminated after %v: the released 10 s hold still counted", took)
+		}
+		// The loop's clock may read up to a tick (1 ms) behind.
+		if took < 95*time.Millisecond {
+			t.Fatalf("terminated after %v, before the 100 ms hold expired", took)
+		}
+	})
+}
+
+// TestShutdownDrainRecancels: a terminating loop cancels every live op,
+// also those already being canceled, so an op whose cancel was lost ends
+// at once with -ECANCELED instead of keeping the drain waiting until its
+// deadline (DefaultDrainTimeout) and being orphaned.
+func TestShutdownDrainRecancels(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		testutil.CheckLeaks(t)
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := g.Loop(0)
+		a, _ := testutil.SocketPair(t)
+		res := make(chan int32, 1)
+		buf := make([]byte, 8)
+		runOn(t, l, func() {
+			id, err := l.Recv(a, buf, 0, completerFunc(func(c *loop.Completion) { res <- c.Res }))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			l.LoseCancel(id)
+		})
+		start := time.Now()
+		if err := g.ShutdownGracefully(0, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-g.Done():
+		case <-time.After(2 * loop.DefaultDrainTimeout):
+			t.Fatal("not terminated after the drain's deadline")
+		}
+		if d := time.Since(start); d > loop.DefaultDrainTimeout/2 {
+			t.Errorf("termination took %v: the drain waited for a cancel that was never sent", d)
+		}
+		select {
+		case r := <-res:
+			if r != -int32(unix.ECANCELED) {
+				t.Errorf("receive ended with %d, want -ECANCELED", r)
+			}
+		default:
+			t.Error("the receive got no final completion")
+		}
+		if s := l.Stats(); s.OpsInFlight != 0 || s.Orphaned != 0 {
+			t.Errorf("ops in flight %d orphaned %d after termination", s.OpsInFlight, s.Orphaned)
 		}
 	})
 }

@@ -137,20 +137,25 @@ func (l *Loop) cancelParked(o *op) {
 
 // resubmitParked runs at the end of each turn: canceled receives get their
 // final completion, then up to the budget of the others are resubmitted.
+// Completers run meanwhile (those final completions, a resubmission the
+// backend refuses) and may cancel receives still queued, so each op's state
+// is read as it is taken: one canceled by then ends as canceled instead.
 func (l *Loop) resubmitParked() {
 	q := &l.parked
 	if q.canceled > 0 {
 		l.completeParked(func(o *op) bool { return o.state == opParkedCanceled })
 	}
-	if q.head == len(q.ops) {
-		q.compact()
-		return
-	}
 	single := l.rotating()
-	for n := l.parkBudget; n > 0 && q.head < len(q.ops); n-- {
+	for n := l.parkBudget; n > 0 && q.head < len(q.ops); {
 		o := q.ops[q.head]
 		q.ops[q.head] = nil
 		q.head++
+		if o.state == opParkedCanceled {
+			q.canceled = max(q.canceled-1, 0)
+			l.endParked(o)
+			continue
+		}
+		n--
 		o.state = opQueued
 		if single && o.tag == tagRecvBuf {
 			o.multishot = false // one completion, then the back of the queue
@@ -158,15 +163,21 @@ func (l *Loop) resubmitParked() {
 		if err := l.drv.submit(o); err != nil {
 			// The backend takes no more ops (it is closing): the
 			// receive ends here, as canceled.
-			c := o.c
-			l.ops.release(o)
-			l.stats.completions.Add(1)
-			l.deliver(c, -int32(unix.ECANCELED), 0, nil)
+			l.endParked(o)
 			continue
 		}
 		l.stats.submitted.Add(1)
 	}
 	q.compact()
+}
+
+// endParked gives o, taken off the parked queue, its final completion:
+// -ECANCELED.
+func (l *Loop) endParked(o *op) {
+	c := o.c
+	l.ops.release(o)
+	l.stats.completions.Add(1)
+	l.deliver(c, -int32(unix.ECANCELED), 0, nil)
 }
 
 // noBufsResult is the final result a provided-buffer receive reports for
@@ -202,10 +213,7 @@ func (l *Loop) completeParked(match func(*op) bool) {
 		q.canceled -= len(done)
 	}
 	for _, o := range done {
-		c := o.c
-		l.ops.release(o)
-		l.stats.completions.Add(1)
-		l.deliver(c, -int32(unix.ECANCELED), 0, nil)
+		l.endParked(o)
 	}
 }
 
