@@ -72,8 +72,7 @@
 // transition is reported, even one undone before the handler could hear of
 // it (false, then true), so a writer that resumes on true never stalls. Write
 // never blocks and never refuses for backpressure: a producer must watch
-// writability. SEND_ZC is off by default (WithSendZCThreshold): measured on
-// loopback it was slower than SEND (see DefaultSendZCThreshold).
+// writability.
 //
 // # Receiving
 //

@@ -19,7 +19,7 @@
 // "Must be called on the loop goroutine". Execute*, LazyExecute,
 // ExecuteAfterTurn, Schedule*, RebuildRing, Stats and the shutdown methods
 // may be called from anywhere. The op API (Accept, Recv, RecvProvided,
-// RecvProvidedOnce, Send, Sendmsg, SendZC, Connect, Close, Shutdown, Poll,
+// RecvProvidedOnce, Send, Sendmsg, Connect, Close, Shutdown, Poll,
 // Timeout, Nop, Cancel) is loop-only: call it from a task or a callback. [Loop.InLoop]
 // tells code where it runs (it compares gettid(2) with the loop thread's
 // id); builds with the uringdebug tag check loop-only calls this way and
@@ -67,7 +67,7 @@
 // # Memory shared with the kernel
 //
 // A buffer passed to an op belongs to the loop until the kernel's final
-// word on it: the op's final completion, or for SendZC its notification.
+// word on it: the op's final completion.
 // Where that word never comes (an op given up by a ring rebuild or by the
 // drain at termination), the op's record and buffers are quarantined for
 // the life of the process and counted in [Stats] (Quarantined,

@@ -16,7 +16,7 @@ import (
 // or an error, in which case no completion will follow.
 //
 // Memory: a buffer passed to an op belongs to the loop until the op's final
-// completion (for SendZC: its notification); the op table keeps it
+// completion; the op table keeps it
 // referenced until then. Do not modify or reuse it before.
 
 // An OpID names one in-flight op of a loop: its packed user_data (slot,
@@ -176,24 +176,6 @@ func (l *Loop) Sendmsg(fd int, bufs [][]byte, flags int, c Completer) (OpID, err
 	return l.startOp(o)
 }
 
-// SendZC sends buf without copying it where the backend can (io_uring
-// SEND_ZC; the epoll backend copies). The first completion carries the
-// result, with ring.CQEFMore if a notification follows; buf belongs to the
-// kernel until the completion with ring.CQEFNotif (or a first completion
-// without CQEFMore). Must be called on the loop goroutine.
-func (l *Loop) SendZC(fd int, buf []byte, flags int, c Completer) (OpID, error) {
-	if len(buf) == 0 {
-		return 0, invalidArgument("send-zc: empty buffer")
-	}
-	o, err := l.newOp(tagSendZC, fd, c)
-	if err != nil {
-		return 0, err
-	}
-	o.buf = buf
-	o.arg = uint32(flags)
-	return l.startOp(o)
-}
-
 // Connect connects the non-blocking socket fd to sa (IPv4, IPv6 or Unix).
 // Res is 0 or -errno (-ECONNREFUSED …). Must be called on the loop
 // goroutine.
@@ -325,8 +307,7 @@ func (l *Loop) OpsInFlight() int {
 // complete implements completionSink: the backend delivers every
 // completion of a table op here, on the loop goroutine. The record is looked
 // up by user_data (a stale one is counted and dropped; uringdebug panics),
-// released on its final completion (the one without ring.CQEFMore; for
-// SEND_ZC the notification, or a first completion without CQEFMore), and
+// released on its final completion (the one without ring.CQEFMore), and
 // the Completer is called under recover.
 func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 	if !l.ioStarted {
@@ -348,14 +329,6 @@ func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 		return
 	}
 	final := flags&ring.CQEFMore == 0
-	if o.tag == tagSendZC {
-		switch {
-		case flags&ring.CQEFNotif != 0:
-			final = true
-		case !final:
-			o.marks |= markZCNotif
-		}
-	}
 	if final {
 		if l.park(o, res) {
 			return // resubmitted when the turn ends (starved.go)
