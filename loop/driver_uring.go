@@ -60,9 +60,6 @@ var hiddenFeatures struct {
 	multishotLen bool // a length on multishot receives (6.17)
 }
 
-// getProbeFn is ring.GetProbe; tests replace it to hide opcodes.
-var getProbeFn = ring.GetProbe
-
 // eventfdOne is the 8-byte value wake writes: a counter increment of 1 in
 // the machine's byte order, as eventfd(2) requires. It is never written
 // after init, so concurrent wake calls may share it.
