@@ -150,6 +150,7 @@ type uringDriver struct {
 	// Test seams.
 	rebuildTimeout    time.Duration // how long rebuild reaps the old ring
 	rebuildSkipCancel bool          // rebuild does not cancel the old ring's ops
+	rebuildReaped     func()        // runs after rebuild reaped the old ring, before it moves the ops
 
 	// stall counts the polls injectStall still wants to return empty.
 	stall atomic.Int64

@@ -193,7 +193,12 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		}
 	}
 
-	// Move the ops over.
+	if d.rebuildReaped != nil {
+		d.rebuildReaped()
+	}
+	// Move the ops over. An op canceled since its move was decided is not
+	// re-armed: its cancel went to the new ring before it, and found
+	// nothing there.
 	migrated := 0
 	var lost, unmoved []*migration
 	for _, m := range order {

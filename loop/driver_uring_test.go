@@ -145,12 +145,8 @@ func TestUringDriverFloor(t *testing.T) {
 			t.Errorf("kernel %s: %v; want ErrNotSupported naming the release and that it lacks %s", c.kernel, err, c.lacks)
 		}
 	}
-	_, d := newUringHarness(t, func(cfg *driverConfig, d driver) {
-		if d == nil {
-			cfg.kernel = ring.MustKernel("6.1")
-		}
-	})
-	if f := d.features(); f.Kernel != "6.1" || f.SetupFlags&ring.SetupDeferTaskrun == 0 || f.SetupFlags&ring.SetupNoSQArray != 0 {
+	h := newDriverHarness(t, uringKind(ring.MustKernel("6.1")))
+	if f := h.uring().features(); f.Kernel != "6.1" || f.SetupFlags&ring.SetupDeferTaskrun == 0 || f.SetupFlags&ring.SetupNoSQArray != 0 {
 		t.Fatalf("under 6.1: %+v", f)
 	}
 }
@@ -212,4 +208,35 @@ func TestUringDriverRebuildDeadline(t *testing.T) {
 	if res := h.poll(5 * time.Second); !res.woken || len(h.of(ud)) != 1 {
 		t.Fatalf("poll: %+v, completions of the failed op %v", res, h.of(ud))
 	}
+}
+
+// TestUringDriverRebuildCanceledBeforeRearm: an op canceled after the
+// rebuild decided to move it (a callback run during the reap cancels it)
+// is not re-armed on the new ring, where its cancel went first and found
+// nothing: it ends with -ECANCELED, once, and nothing of it stays armed.
+func TestUringDriverRebuildCanceledBeforeRearm(t *testing.T) {
+	h, d := newUringHarness(t)
+	a, b := testutil.SocketPair(t)
+	buf := make([]byte, 16)
+	ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+	keep := h.start(tagRecv, func(o *op) { o.fd = int32(b); o.buf = make([]byte, 16) })
+	h.poll(0)
+	d.rebuildReaped = func() { h.cancel(ud) }
+	if n, err := d.rebuild(h.tab, h); err != nil || n != 1 {
+		t.Fatalf("rebuild = %d, %v; want only the op not canceled moved", n, err)
+	}
+	d.rebuildReaped = nil
+	wantCQE(t, "recv canceled before its re-arm", h.final("canceled recv", ud), -int32(unix.ECANCELED), false)
+	writeAll(t, b, []byte("late"))
+	for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {
+		h.poll(5 * time.Millisecond)
+	}
+	if n, _, _ := unix.Recvfrom(a, buf, unix.MSG_DONTWAIT); n != 4 {
+		t.Fatalf("the canceled recv was armed on the new ring: the peer's bytes were taken (read %d)", n)
+	}
+	if len(h.of(ud)) != 1 || h.live(ud) || !h.live(keep) {
+		t.Fatalf("completions %v; canceled op live %v, other op live %v", h.of(ud), h.live(ud), h.live(keep))
+	}
+	writeAll(t, a, []byte("moved"))
+	wantCQE(t, "the recv moved", h.final("moved recv", keep), 5, false)
 }
