@@ -399,24 +399,3 @@ func TestEchoAllocs(t *testing.T) {
 type echoHandler struct{ conn.NopHandler }
 
 func (echoHandler) OnData(c *conn.Conn, data []byte) { c.Write(data) }
-
-// pingPong sends size bytes per round from a conn and waits for the peer's
-// one-byte reply, so each round is one flush of one buffer (where SEND_ZC
-// applies).
-type pingPong struct {
-	conn.NopHandler
-	msg  []byte
-	left int
-	done chan struct{}
-}
-
-func (p *pingPong) OnData(c *conn.Conn, data []byte) {
-	for range data {
-		p.left--
-		if p.left == 0 {
-			close(p.done)
-			return
-		}
-		c.Write(p.msg)
-	}
-}

@@ -137,7 +137,7 @@
 // TCP_NODELAY on; keepalive, SO_RCVBUF and SO_SNDBUF left to the kernel;
 // listen backlog 4096; water marks 32 KiB / 64 KiB; no read or idle
 // timeout (WithReadTimeout, WithIdleTimeout, Conn.SetReadTimeout and
-// Conn.SetIdleTimeout use the loop's timer wheel); SEND_ZC off; Close
+// Conn.SetIdleTimeout use the loop's timer wheel); Close
 // lingers up to 2 s for queued bytes; accept
 // errors that mean "out of fds or memory" (EMFILE, ENFILE, ENOBUFS, ENOMEM)
 // pause accepting for 10 ms, doubling up to 1 s, instead of spinning.

@@ -118,10 +118,8 @@ func runFaultClient(ctx context.Context, id uint32, addr string, seed uint64) fa
 		if err := rc.Control(func(fd uintptr) {
 			if slow {
 				// A small receive window and pauses in reading keep
-				// the server's sends queued in its socket, so SEND_ZC
-				// notifications stay due across rebuilds and the
-				// kernel still reads the server's chunks long after
-				// their send's result.
+				// the server's sends queued in its socket, so sends
+				// stay in flight across rebuilds.
 				if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 16384); serr != nil {
 					return
 				}
@@ -382,8 +380,7 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 	// Fatal: an injected -ECANCELED, or an op given up (injected, or
 	// naturally past the short rebuild deadline).
 	// Fatal: an injected -ECANCELED, or an op given up with its outcome
-	// unknown (the server closed with loop.ErrGivenUp); a SEND_ZC whose
-	// notification was given up goes on.
+	// unknown (the server closed with loop.ErrGivenUp).
 	givenUp := 0
 	for _, err := range srvH.closes {
 		if errors.Is(err, loop.ErrGivenUp) {

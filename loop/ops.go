@@ -113,9 +113,6 @@ func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 // Everything else is as for RecvProvided: provided buffers, bundles where
 // enabled, parking while the buffers run out.
 //
-// On a locked-thread loop whose ring is consumed incrementally
-// (WithIncrementalBuffers) it is refused with ring.ErrNotSupported.
-//
 // Use it for AF_UNIX stream sockets: there a multishot receive can miss
 // the peer's shutdown on current kernels (all the bytes arrive, the end
 // of stream never does; liburing issue 1549), which a single shot does
