@@ -32,7 +32,7 @@ import (
 //     On io_uring the op's SQE becomes a NOP with the same user_data.
 //   - F_BUFFER on failure (io_uring): a provided receive's buffer is held
 //     back after its data was delivered, then handed over with a fake
-//     failure, as 5.19-era kernels post a failed receive with its buffer.
+//     failure, as some kernels post a failed receive with its buffer.
 //   - CQ overflow (io_uring): a poll reaps a single completion, so the
 //     CQ fills and the kernel's overflow list takes the rest.
 //   - Forced rebuilds: a loop turn replaces its ring (epoll instance).
@@ -206,7 +206,7 @@ func (d *uringDriver) faultPrep(sqe *ring.SQE, o *op) {
 // faultResult turns the NOP completion of an op faultPrep replaced into
 // its fake result, and reports whether it did. A fake failure of a
 // provided receive may carry a buffer held back by faultHoldBuf, as
-// 5.19-era kernels post a failed receive with the buffer it selected.
+// some kernels post a failed receive with the buffer it selected.
 func (d *uringDriver) faultResult(c *ring.CQE) bool {
 	tag, gen, slot := unpackUserData(c.UserData)
 	if int(slot) >= len(d.faultPlans) || d.faultPlans[slot].res == 0 || d.faultPlans[slot].gen != gen {

@@ -61,8 +61,7 @@ func (l *Loop) startOp(o *op) (OpID, error) {
 
 // Accept accepts connections on the listening socket fd. With multishot it
 // stays armed and completes once per connection (ring.CQEFMore set while it
-// stays armed; re-arm after a completion without it); the backend re-arms
-// single shots itself where the kernel lacks multishot accept. Res is the new
+// stays armed; re-arm after a completion without it). Res is the new
 // fd (non-blocking, close-on-exec) or -errno. Must be called on the loop
 // goroutine.
 func (l *Loop) Accept(fd int, multishot bool, c Completer) (OpID, error) {
@@ -228,9 +227,8 @@ func (l *Loop) Shutdown(fd int, how int, c Completer) (OpID, error) {
 
 // Poll waits for events (unix.POLLIN, POLLOUT, …) on fd. Res is the ready
 // mask or -errno. With multishot it stays armed (ring.CQEFMore) until
-// canceled. Where the kernel lacks multishot poll (before 5.13) it
-// completes once, without ring.CQEFMore: re-arm then, once the fd is dealt
-// with (re-arming a poll on a still-ready fd at once would only spin). Must be called on the loop goroutine.
+// canceled; re-arm after a completion without it. Must be called on the
+// loop goroutine.
 func (l *Loop) Poll(fd int, events uint32, multishot bool, c Completer) (OpID, error) {
 	if events == 0 {
 		return 0, invalidArgument("poll: empty event mask")
