@@ -234,11 +234,7 @@ func (c *Conn) closeNow(err error) {
 	c.mu.Lock()
 	x.closeErr = err
 	c.wclosed = true
-	pending := c.out.n
-	if c.send.zcResult && c.send.zcRes > 0 {
-		pending -= int(c.send.zcRes) // in the socket already: only the notification is due
-	}
-	if pending > 0 {
+	if c.out.n > 0 {
 		// Bytes the handler wrote are dropped: reset, so the peer sees
 		// the stream fail instead of an orderly end after a gap.
 		c.abort = true
@@ -256,9 +252,6 @@ func (c *Conn) closeNow(err error) {
 	}
 	if m := c.miscOp(); m != nil {
 		cancelOp(c.l, m.id)
-	}
-	if c.send.waitsOnlyForNotif() {
-		c.detachSend() // the fd closes now; the chunks wait for the notification
 	}
 	c.maybeFinish()
 }
@@ -292,11 +285,6 @@ func (c *Conn) maybeFinish() {
 // reports OnClose. Must be called on c's loop.
 func (c *Conn) closed() {
 	c.mu.Lock()
-	if c.send.active {
-		// A SEND_ZC still waits for its notification: its chunks stay
-		// with the kernel, out of the pool.
-		c.out.pin(int(c.send.ranges))
-	}
 	c.out.release()
 	c.mu.Unlock()
 	if c.rare != nil {

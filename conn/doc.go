@@ -72,8 +72,7 @@
 // transition is reported, even one undone before the handler could hear of
 // it (false, then true), so a writer that resumes on true never stalls. Write
 // never blocks and never refuses for backpressure: a producer must watch
-// writability. SEND_ZC is off by default (WithSendZCThreshold): measured on
-// loopback it was slower than SEND (see DefaultSendZCThreshold).
+// writability.
 //
 // # Receiving
 //
@@ -138,7 +137,7 @@
 // TCP_NODELAY on; keepalive, SO_RCVBUF and SO_SNDBUF left to the kernel;
 // listen backlog 4096; water marks 32 KiB / 64 KiB; no read or idle
 // timeout (WithReadTimeout, WithIdleTimeout, Conn.SetReadTimeout and
-// Conn.SetIdleTimeout use the loop's timer wheel); SEND_ZC off; Close
+// Conn.SetIdleTimeout use the loop's timer wheel); Close
 // lingers up to 2 s for queued bytes; accept
 // errors that mean "out of fds or memory" (EMFILE, ENFILE, ENOBUFS, ENOMEM)
 // pause accepting for 10 ms, doubling up to 1 s, instead of spinning.

@@ -111,7 +111,6 @@ func TestInvalidOptions(t *testing.T) {
 		{"read-buffer", "tcp", []conn.Option{conn.WithReadBuffer(-1)}, conn.ErrInvalidOption},
 		{"timeout", "tcp", []conn.Option{conn.WithReadTimeout(-time.Second)}, conn.ErrInvalidOption},
 		{"idle", "tcp", []conn.Option{conn.WithIdleTimeout(-time.Second)}, conn.ErrInvalidOption},
-		{"send-zc", "tcp", []conn.Option{conn.WithSendZCThreshold(-1)}, conn.ErrInvalidOption},
 		{"nil-option", "tcp", []conn.Option{nil}, conn.ErrInvalidOption},
 		{"network", "udp", nil, conn.ErrUnknownNetwork},
 	} {

@@ -68,7 +68,7 @@ func FuzzLimits(f *testing.F) {
 			conn.WithReadTimeout(dur(d1)), conn.WithIdleTimeout(dur(d2)), conn.WithLinger(dur(d3)),
 			conn.WithKeepAlive(dur(d1)), conn.WithBacklog(int(n1)), conn.WithReadBuffer(int(n2)),
 			conn.WithWriteBuffer(int(n3)), conn.WithWaterMarks(int(n1), int(n2)),
-			conn.WithInboundLimit(int(n3)), conn.WithSendZCThreshold(int(n1)),
+			conn.WithInboundLimit(int(n3)),
 		}
 		echo := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
 		srv, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", echo, opts...)

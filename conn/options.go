@@ -25,15 +25,6 @@ const (
 	// unwritable until it drains to the low mark (Netty's defaults).
 	DefaultLowWaterMark  = 32 << 10
 	DefaultHighWaterMark = 64 << 10
-	// DefaultSendZCThreshold is 0: SEND_ZC is off. It applies only to a
-	// flush that goes out as one buffer, so at most one 16 KiB outbound
-	// chunk. Measured on loopback (BenchmarkSendZC: one flush per round
-	// trip, uring backend, Linux 6.18, 2 shared cores), SEND_ZC did not
-	// pay: at 16 KiB a round trip took about 42 µs against 34 µs with
-	// SEND (medians of 4 runs), and 4 KiB was within noise. Loopback copies
-	// a zero-copy send anyway and adds a notification completion; over a
-	// NIC it may pay, which WithSendZCThreshold lets a user choose.
-	DefaultSendZCThreshold = 0
 	// DefaultLinger bounds how long Close waits for queued outbound bytes
 	// to reach the kernel before it closes the fd anyway (see WithLinger).
 	DefaultLinger = 2 * time.Second
@@ -63,7 +54,6 @@ type config struct {
 	highWater       int
 	readTimeout     time.Duration
 	idleTimeout     time.Duration
-	sendZC          int
 	linger          time.Duration
 	halfClose       bool
 	pauseUnwritable bool
@@ -79,7 +69,6 @@ func defaultConfig() config {
 		backlog:      DefaultBacklog,
 		lowWater:     DefaultLowWaterMark,
 		highWater:    DefaultHighWaterMark,
-		sendZC:       DefaultSendZCThreshold,
 		dgramQueue:   DefaultDatagramQueue,
 		linger:       DefaultLinger,
 		inboundLimit: DefaultInboundLimit,
@@ -137,11 +126,6 @@ func WithReadTimeout(d time.Duration) Option { return func(c *config) { c.readTi
 // default, means no timeout; negative values are rejected). See
 // Conn.SetIdleTimeout.
 func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idleTimeout = d } }
-
-// WithSendZCThreshold sends a flush of at least n bytes that goes out as a
-// single buffer with SEND_ZC (zero copy) where the kernel supports it. 0
-// (the default) never uses SEND_ZC; negative values are rejected.
-func WithSendZCThreshold(n int) Option { return func(c *config) { c.sendZC = n } }
 
 // WithLinger bounds how long Close lets the bytes queued by earlier Writes
 // go out: Close stops receiving at once, hands the queue to the kernel send
@@ -254,8 +238,6 @@ func (c *config) validate() error {
 		return invalidOption("UDP segment %d (expected 0..%d; 0 turns it off)", c.udpSegment, maxUDPPayload)
 	case c.dgramQueue < 0 || c.dgramQueue > 1<<24:
 		return invalidOption("datagram queue %d (expected 0..%d; 0 means the default)", c.dgramQueue, 1<<24)
-	case c.sendZC < 0:
-		return invalidOption("send-zc threshold %d (expected >= 0)", c.sendZC)
 	}
 	if c.backlog == 0 {
 		c.backlog = d.backlog

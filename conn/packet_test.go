@@ -21,8 +21,7 @@ import (
 )
 
 // ctDgramModes are the ways a loop receives datagrams: io_uring's
-// multishot RECVMSG, io_uring as on 5.15 (a poll, then recvmmsg(2)), and
-// epoll.
+// multishot RECVMSG, and epoll's poll, then recvmmsg(2).
 func ctDgramModes(t *testing.T, f func(t *testing.T, b loop.Backend, opts ...loop.Option)) {
 	t.Helper()
 	modes := []struct {
@@ -31,7 +30,6 @@ func ctDgramModes(t *testing.T, f func(t *testing.T, b loop.Backend, opts ...loo
 		opts []loop.Option
 	}{
 		{"backend=uring", loop.BackendUring, nil},
-		{"backend=uring/kernel=5.15", loop.BackendUring, []loop.Option{loop.WithKernel("5.15")}},
 		{"backend=epoll", loop.BackendEpoll, nil},
 	}
 	for _, m := range modes {

@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/ringloop/ringloop/loop"
-	"github.com/ringloop/ringloop/ring"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,8 +43,7 @@ type chunk struct {
 	buf  []byte
 	r, w int // bytes [r, w) are queued
 	// pinned: the kernel may read this chunk after the connection stops
-	// tracking it (a SEND_ZC whose notification is still due when the
-	// connection closes, or a send given up at a ring rebuild). A pinned
+	// tracking it (a send given up at a ring rebuild). A pinned
 	// chunk never goes back to the pool: it is dropped, and the loop's op
 	// record (or its quarantine) keeps it alive while the kernel may read
 	// it, so its bytes can never become another connection's.
@@ -328,7 +326,7 @@ func (c *Conn) flush() {
 	c.notifyWritability()
 }
 
-// startSend submits one SEND, SENDMSG or SEND_ZC for the queued bytes, or,
+// startSend submits one SEND or SENDMSG for the queued bytes, or,
 // with nothing queued, runs what waited for the queue to drain (CloseWrite's
 // shutdown, the close after the peer's FIN). Must be called on c's loop with
 // no send in flight.
@@ -345,21 +343,16 @@ func (c *Conn) startSend() {
 		id  loop.OpID
 		err error
 	)
-	s := &c.send
-	s.zc, s.zcRes = false, 0
-	switch {
-	case len(iov) > 1:
+	if len(iov) > 1 {
 		id, err = c.l.Sendmsg(int(c.fd), iov, 0, (*sendDone)(c))
-	case c.cfg.sendZC > 0 && total >= c.cfg.sendZC && c.l.Features().SendZC:
-		s.zc = true
-		id, err = c.l.SendZC(int(c.fd), iov[0], 0, (*sendDone)(c))
-	default:
+	} else {
 		id, err = c.l.Send(int(c.fd), iov[0], 0, (*sendDone)(c))
 	}
 	if err != nil {
 		c.closeNow(c.opError("write", "", err))
 		return
 	}
+	s := &c.send
 	s.id, s.active, s.ranges = id, true, int32(len(iov))
 	c.ops++
 }
@@ -406,27 +399,9 @@ func (c *Conn) notifyWritability() {
 
 // sendOp is the connection's send in flight and its completer.
 type sendOp struct {
-	id       loop.OpID
-	active   bool
-	zc       bool  // SEND_ZC: the result arrives first, the buffer is free at the notification
-	zcRes    int32 // SEND_ZC result kept until the notification
-	zcResult bool  // the SEND_ZC's result came; its notification is due
-	detached bool  // the connection closed without waiting for the notification
-	ranges   int32 // queued ranges in flight (the first ones of the outbound queue)
-}
-
-// waitsOnlyForNotif reports whether the send in flight is a SEND_ZC whose
-// result came and whose notification is still due. Such a send no longer
-// uses the fd (the bytes are in the socket), so closing need not wait for
-// it; only its chunks must stay out of the pool until the notification,
-// which a peer with a closed window can hold back indefinitely.
-func (s *sendOp) waitsOnlyForNotif() bool { return s.active && s.zcResult && !s.detached }
-
-// detachSend lets a closing connection close its fd while the send waits for
-// its notification. Must be called on c's loop.
-func (c *Conn) detachSend() {
-	c.send.detached = true
-	c.ops--
+	id     loop.OpID
+	active bool
+	ranges int32 // queued ranges in flight (the first ones of the outbound queue)
 }
 
 // sendDone is a Conn seen as its send's Completer (see recvDone).
@@ -444,26 +419,7 @@ func (d *sendDone) Complete(cp *loop.Completion) {
 		c.out.pin(int(s.ranges))
 		c.mu.Unlock()
 	}
-	if s.zc {
-		if cp.Flags&ring.CQEFNotif == 0 {
-			s.zcRes = res // the result; the notification follows if F_MORE
-			if cp.More() {
-				s.zcResult = true
-				if c.state == stateClosing {
-					c.detachSend()
-					c.maybeFinish()
-				}
-				return
-			}
-		} else {
-			res = s.zcRes
-		}
-	}
-	detached := s.detached
-	s.active, s.zcResult, s.detached, s.ranges = false, false, false, 0
-	if detached {
-		return // the fd is closed already; the chunks were only waiting
-	}
+	s.active, s.ranges = false, 0
 	c.ops--
 	if c.state != stateOpen {
 		c.maybeFinish()

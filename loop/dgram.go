@@ -86,8 +86,8 @@ func (l *Loop) SendTo(fd int, buf []byte, to []byte, flags int, c Completer) (Op
 // buffer's bytes (data) are split into the payload, source and flags.
 func (l *Loop) deliverDgram(c Completer, res int32, flags uint32, data []byte) {
 	l.cpl = Completion{Res: res, Flags: flags}
-	// A failed receive may still name the buffer it selected (kernels of
-	// the 5.19 era): the buffer goes back to the ring, and nothing in it
+	// A failed receive may still name the buffer it selected (some
+	// kernels do): the buffer goes back to the ring, and nothing in it
 	// is a datagram.
 	if data != nil && res >= 0 {
 		h, name, _, payload, ok := ring.ParseRecvmsgOut(data, dgramNameLen, 0)

@@ -13,8 +13,8 @@ type completionCopy struct{ got []Completion }
 
 func (c *completionCopy) Complete(cp *Completion) { c.got = append(c.got, *cp) }
 
-// A failed datagram receive that still names a buffer (kernels of the 5.19
-// era post a failure with the buffer the receive selected) is a failure:
+// A failed datagram receive that still names a buffer (a kernel may post a
+// failure with the buffer the receive selected) is a failure:
 // whatever that buffer holds from an earlier datagram is not delivered.
 func TestDeliverDgramFailureWithBuffer(t *testing.T) {
 	l := &Loop{}

@@ -17,15 +17,14 @@ import (
 )
 
 // dgramModes are the ways a loop receives datagrams: a multishot RECVMSG
-// from the buffer ring (uring), a poll and then recvmmsg(2) batches (uring
-// without multishot receive, as on 5.15; and epoll).
+// from the buffer ring (uring), a poll and then recvmmsg(2) batches
+// (epoll).
 var dgramModes = []struct {
 	name string
 	be   loop.Backend
 	opts []loop.Option
 }{
 	{"uring", loop.BackendUring, nil},
-	{"uring/kernel=5.15", loop.BackendUring, []loop.Option{loop.WithKernel("5.15")}},
 	{"epoll", loop.BackendEpoll, nil},
 }
 

@@ -19,7 +19,7 @@
 // "Must be called on the loop goroutine". Execute*, LazyExecute,
 // ExecuteAfterTurn, Schedule*, RebuildRing, Stats and the shutdown methods
 // may be called from anywhere. The op API (Accept, Recv, RecvProvided,
-// RecvProvidedOnce, Send, Sendmsg, SendZC, Connect, Close, Shutdown, Poll,
+// RecvProvidedOnce, Send, Sendmsg, Connect, Close, Shutdown, Poll,
 // Timeout, Nop, Cancel) is loop-only: call it from a task or a callback. [Loop.InLoop]
 // tells code where it runs (it compares gettid(2) with the loop thread's
 // id); builds with the uringdebug tag check loop-only calls this way and
@@ -48,26 +48,21 @@
 //
 // # Backends
 //
-// [BackendAuto] (the default) uses io_uring and falls back to epoll, with
-// one log line naming the reason, when io_uring is unusable (ENOSYS, EPERM,
-// ENOMEM or missing features); [BackendUring] returns that error instead.
-// [Loop.Features] and [Group.Features] report the choice.
-//
-// Older kernels lose io_uring features one at a time, and every op keeps
-// its contract without them: single-shot accepts the backend re-arms
-// where multishot accept is missing, provided-buffer receives that poll
-// and then read into the loop's own buffers, in batches, where there is no
-// multishot receive over a buffer ring (before 6.0), shutdown(2) where
-// IORING_OP_SHUTDOWN is missing. BackendAuto uses io_uring from multishot
-// receive (6.0) on, where it measured ahead of epoll, and epoll before.
-// [WithKernel] (or RINGLOOP_KERNEL=<version>) runs the backend as on an
-// older release, capping every probe to what it offers, so those paths run
-// on any machine (docs/kernel-support.md, "Kernel profiles").
+// [BackendAuto] (the default) uses io_uring from Linux 6.1, where it
+// measured ahead of epoll, and falls back to epoll, with one log line
+// naming the reason, on older kernels and where io_uring is unusable
+// (ENOSYS, EPERM, ENOMEM); [BackendUring] returns that error instead, one
+// that names the kernel and what it lacks on a kernel before 6.1.
+// [Loop.Features] and [Group.Features] report the choice. Features newer
+// than 6.1 (bundles, NO_SQARRAY) are probed and used where present. A
+// kernel profile (RINGLOOP_KERNEL=<version>) runs the loop as on another
+// release, capping every probe to what it offers (docs/kernel-support.md,
+// "Kernel profiles").
 //
 // # Memory shared with the kernel
 //
 // A buffer passed to an op belongs to the loop until the kernel's final
-// word on it: the op's final completion, or for SendZC its notification.
+// word on it: the op's final completion.
 // Where that word never comes (an op given up by a ring rebuild or by the
 // drain at termination), the op's record and buffers are quarantined for
 // the life of the process and counted in [Stats] (Quarantined,

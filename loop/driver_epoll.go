@@ -21,9 +21,8 @@ import (
 // registered once, edge-triggered, and the driver performs the op's system
 // call itself when the fd is ready. To the loop it looks like io_uring:
 // the same user_data, the same results (-errno on failure), the same
-// completion flags (ring.CQEFMore for multishot ops, ring.CQEFNotif for the
-// zero-copy send's notification) and provided-buffer receives whose bytes
-// are valid only during the Completer call.
+// completion flags (ring.CQEFMore for multishot ops) and provided-buffer
+// receives whose bytes are valid only during the Completer call.
 //
 // Per fd, waiting ops sit in three FIFO lists kept in a slice indexed by fd:
 //
@@ -183,14 +182,10 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 		events: make([]unix.EpollEvent, epollMaxEvents),
 		epoch:  time.Now(),
 		feats: Features{
-			Backend:         BackendEpoll,
-			MultishotAccept: true,
-			MultishotRecv:   true,
-			BufCount:        cfg.bufCount,
-			BufSize:         cfg.bufSize,
-			RecvCap:         cfg.recvCap,
-			MultishotPoll:   true,
-			Kernel:          cfg.kernel.String(),
+			Backend:  BackendEpoll,
+			BufCount: cfg.bufCount,
+			BufSize:  cfg.bufSize,
+			Kernel:   cfg.kernel.String(),
 		},
 	}
 	d.pool.init(cfg.bufCount, cfg.bufSize)
@@ -330,7 +325,7 @@ func (d *epollDriver) submit(o *op) error {
 		return errEpollClosed
 	}
 	switch o.tag {
-	case tagAccept, tagRecv, tagRecvBuf, tagRecvmsgBuf, tagSend, tagSendmsg, tagSendZC,
+	case tagAccept, tagRecv, tagRecvBuf, tagRecvmsgBuf, tagSend, tagSendmsg,
 		tagConnect, tagClose, tagShutdown, tagPoll, tagTimeout, tagNop:
 	default:
 		return fmt.Errorf("loop: epoll: cannot submit a %v op", o.tag)
@@ -355,7 +350,7 @@ func (d *epollDriver) submit(o *op) error {
 		d.final(o, epollRes(unix.Shutdown(int(o.fd), int(o.arg))))
 	case tagAccept, tagRecv, tagRecvBuf, tagRecvmsgBuf:
 		d.wait(o, epRead)
-	case tagSend, tagSendmsg, tagSendZC:
+	case tagSend, tagSendmsg:
 		d.wait(o, epWrite)
 	case tagConnect:
 		d.connect(o)
@@ -399,17 +394,9 @@ func (d *epollDriver) withdraw(o *op) bool {
 }
 
 // final queues o's last completion. o must not be waiting any more.
-// A zero-copy send ends the io_uring way: its result with F_MORE, then the
-// notification, which is what frees the slot.
 func (d *epollDriver) final(o *op, res int32) {
 	d.side.at(o.slot).where = epIdle
-	ud := o.userData()
-	if o.tag == tagSendZC {
-		d.ready.push(epollCQE{ud: ud, res: res, flags: ring.CQEFMore, buf: -1})
-		d.ready.push(epollCQE{ud: ud, res: 0, flags: ring.CQEFNotif, buf: -1})
-		return
-	}
-	d.ready.push(epollCQE{ud: ud, res: res, buf: -1})
+	d.ready.push(epollCQE{ud: o.userData(), res: res, buf: -1})
 }
 
 // more queues a completion of a multishot op that stays armed.

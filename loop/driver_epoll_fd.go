@@ -275,7 +275,7 @@ func (d *epollDriver) runWrite(fd int) {
 			st = d.tryConnect(fd, o)
 		case tagSendmsg:
 			st = d.trySendmsg(fd, o)
-		default: // tagSend, tagSendZC
+		default: // tagSend
 			st = d.trySend(fd, o)
 		}
 		if st == epWait {
@@ -377,9 +377,6 @@ func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 				return epDone
 			}
 			return epYield
-		}
-		if c := d.cfg.recvCap; c != 0 && int(c) < len(b) {
-			b = b[:c]
 		}
 		n, err := epollRecv(fd, b, o.arg)
 		if err != nil || n == 0 {

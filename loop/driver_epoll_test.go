@@ -21,7 +21,7 @@ func TestEpollDriverFeatures(t *testing.T) {
 		t.Fatalf("backend %v", h.d.backend())
 	}
 	f := h.d.features()
-	if f.Backend != BackendEpoll || !f.MultishotAccept || !f.MultishotRecv || f.BufRing || f.SendZC {
+	if f.Backend != BackendEpoll || f.RingFeatures != 0 || f.SetupFlags != 0 || f.RecvBundle {
 		t.Fatalf("features %+v", f)
 	}
 	if err := h.d.start(); err != nil {

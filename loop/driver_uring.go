@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,26 +48,17 @@ var errDriverClosed = errors.New("loop: uring backend: closed")
 // make io_uring unavailable, e.g. returning &ring.SetupError{Errno: EPERM}.
 var newRingFn = ring.NewFor
 
-// newBufRingFn is (*ring.Ring).NewBufRing, or NewBufRingInc with inc;
-// tests replace it to make a registration fail.
-var newBufRingFn = func(r *ring.Ring, bgid uint16, n, size uint32, inc bool) (*ring.BufRing, error) {
-	if inc {
-		return r.NewBufRingInc(bgid, n, size)
-	}
-	return r.NewBufRing(bgid, n, size)
-}
+// newBufRingFn is (*ring.Ring).NewBufRing; tests replace it to make a
+// registration fail.
+var newBufRingFn = (*ring.Ring).NewBufRing
 
 // hiddenFeatures removes kernel features from what uring drivers find, as
 // a kernel without them would; tests of the fallbacks set it before making
 // a group.
 var hiddenFeatures struct {
 	bundle       bool // IORING_FEAT_RECVSEND_BUNDLE (6.10)
-	incremental  bool // IOU_PBUF_RING_INC (6.12): registration refused
 	multishotLen bool // a length on multishot receives (6.17)
 }
-
-// getProbeFn is ring.GetProbe; tests replace it to hide opcodes.
-var getProbeFn = ring.GetProbe
 
 // eventfdOne is the 8-byte value wake writes: a counter increment of 1 in
 // the machine's byte order, as eventfd(2) requires. It is never written
@@ -82,39 +74,14 @@ type wakeKind uint8
 const (
 	// wakeRead: an IORING_OP_READ of 8 bytes, whose completion consumes
 	// the counter. The kernel turns a READ of a pollable O_NONBLOCK file
-	// that would block into an internal poll (Linux 5.x onward).
+	// that would block into an internal poll.
 	wakeRead wakeKind = iota
-	// wakePoll: a POLL_ADD for POLLIN, then a read(2) on the loop thread.
-	// Used if a READ of the non-blocking eventfd ever completes with
-	// -EAGAIN (kernels that do not arm an internal poll for it).
-	wakePoll
 	// wakeNetpoll: no op in the ring. The eventfd is registered with the
 	// ring (IORING_REGISTER_EVENTFD), so the kernel signals it when it
 	// queues work for the loop, and the loop goroutine waits for it on the
 	// Go netpoller (netwait.go) instead of in io_uring_enter.
 	wakeNetpoll
 )
-
-// requiredOps are the opcodes the op contract cannot do without, with the
-// first Linux release that has each (docs/kernel-support.md).
-var requiredOps = []struct {
-	op        ring.Opcode
-	name, min string
-}{
-	{ring.OpNop, "IORING_OP_NOP", "5.1"},
-	{ring.OpPollAdd, "IORING_OP_POLL_ADD", "5.1"},
-	{ring.OpSendmsg, "IORING_OP_SENDMSG", "5.3"},
-	{ring.OpTimeout, "IORING_OP_TIMEOUT", "5.4"},
-	{ring.OpAccept, "IORING_OP_ACCEPT", "5.5"},
-	{ring.OpAsyncCancel, "IORING_OP_ASYNC_CANCEL", "5.5"},
-	{ring.OpConnect, "IORING_OP_CONNECT", "5.5"},
-	{ring.OpClose, "IORING_OP_CLOSE", "5.6"},
-	{ring.OpRead, "IORING_OP_READ", "5.6"},
-	{ring.OpSend, "IORING_OP_SEND", "5.6"},
-	{ring.OpRecv, "IORING_OP_RECV", "5.6"},
-	// Not IORING_OP_SHUTDOWN (5.11): without it a Shutdown runs
-	// shutdown(2) (prep).
-}
 
 // faultPlan is a fake result the fault-injection mode planned for an op
 // (by slot; gen names the op). Unused in ordinary builds.
@@ -128,27 +95,13 @@ type uringDriver struct {
 	cfg driverConfig
 
 	// Loop-thread state.
-	r         *ring.Ring
-	br        *ring.BufRing // nil when no provided-buffer ring is registered
-	entries   uint32        // SQ entries asked for
-	flags     uint32        // setup flags of the current ring (without R_DISABLED once enabled)
-	feat      Features      // the loop thread's copy; features() reads featPub
-	started   bool
-	closed    bool
-	cancelAny bool // ASYNC_CANCEL_ANY (5.19): rebuild cancels with one SQE
-
-	// shutdownOp: IORING_OP_SHUTDOWN (5.11). Without it a Shutdown runs
-	// shutdown(2) when submitted and a NOP carries its result, kept in
-	// syncRes by user_data until the NOP completes.
-	shutdownOp bool
-	syncRes    map[uint64]int32
-
-	// emuRecv: no provided-buffer ring (before 5.19, or refused), so a
-	// provided-buffer receive polls its socket and reads with recv(2)
-	// into pool, one completion per readiness (deliverPolledRecv).
-	emuRecv bool
-	pool    epollBufPool
-	dgrams  dgramReader // datagram reads of deliverPolledDgram
+	r       *ring.Ring
+	br      *ring.BufRing // nil only when no provided buffers are configured
+	entries uint32        // SQ entries asked for
+	flags   uint32        // setup flags of the current ring (without R_DISABLED once enabled)
+	feat    Features      // the loop thread's copy; features() reads featPub
+	started bool
+	closed  bool
 
 	// subs holds the submission counts of the rings rebuilds closed
 	// (countSubmissions).
@@ -157,7 +110,7 @@ type uringDriver struct {
 	// The eventfd wakeup. wakeBuf is the READ's 8-byte target: a field of
 	// this long-lived heap object, so it outlives every READ armed on it.
 	wakeBuf      [8]byte
-	wakeArmed    bool       // a READ (or POLL_ADD) of the eventfd is in the ring
+	wakeArmed    bool       // a READ of the eventfd is in the ring
 	wakeKind     wakeKind   // how the armed wake op watches the eventfd
 	waiter       *netWaiter // the eventfd on the netpoller (WaitNetpoll)
 	waitErr      error      // why the waiter could not be made
@@ -187,8 +140,7 @@ type uringDriver struct {
 	bufMisuse    atomic.Uint64 // completions naming a provided buffer not the kernel's to give
 	bundles      atomic.Uint64 // provided-buffer completions that carried several buffers
 	bundleBids   []uint16      // TakeBundle's scratch
-	capMultishot bool          // multishot receives take a length (6.17)
-	recvLen      uint32        // provided-buffer receives' length (setRecvCap); 0: a buffer's
+	recvLen      uint32        // provided-buffer receives' length with bundles (setRecvCap); 0: a buffer's
 
 	// Fault-injection state (fault_on.go; unused in ordinary builds):
 	// fake results planned by slot, buffers held back for fake failures.
@@ -198,6 +150,7 @@ type uringDriver struct {
 	// Test seams.
 	rebuildTimeout    time.Duration // how long rebuild reaps the old ring
 	rebuildSkipCancel bool          // rebuild does not cancel the old ring's ops
+	rebuildReaped     func()        // runs after rebuild reaped the old ring, before it moves the ops
 
 	// stall counts the polls injectStall still wants to return empty.
 	stall atomic.Int64
@@ -218,13 +171,79 @@ type uringDriver struct {
 	wakeReq atomic.Bool
 }
 
-// newUringDriver creates the ring (R_DISABLED when the kernel allows it, so
-// that start can make the loop thread its single issuer) and the eventfd.
-// It may run on any thread. Errors keep the errno; when io_uring is unusable
-// here (io_uring_setup refused with ENOSYS, EPERM or ENOMEM, or an opcode
-// the op contract needs is missing) they match ring.ErrNotSupported, so the
-// auto backend can fall back to epoll.
+// uringFloor is the first release the uring backend runs on, and
+// uringNeeds what it takes for granted from it (kernel table names, and how
+// an error says them). Below it io_uring measured slower than epoll
+// (docs/kernel-support.md).
+var (
+	uringFloor = ring.MustKernel("6.1")
+	uringNeeds = []struct{ name, says string }{
+		{"IORING_SETUP_DEFER_TASKRUN", "IORING_SETUP_DEFER_TASKRUN"},
+		{"IORING_SETUP_SINGLE_ISSUER", "IORING_SETUP_SINGLE_ISSUER"},
+		{ring.FeatureMultishotRecv, "multishot receive"},
+		{ring.FeatureMultishotAccept, "multishot accept"},
+		{ring.FeatureBufRing, "provided-buffer rings"},
+		{ring.FeatureRingFds, "registered ring fds"},
+		{"IORING_FEAT_EXT_ARG", "IORING_ENTER_EXT_ARG"},
+	}
+)
+
+// checkFloor refuses a kernel older than uringFloor: the profile k, or the
+// running kernel's release when k is zero (or a running kernel that lacks
+// DEFER_TASKRUN whatever its release says). The error matches
+// ring.ErrNotSupported and names the release and what it lacks.
+func checkFloor(k ring.Kernel) error {
+	rel, what := k, "Linux "+k.String()
+	if k.IsZero() {
+		var u unix.Utsname
+		if unix.Uname(&u) == nil {
+			s := unix.ByteSliceToString(u.Release[:])
+			rel, _ = ring.ParseKernel(s)
+			what = "Linux " + s
+		}
+	} else {
+		what += " (kernel profile)"
+	}
+	var lacks []string
+	if !rel.IsZero() {
+		for _, n := range uringNeeds {
+			if !rel.HasFeature(n.name) {
+				lacks = append(lacks, n.says)
+			}
+		}
+	}
+	if len(lacks) == 0 && k.IsZero() && !ring.SetupFlagSupported(ring.SetupSingleIssuer|ring.SetupDeferTaskrun) &&
+		ring.SupportedSetupFlags() != 0 {
+		lacks = append(lacks, "IORING_SETUP_DEFER_TASKRUN")
+	}
+	if len(lacks) == 0 {
+		return nil
+	}
+	return &floorError{kernel: what, lacks: lacks}
+}
+
+// floorError is checkFloor's refusal; it matches ring.ErrNotSupported.
+type floorError struct {
+	kernel string
+	lacks  []string
+}
+
+func (e *floorError) Error() string {
+	return "loop: uring backend: " + e.kernel + " lacks " + strings.Join(e.lacks, ", ") +
+		"; io_uring needs " + uringFloor.String() + " (BackendAuto uses epoll here)"
+}
+
+func (e *floorError) Is(target error) bool { return target == ring.ErrNotSupported }
+
+// newUringDriver creates the ring (R_DISABLED, so that start can make the
+// loop thread its single issuer) and the eventfd. It may run on any
+// thread. Errors keep the errno; when io_uring is unusable here (a kernel
+// before 6.1, or io_uring_setup refused with ENOSYS, EPERM or ENOMEM) they
+// match ring.ErrNotSupported, so the auto backend can fall back to epoll.
 func newUringDriver(cfg driverConfig) (*uringDriver, error) {
+	if err := checkFloor(cfg.kernel); err != nil {
+		return nil, err
+	}
 	entries := cfg.ringEntries
 	if entries == 0 {
 		entries = 256
@@ -240,22 +259,6 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loop: uring backend: %w", err)
 	}
-	probe, err := getProbeFn()
-	if err == nil && !cfg.kernel.HasFeature(ring.FeatureProbe) {
-		err = &ring.UnsupportedError{Op: "IORING_REGISTER_PROBE", MinKernel: "5.6"}
-	}
-	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("loop: uring backend%s: opcode probe: %w", profileSuffix(cfg.kernel), err)
-	}
-	probe = probe.For(cfg.kernel)
-	for _, req := range requiredOps {
-		if !probe.Supported(req.op) {
-			r.Close()
-			return nil, fmt.Errorf("loop: uring backend%s: %w", profileSuffix(cfg.kernel),
-				&ring.UnsupportedError{Op: req.name, MinKernel: req.min})
-		}
-	}
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		r.Close()
@@ -268,27 +271,14 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		d.waiter, d.waitErr = newNetWaiter(efd, cfg.name+"-wake", d.eventfdSignaled, cfg.park)
 	}
 	d.flags = r.Flags()
-	// IORING_OP_SOCKET and ASYNC_CANCEL_ANY both arrived in 5.19, with
-	// multishot accept; SEND_ZC and multishot recv both in 6.0. The probe
-	// lists opcodes only, so the newest opcode of a release stands for its
-	// flags.
-	d.cancelAny = probe.Supported(ring.OpSocket)
-	d.shutdownOp = probe.Supported(ring.OpShutdown)
 	d.feat = Features{
-		Backend:         BackendUring,
-		RingFeatures:    r.Features(),
-		ExtArg:          r.Features()&ring.FeatExtArg != 0,
-		MultishotAccept: probe.Supported(ring.OpSocket),
-		MultishotRecv:   probe.Supported(ring.OpSendZC),
-		SendZC:          probe.Supported(ring.OpSendZC),
-		SetupFlags:      d.flags,
-		BufCount:        d.cfg.bufCount,
-		BufSize:         d.cfg.bufSize,
-		RecvBundle:      cfg.recvBundles && r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
-		// IORING_POLL_ADD_MULTI came in 5.13, with FEAT_RSRC_TAGS and
-		// without an opcode of its own.
-		MultishotPoll: r.Features()&ring.FeatRsrcTags != 0,
-		Kernel:        cfg.kernel.String(),
+		Backend:      BackendUring,
+		RingFeatures: r.Features(),
+		SetupFlags:   d.flags,
+		BufCount:     d.cfg.bufCount,
+		BufSize:      d.cfg.bufSize,
+		RecvBundle:   cfg.recvBundles && r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
+		Kernel:       cfg.kernel.String(),
 	}
 	d.feat.Wait, d.feat.SharedThread = cfg.wait, cfg.shared
 	if cfg.wait == WaitNetpoll && d.waitErr != nil {
@@ -304,26 +294,18 @@ func (d *uringDriver) publishFeatures() {
 	d.featPub.Store(&f)
 }
 
-// setupFlags picks the ring's setup flags, best first:
-// SINGLE_ISSUER|DEFER_TASKRUN (6.1: completions run only when the loop asks
-// for them, no IPIs), else COOP_TASKRUN (5.19: no IPIs, task work at the
-// next kernel entry), else none. TASKRUN_FLAG makes the kernel flag pending
-// task work in the SQ ring, so a non-blocking poll (PeekBatch, Submit) knows
-// to enter with GETEVENTS. SUBMIT_ALL keeps submitting after a bad SQE, so
-// every op handed over gets its own completion. NO_SQARRAY (6.6) drops the
-// SQ index indirection.
+// setupFlags picks the ring's setup flags: SINGLE_ISSUER|DEFER_TASKRUN
+// (completions run only when the loop asks for them, no IPIs), with
+// TASKRUN_FLAG so that a non-blocking poll (PeekBatch, Submit) knows to
+// enter with GETEVENTS for pending task work. SUBMIT_ALL keeps submitting
+// after a bad SQE, so every op handed over gets its own completion.
+// NO_SQARRAY (6.6) drops the SQ index indirection where the kernel has it.
 //
-// disabled asks for R_DISABLED (5.10): the ring stays off until start
-// enables it on the loop thread, which SINGLE_ISSUER then binds as the only
-// submitter. Without R_DISABLED, SINGLE_ISSUER would bind the constructing
-// thread, so it is dropped when disabled is asked for but not supported.
+// disabled asks for R_DISABLED: the ring stays off until start enables it
+// on the loop thread, which SINGLE_ISSUER then binds as the only submitter.
 func setupFlags(k ring.Kernel, disabled, shared bool) uint32 {
-	ok := k.SetupFlagSupported
-	flags := ring.SetupCQSize
-	if ok(ring.SetupSubmitAll) {
-		flags |= ring.SetupSubmitAll
-	}
-	if ok(ring.SetupNoSQArray) {
+	flags := ring.SetupCQSize | ring.SetupSubmitAll
+	if k.SetupFlagSupported(ring.SetupNoSQArray) {
 		flags |= ring.SetupNoSQArray
 	}
 	if shared {
@@ -332,19 +314,10 @@ func setupFlags(k ring.Kernel, disabled, shared bool) uint32 {
 		// thread may be running other goroutines, or asleep).
 		return flags
 	}
-	canIssuer := !disabled || ok(ring.SetupRDisabled)
-	if disabled && ok(ring.SetupRDisabled) {
+	if disabled {
 		flags |= ring.SetupRDisabled
 	}
-	switch {
-	case canIssuer && ok(ring.SetupSingleIssuer|ring.SetupDeferTaskrun):
-		flags |= ring.SetupSingleIssuer | ring.SetupDeferTaskrun | ring.SetupTaskrunFlag
-	case ok(ring.SetupCoopTaskrun | ring.SetupTaskrunFlag):
-		flags |= ring.SetupCoopTaskrun | ring.SetupTaskrunFlag
-	case ok(ring.SetupCoopTaskrun):
-		flags |= ring.SetupCoopTaskrun
-	}
-	return flags
+	return flags | ring.SetupSingleIssuer | ring.SetupDeferTaskrun | ring.SetupTaskrunFlag
 }
 
 // newRing creates a ring with the driver's size and the best setup flags;
@@ -385,25 +358,7 @@ func (d *uringDriver) start() error {
 	if err != nil {
 		return err
 	}
-	if br == nil && d.cfg.bufCount != 0 && d.cfg.bufSize != 0 {
-		// Provided-buffer receives poll and read into the loop's own
-		// buffers instead (deliverPolledRecv).
-		log := d.cfg.logger.Info
-		if !d.cfg.kernel.IsZero() {
-			log = d.cfg.logger.Debug // asked for: the profile is in Features and the banner
-		}
-		log("io_uring provided-buffer ring unavailable; provided-buffer receives poll, then read with recv(2)",
-			"loop", d.cfg.name, "kernel_profile", d.cfg.kernel.String())
-		d.feat.MultishotRecv = false
-		d.emuRecv = true
-		d.pool.init(d.cfg.bufCount, d.cfg.bufSize)
-	}
 	d.br = br
-	d.feat.BufRing = br != nil
-	if br != nil && br.Incremental() {
-		d.feat.IncrementalBuffers = true
-		d.feat.RecvBundle = false // not over an incremental ring
-	}
 	d.setRecvCap()
 	if d.cfg.wait == WaitNetpoll {
 		d.startNetpoll()
@@ -545,8 +500,8 @@ func (d *uringDriver) waitShared(timeout time.Duration, res *pollResult) error {
 
 // prepareRing registers r's fd with the loop thread (an optimisation: a
 // failure is only logged) and makes r's provided-buffer ring, which it
-// returns (nil if none is configured or the kernel has none: EINVAL before
-// IORING_REGISTER_PBUF_RING, 5.19). It changes nothing in d.
+// returns (nil if no provided buffers are configured). It changes nothing
+// in d.
 func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	if d.cfg.shared {
 		// A registered ring fd belongs to the thread that registered it.
@@ -563,33 +518,13 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
 		return nil, nil
 	}
-	if !d.feat.MultishotRecv {
-		// A buffer ring without multishot receive (5.19): each single
-		// shot would take one buffer per completion. Polling and then
-		// reading up to polledReads buffers per readiness (emuRecv)
-		// moved 2.3× as many bytes at 4 KiB depth 16, and as many at
-		// depth 1 (docs/kernel-support.md).
-		return nil, nil
-	}
 	if faultsEnabled {
 		if err := d.faultBufRing(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize); err != nil {
-			return nil, nil
+			return nil, fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
 		}
 	}
-	if d.cfg.recvInc && !hiddenFeatures.incremental {
-		// Before 6.12 the kernel refuses the flag (EINVAL): the plain
-		// ring then.
-		br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize, true)
-		if err == nil {
-			return br, nil
-		}
-		d.cfg.logger.Debug("io_uring incremental buffer ring refused; using a plain one", "loop", d.cfg.name, "err", err)
-	}
-	br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize, false)
+	br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize)
 	if err != nil {
-		if errors.Is(err, unix.EINVAL) {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
 	}
 	return br, nil
@@ -609,8 +544,8 @@ func (d *uringDriver) getSQE() (*ring.SQE, error) {
 	return sqe, err
 }
 
-// armWake puts a READ (or POLL_ADD) of the eventfd in the SQ; the next
-// poll's enter submits it.
+// armWake puts a READ of the eventfd in the SQ; the next poll's enter
+// submits it.
 func (d *uringDriver) armWake() error {
 	if d.wakeKind == wakeNetpoll {
 		return nil // nothing to arm: the kernel signals the eventfd itself
@@ -619,11 +554,7 @@ func (d *uringDriver) armWake() error {
 	if err != nil {
 		return fmt.Errorf("loop: uring backend: arm eventfd read: %w", err)
 	}
-	if d.wakeKind == wakePoll {
-		sqe.PrepPollAdd(d.efd, unix.POLLIN)
-	} else {
-		sqe.PrepRead(d.efd, d.wakeBuf[:], 0)
-	}
+	sqe.PrepRead(d.efd, d.wakeBuf[:], 0)
 	sqe.UserData = internalUserData(internalWake)
 	d.wakeArmed = true
 	return nil
@@ -658,33 +589,13 @@ func (d *uringDriver) check(o *op) error {
 		tagShutdown, tagPoll, tagTimeout, tagNop:
 		return nil
 	case tagRecvBuf:
-		if d.br == nil && d.emuRecv {
-			return nil
-		}
 		if d.br == nil {
-			return fmt.Errorf("loop: uring backend: receive into provided buffers: %w",
-				&ring.UnsupportedError{Op: "IORING_REGISTER_PBUF_RING", MinKernel: "5.19"})
-		}
-		if !o.multishot && !d.cfg.shared && d.br.Incremental() {
-			// On an incremental ring the bytes' place in a buffer follows
-			// the order the completions are posted in. A single shot's
-			// completion can be posted after a multishot one that
-			// consumed later bytes of the same buffer (kernels without
-			// the 2025 fix flushing deferred completions first), so the
-			// two kinds must not share the ring.
-			return fmt.Errorf("loop: uring backend: single-shot receive beside multishot ones on an incremental buffer ring: %w",
-				&ring.UnsupportedError{Op: "RecvProvidedOnce with WithIncrementalBuffers"})
+			return fmt.Errorf("loop: uring backend: receive into provided buffers: none configured")
 		}
 		return nil
 	case tagRecvmsgBuf:
-		if d.cfg.bufCount == 0 || int(d.cfg.bufSize) <= dgramHead {
+		if d.br == nil || int(d.cfg.bufSize) <= dgramHead {
 			return fmt.Errorf("loop: uring backend: receive of datagrams into provided buffers: no buffers of more than %d bytes", dgramHead)
-		}
-		return nil
-	case tagSendZC:
-		if !d.feat.SendZC {
-			return fmt.Errorf("loop: uring backend: %w",
-				&ring.UnsupportedError{Op: "IORING_OP_SEND_ZC", MinKernel: "6.0"})
 		}
 		return nil
 	}
@@ -697,7 +608,7 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	fd := int(o.fd)
 	switch o.tag {
 	case tagAccept:
-		if o.multishot && d.feat.MultishotAccept {
+		if o.multishot {
 			// One peer address buffer would be shared by every
 			// completion; the conn layer asks for it with getpeername.
 			sqe.PrepMultishotAccept(fd, nil, nil, acceptFlags)
@@ -708,11 +619,6 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	case tagRecv:
 		sqe.PrepRecv(fd, o.buf, o.arg)
 	case tagRecvBuf:
-		if d.br == nil {
-			// No buffer ring (emuRecv): wait for data, then read.
-			sqe.PrepPollAdd(fd, unix.POLLIN)
-			break
-		}
 		// A shared-thread loop arms single shots: a multishot op's
 		// completions run as task work on the thread that armed it,
 		// which the loop may have left, and each would wake that
@@ -720,7 +626,7 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		// runs on. (Accepts stay multishot: one such wakeup per
 		// connection at most.)
 		// RecvProvidedOnce asks for single shots too (AF_UNIX).
-		if o.multishot && d.feat.MultishotRecv && !d.cfg.shared {
+		if o.multishot && !d.cfg.shared {
 			sqe.PrepRecvMultishot(fd, o.arg)
 		} else {
 			// Single shot from the buffer group: the completion has no
@@ -728,23 +634,11 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			sqe.PrepRecv(fd, nil, o.arg)
 		}
 		sqe.SetBufferGroup(d.br.Group())
-		if d.feat.RecvBundle && !d.br.Incremental() {
+		if d.feat.RecvBundle {
 			sqe.IoPrio |= ring.RecvsendBundle
-		}
-		switch {
-		case sqe.IoPrio&ring.RecvMultishot != 0 && d.capMultishot:
-			sqe.Len = d.recvLen
-		case sqe.IoPrio&ring.RecvMultishot == 0 && !d.br.Incremental():
-			// Not on an incremental ring: a single shot the kernel
-			// hands to a worker commits its whole length at selection.
 			sqe.Len = d.recvLen
 		}
 	case tagRecvmsgBuf:
-		if d.dgramPolled() {
-			// Wait for datagrams, then read them (deliverPolledDgram).
-			sqe.PrepPollAdd(fd, unix.POLLIN)
-			break
-		}
 		// The buffer reserves room for the source address; the
 		// kernel writes the header, the address and the payload.
 		// MSG_TRUNC: the header then gives a truncated datagram's
@@ -758,31 +652,14 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	case tagSendmsg:
 		buildMsg(o)
 		sqe.PrepSendmsg(fd, &o.x().msg, o.arg|unix.MSG_NOSIGNAL)
-	case tagSendZC:
-		sqe.PrepSendZC(fd, o.buf, o.arg|unix.MSG_NOSIGNAL, 0)
 	case tagConnect:
 		sqe.PrepConnect(fd, &o.x().sa, o.x().saLen)
 	case tagClose:
 		sqe.PrepClose(fd)
 	case tagShutdown:
-		if d.shutdownOp {
-			sqe.PrepShutdown(fd, int(o.arg))
-			break
-		}
-		// No IORING_OP_SHUTDOWN (before 5.11): shutdown(2) now, and a
-		// NOP brings its result back among the loop's completions. A
-		// resubmission (ring rebuild) keeps the first result.
-		ud := o.userData()
-		if _, done := d.syncRes[ud]; !done {
-			res := epollRes(unix.Shutdown(fd, int(o.arg)))
-			if d.syncRes == nil {
-				d.syncRes = make(map[uint64]int32)
-			}
-			d.syncRes[ud] = res
-		}
-		sqe.PrepNop()
+		sqe.PrepShutdown(fd, int(o.arg))
 	case tagPoll:
-		if o.multishot && d.feat.MultishotPoll {
+		if o.multishot {
 			sqe.PrepPollMultishot(fd, o.arg)
 		} else {
 			sqe.PrepPollAdd(fd, o.arg)
@@ -864,8 +741,7 @@ var (
 )
 
 // poll implements driver. It flushes the SQ and waits in one
-// io_uring_enter: with IORING_ENTER_EXT_ARG (5.11; the ring falls back to a
-// TIMEOUT SQE before that) for timeout > 0, without a bound for timeout < 0,
+// io_uring_enter: with IORING_ENTER_EXT_ARG for timeout > 0, without a bound for timeout < 0,
 // and not at all for timeout == 0, in which case the enter carries GETEVENTS
 // whenever the kernel flags deferred task work (TASKRUN_FLAG), which is what
 // makes DEFER_TASKRUN post completions. Then it reaps: internal completions
@@ -1002,19 +878,13 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	ud, res, flags := c.UserData, c.Res, c.Flags
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
-	case tag == tagRecvBuf && br == nil && d.emuRecv:
-		d.deliverPolledRecv(ud, res, sink)
-		return
-	case tag == tagRecvmsgBuf && flags&ring.CQEFBuffer == 0 && d.dgramPolled():
-		d.deliverPolledDgram(ud, res, sink)
-		return
-	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil && d.feat.RecvBundle && !br.Incremental():
+	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil && d.feat.RecvBundle:
 		d.deliverBundle(c, br, sink)
 		return
 	case tag.providedRecv() && flags&ring.CQEFBuffer != 0 && br != nil:
-		// The buffer id is the CQE's, also on failure (kernels of the
-		// 5.19 era post res < 0 with the buffer the receive selected):
-		// that buffer, and no other, goes back to the ring.
+		// The buffer id is the CQE's, also on failure (a kernel may post
+		// res < 0 with the buffer the receive selected): that buffer,
+		// and no other, goes back to the ring.
 		data, bid, ok := br.Take(c)
 		if !ok && res > 0 {
 			// Bytes in a buffer the loop already held: they cannot
@@ -1022,9 +892,6 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			res = -int32(unix.EIO)
 		}
 		sink.complete(ud, res, flags, data)
-		if ok && !br.Holds(c) {
-			return // an incremental buffer the kernel goes on filling
-		}
 		if faultsEnabled && ok && res > 0 && d.faultHoldBuf(br, bid) {
 			return
 		}
@@ -1032,17 +899,6 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			d.bufferHeld(bid, res)
 		}
 		return
-	case tag == tagAccept && !d.feat.MultishotAccept:
-		if res >= 0 && flags&ring.CQEFMore == 0 && d.rearm(ud) {
-			flags |= ring.CQEFMore
-		}
-	case tag == tagShutdown && len(d.syncRes) != 0:
-		if r, ok := d.syncRes[ud]; ok {
-			delete(d.syncRes, ud)
-			if res >= 0 {
-				res = r
-			}
-		}
 	case tag == tagConnect && len(d.connWait) != 0:
 		if fd, ok := d.connWait[ud]; ok {
 			delete(d.connWait, ud)
@@ -1059,104 +915,6 @@ func (d *uringDriver) op(ud uint64) *op {
 		return nil
 	}
 	return d.cfg.ops.lookup(ud)
-}
-
-// rearm submits again the single shot that stands in for a multishot
-// accept the kernel lacks (before 5.19), so that the op stays armed as the
-// contract says, and reports whether it did: not for a
-// single shot asked for, nor while the op is being canceled, nor when no
-// SQE can be had (the completion then ends the op, and its Completer
-// re-arms).
-func (d *uringDriver) rearm(ud uint64) bool {
-	o := d.op(ud)
-	if o == nil || !o.multishot || o.state != opInFlight {
-		return false
-	}
-	sqe, err := d.getSQE()
-	if err != nil {
-		return false
-	}
-	d.prep(sqe, o)
-	return true
-}
-
-// polledReads bounds the reads a readiness of a polled receive makes:
-// as many buffers as a bundle takes.
-const polledReads = bundleBufs
-
-// deliverPolledRecv completes a provided-buffer receive on a ring without
-// a buffer ring (emuRecv): its POLL_ADD reported the socket readable (res
-// is the event mask, or -errno), so it reads with recv(2) into pool
-// buffers until the socket is drained, up to polledReads buffers, and
-// delivers them in order, each with its buffer's id as a ring would give
-// it, all but the last with CQEFMore; the last ends the receive (the
-// Completer re-arms). A readiness with nothing to read after all polls
-// again; end of stream and errors end the receive as on io_uring.
-func (d *uringDriver) deliverPolledRecv(ud uint64, res int32, sink completionSink) {
-	o := d.op(ud)
-	if res < 0 || o == nil {
-		sink.complete(ud, res, 0, nil) // a failed or canceled poll; a stale one is counted there
-		return
-	}
-	var (
-		bufs   [polledReads]int32
-		lens   [polledReads]int
-		k      int
-		endRes int32
-		ended  bool
-		noBuf  bool
-	)
-	for k < polledReads {
-		bi, b := d.pool.get()
-		if bi < 0 {
-			noBuf = true
-			break
-		}
-		if c := d.cfg.recvCap; c != 0 && int(c) < len(b) {
-			b = b[:c]
-		}
-		// MSG_DONTWAIT: the fd may be a blocking one (io_uring needs no
-		// O_NONBLOCK), and after a full buffer this reads again.
-		n, err := ring.Recv(int(o.fd), b, int(o.arg)|unix.MSG_DONTWAIT)
-		if err == unix.EAGAIN {
-			d.pool.put(bi)
-			break
-		}
-		if err != nil || n == 0 {
-			d.pool.put(bi)
-			endRes, ended = epollRes(err), true
-			break
-		}
-		bufs[k], lens[k] = bi, n
-		k++
-		if n < len(b) {
-			break // drained: a later arrival makes the socket ready again
-		}
-	}
-	if k == 0 && noBuf {
-		sink.complete(ud, -int32(unix.ENOBUFS), 0, nil) // no pool at all (WithBufferRing(0, 0))
-		return
-	}
-	if k == 0 && !ended {
-		sqe, serr := d.getSQE()
-		if serr != nil {
-			sink.complete(ud, -int32(unix.EAGAIN), 0, nil) // the Completer re-arms
-			return
-		}
-		d.prep(sqe, o) // nothing after all: poll again, under the same user_data
-		return
-	}
-	for i := range k {
-		flags := ring.CQEFBuffer | uint32(uint16(bufs[i]))<<ring.CQEBufferShift
-		if i < k-1 || ended {
-			flags |= ring.CQEFMore
-		}
-		sink.complete(ud, int32(lens[i]), flags, d.pool.bytes(bufs[i], lens[i]))
-		d.pool.put(bufs[i])
-	}
-	if ended {
-		sink.complete(ud, endRes, 0, nil)
-	}
 }
 
 // deliverBundle passes a provided-buffer completion that may carry several
@@ -1250,31 +1008,15 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 		// sticky.
 	case internalCancel:
 		d.cancelCQEs++
-	case internalTimeout, internalProbe:
-		// The ring consumes its own wait timeouts, and a probe's
-		// completions are reaped by the probe; nothing to do.
+	case internalProbe:
+		// A probe's completions are reaped by the probe; nothing to do.
 	}
 }
 
 // wakeDone interprets the result of the armed wake op and reports whether
 // a wakeup was consumed.
 func (d *uringDriver) wakeDone(res int32) bool {
-	switch {
-	case res == -int32(unix.EAGAIN) && d.wakeKind == wakeRead:
-		// This kernel does not wait on a READ of a non-blocking
-		// eventfd: watch it with POLL_ADD from now on. The wakeup, if
-		// any, is still in the counter and completes the poll at once.
-		d.wakeKind = wakePoll
-		d.cfg.logger.Debug("io_uring eventfd READ returned EAGAIN; using POLL_ADD", "loop", d.cfg.name)
-		return false
-	case res < 0:
-		return false // canceled (rebuild, close)
-	case d.wakeKind == wakePoll:
-		// Consume the counter; EAGAIN means another read beat us to it,
-		// which cannot happen on the loop's own eventfd but is harmless.
-		unix.Read(d.efd, d.wakeBuf[:])
-	}
-	return true
+	return res >= 0 // else canceled (rebuild, close)
 }
 
 // wake implements driver: it adds 1 to the eventfd counter, which completes
@@ -1329,7 +1071,6 @@ func (d *uringDriver) close() error {
 		first = d.r.Close()
 	}
 	d.br = nil
-	d.pool.release()
 	d.wakeArmed = false
 	if err := d.waiter.close(); err != nil && first == nil {
 		first = err
@@ -1381,28 +1122,19 @@ func (d *uringDriver) features() Features {
 // injectStall implements driver. Safe for concurrent use.
 func (d *uringDriver) injectStall(n int) { d.stall.Add(int64(n)) }
 
-// bundleBufs is how many buffers a bundle takes at most when WithRecvCap
-// sets no cap: 16, 64 KiB of the default 4 KiB buffers.
+// bundleBufs is how many buffers a bundle takes at most: 16, 64 KiB of
+// the default 4 KiB buffers.
 const bundleBufs = 16
 
-// setRecvCap decides the receives' length and where it is in force.
-// Single-shot receives take it on every kernel; multishot ones only where
-// the kernel takes a length on them (6.17), which start probes once. The
-// length is WithRecvCap's, or with bundles bundleBufs buffers: without a
-// cap a bundle may take up to 256 buffers, so bundles stay off where
-// multishot receives cannot be capped. Features.RecvCap is the length when
-// every provided-buffer receive honours it, else 0.
+// setRecvCap decides whether bundles run, and their length. Without a cap a
+// bundle may take up to 256 buffers, so bundles run only where the kernel
+// takes a length on multishot receives (6.17), which start probes once;
+// the length is bundleBufs buffers, on single shots as well. Features.RecvCap
+// is that length, else 0.
 func (d *uringDriver) setRecvCap() {
 	d.feat.RecvCap, d.recvLen = 0, 0
-	if d.br == nil {
+	if d.br == nil || !d.feat.RecvBundle {
 		d.feat.RecvBundle = false
-		return
-	}
-	d.recvLen = d.cfg.recvCap
-	if d.recvLen == 0 && d.feat.RecvBundle {
-		d.recvLen = bundleBufs * d.cfg.bufSize
-	}
-	if d.recvLen == 0 {
 		return
 	}
 	// The probe also stands for bundles' length: kernels before 6.17
@@ -1410,17 +1142,12 @@ func (d *uringDriver) setRecvCap() {
 	// kernels that may post a single shot's completion after a later
 	// multishot one (fixed in 6.15), which TakeBundle's ring positions
 	// cannot survive (docs/op-lifecycle.md, TestBundleRotationOrder).
-	d.capMultishot = d.feat.MultishotRecv && d.probeMultishotLen()
-	if !d.capMultishot {
-		d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles, and WithRecvCap caps plain single shots only", "loop", d.cfg.name)
+	if !d.probeMultishotLen() {
+		d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles", "loop", d.cfg.name)
 		d.feat.RecvBundle = false
-		if d.recvLen = d.cfg.recvCap; d.recvLen == 0 || (d.feat.MultishotRecv && !d.cfg.shared) {
-			return // multishot receives uncapped
-		}
+		return
 	}
-	if (!d.feat.MultishotRecv || d.cfg.shared) && d.br.Incremental() {
-		return // single shots only, and they take no length on this ring
-	}
+	d.recvLen = bundleBufs * d.cfg.bufSize
 	d.feat.RecvCap = d.recvLen
 }
 
@@ -1498,60 +1225,4 @@ func (d *uringDriver) probeMultishotLen() bool {
 		leak = true // the receive may still be armed on the pair
 	}
 	return took
-}
-
-// dgramPolled reports whether datagram receives poll, then read with
-// recvmmsg(2) into the loop's pool (deliverPolledDgram), instead of a
-// multishot RECVMSG from the buffer ring: without a buffer ring or
-// multishot receive (before 6.0), on an incremental ring (whose buffers
-// would hold several datagrams each), and on a shared-thread loop (which
-// arms no multishot receive: its completions would run as task work on a
-// thread the loop may have left).
-func (d *uringDriver) dgramPolled() bool {
-	return d.br == nil || !d.feat.MultishotRecv || d.br.Incremental() || d.cfg.shared
-}
-
-// deliverPolledDgram completes a datagram receive whose POLL_ADD reported
-// the socket readable (res is the event mask, or -errno): it reads up to
-// dgramBatch datagrams with one recvmmsg(2) into pool buffers and delivers
-// each as a multishot RECVMSG would, with CQEFMore, then polls again. An
-// error ends the receive (the Completer re-arms), as on io_uring.
-func (d *uringDriver) deliverPolledDgram(ud uint64, res int32, sink completionSink) {
-	o := d.op(ud)
-	if res < 0 || o == nil {
-		sink.complete(ud, res, 0, nil) // a failed or canceled poll; a stale one is counted there
-		return
-	}
-	if d.pool.count == 0 {
-		d.pool.init(d.cfg.bufCount, d.cfg.bufSize)
-	}
-	n, err := d.dgrams.read(int(o.fd), &d.pool, o.arg, dgramBatch)
-	for i := range n {
-		flags := ring.CQEFMore | ring.CQEFBuffer | uint32(uint16(d.dgrams.bufs[i]))<<ring.CQEBufferShift
-		sink.complete(ud, int32(d.dgrams.lens[i]), flags, d.pool.bytes(d.dgrams.bufs[i], d.dgrams.lens[i]))
-		d.pool.put(d.dgrams.bufs[i])
-	}
-	switch {
-	case n == 0 && err == errNoBufs:
-		sink.complete(ud, -int32(unix.ENOBUFS), 0, nil) // parked until buffers are back
-		return
-	case n == 0 && err != nil && err != unix.EAGAIN:
-		sink.complete(ud, epollRes(err), 0, nil)
-		return
-	}
-	if o.state != opInFlight {
-		// A callback canceled it. Its cancel found no poll in flight
-		// (this one had completed), so this is the final completion.
-		sink.complete(ud, -int32(unix.ECANCELED), 0, nil)
-		return
-	}
-	sqe, serr := d.getSQE()
-	if serr != nil {
-		sink.complete(ud, -int32(unix.EAGAIN), 0, nil) // the Completer re-arms
-		return
-	}
-	d.prep(sqe, o) // poll again, under the same user_data
-	if faultsEnabled {
-		d.faultPrep(sqe, o)
-	}
 }

@@ -25,8 +25,7 @@ import (
 //     included), the new ring is closed, rebuild returns the error and
 //     nothing has changed: the old ring stays in use with every op on it.
 //  2. The old ring's SQ is flushed, so every op submit handed over is in
-//     the kernel, then everything on it is canceled (one ASYNC_CANCEL_ANY,
-//     5.19, else one ASYNC_CANCEL per op).
+//     the kernel, then everything on it is canceled (one ASYNC_CANCEL_ANY).
 //  3. The new ring becomes current and gets the eventfd read, so whatever
 //     the callbacks run in step 4 submit (a re-armed receive, the next
 //     send of a stream) goes to it, never to the ring about to close.
@@ -35,15 +34,14 @@ import (
 //     or the deadline (uringRebuildTimeout, 1 s) passes. For each
 //     completion:
 //     - a real result (data, an accepted fd, bytes sent, -ETIME, any error
-//     but the rebuild's own -ECANCELED, a SEND_ZC notification) is
+//     but the rebuild's own -ECANCELED) is
 //     delivered to the sink once, exactly as poll would deliver it, in CQ
 //     order, provided-buffer bytes included (from the old buffer ring);
 //     - a final -ECANCELED of an op the loop did not cancel itself
 //     (opInFlight) is the rebuild's doing: it is not delivered, and the op
 //     is resubmitted on the new ring with the same record, so the same
-//     slot, generation, user_data and buffers. A canceled SEND_ZC posts
-//     -ECANCELED with F_MORE and then a notification; both are swallowed
-//     before it is resubmitted. -ECANCELED means nothing happened: a
+//     slot, generation, user_data and buffers. -ECANCELED means nothing
+//     happened: a
 //     network op that moved bytes before being canceled reports the bytes
 //     instead (io_uring reports partial progress on failure), and that is
 //     a real result, delivered;
@@ -68,15 +66,11 @@ import (
 //     (quarantine.go): the kernel may still read or write them, so neither
 //     the loop nor the Completer may reuse them. A provided-buffer receive
 //     given up keeps the old buffer ring mapped. Its final completion is
-//     delivered once, with Completion.Quarantined:
-//     - a SEND_ZC whose result was delivered and whose notification did
-//     not come (a peer with a closed window holds it indefinitely) gets a
-//     notification (ring.CQEFNotif, res 0): its result stands and the
-//     stream goes on; only the buffer stays with the kernel;
-//     - any other op has an unknown outcome (a send may or may not have
-//     sent, a recv may have consumed bytes): res -ECANCELED without
-//     F_MORE, which the conn layer treats as fatal for its connection and
-//     answers with a reset, so the peer sees a failure, never a gap.
+//     delivered once, with Completion.Quarantined: its outcome is unknown
+//     (a send may or may not have sent, a recv may have consumed bytes), so
+//     res is -ECANCELED without F_MORE, which the conn layer treats as fatal
+//     for its connection and answers with a reset, so the peer sees a
+//     failure, never a gap.
 //
 // The number returned counts the ops resubmitted on the new ring (the
 // eventfd read not included).
@@ -87,10 +81,9 @@ const rebuildLostRes = -int32(unix.ECANCELED)
 
 // migration is rebuild's view of one live op.
 type migration struct {
-	o          *op
-	final      bool // its final completion was seen on the old ring
-	resubmit   bool // ...and it was the rebuild's -ECANCELED: move it
-	zcCanceled bool // a SEND_ZC canceled by the rebuild, notification still due
+	o        *op
+	final    bool // its final completion was seen on the old ring
+	resubmit bool // ...and it was the rebuild's -ECANCELED: move it
 }
 
 // rebuild implements driver; see the comment above.
@@ -115,9 +108,6 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// anything moves: the receives armed on the old ring could not be
 	// resubmitted.
 	newBR, err := d.prepareRing(nr)
-	if err == nil && newBR == nil && oldBR != nil {
-		err = fmt.Errorf("provided-buffer ring: %w", &ring.UnsupportedError{Op: "IORING_REGISTER_PBUF_RING on the new ring", MinKernel: "5.19"})
-	}
 	if err != nil {
 		nr.Close()
 		return 0, fmt.Errorf("loop: uring backend: rebuild: %w", err)
@@ -141,7 +131,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		d.cfg.logger.Warn("io_uring rebuild: flushing the old ring failed", "loop", d.cfg.name, "err", err)
 	}
 	if !d.rebuildSkipCancel {
-		d.cancelOld(old, order, wakeOut)
+		d.cancelOld(old)
 	}
 
 	// Switch to the new ring now: completions delivered while the old
@@ -152,7 +142,6 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// "the old ring is still in use".
 	d.r, d.br = nr, newBR
 	d.faultHeld = d.faultHeld[:0] // held back from the old buffer ring, which goes
-	d.feat.BufRing = newBR != nil
 	d.feat.SetupFlags = d.flags
 	d.feat.RingFeatures = nr.Features()
 	d.lastOverflow = nr.Overflow()
@@ -204,7 +193,12 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		}
 	}
 
-	// Move the ops over.
+	if d.rebuildReaped != nil {
+		d.rebuildReaped()
+	}
+	// Move the ops over. An op canceled since its move was decided is not
+	// re-armed: its cancel went to the new ring before it, and found
+	// nothing there.
 	migrated := 0
 	var lost, unmoved []*migration
 	for _, m := range order {
@@ -275,41 +269,20 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	return migrated, nil
 }
 
-// cancelOld cancels every op of the old ring: one ASYNC_CANCEL_ANY where
-// the kernel has it, else one ASYNC_CANCEL per op (and one for the eventfd
-// read).
-func (d *uringDriver) cancelOld(old *ring.Ring, order []*migration, wakeOut bool) {
-	get := func() *ring.SQE {
-		sqe, err := old.GetSQE()
-		if err == ring.ErrSQFull {
-			old.Submit()
-			sqe, err = old.GetSQE()
-		}
-		if err != nil {
-			d.cfg.logger.Warn("io_uring rebuild: no SQE for a cancel", "loop", d.cfg.name, "err", err)
-			return nil
-		}
-		return sqe
+// cancelOld cancels every op of the old ring, the eventfd read included,
+// with one ASYNC_CANCEL_ANY.
+func (d *uringDriver) cancelOld(old *ring.Ring) {
+	sqe, err := old.GetSQE()
+	if err == ring.ErrSQFull {
+		old.Submit()
+		sqe, err = old.GetSQE()
 	}
-	if d.cancelAny {
-		if sqe := get(); sqe != nil {
-			sqe.PrepCancelAll()
-			sqe.UserData = internalUserData(internalCancel)
-		}
-	} else {
-		for _, m := range order {
-			if sqe := get(); sqe != nil {
-				sqe.PrepCancel64(m.o.userData(), 0)
-				sqe.UserData = internalUserData(internalCancel)
-			}
-		}
-		if wakeOut {
-			if sqe := get(); sqe != nil {
-				sqe.PrepCancel64(internalUserData(internalWake), 0)
-				sqe.UserData = internalUserData(internalCancel)
-			}
-		}
+	if err != nil {
+		d.cfg.logger.Warn("io_uring rebuild: no SQE for a cancel", "loop", d.cfg.name, "err", err)
+		return
 	}
+	sqe.PrepCancelAll()
+	sqe.UserData = internalUserData(internalCancel)
 	if _, err := old.Submit(); err != nil {
 		d.cfg.logger.Warn("io_uring rebuild: submitting cancels failed", "loop", d.cfg.name, "err", err)
 	}
@@ -327,16 +300,12 @@ func (d *uringDriver) reapOld(c *ring.CQE, live map[uint64]*migration, oldBR *ri
 	more := c.Flags&ring.CQEFMore != 0
 	ours := m.o.state == opInFlight // not canceled by the loop itself
 	canceled := c.Res == -int32(unix.ECANCELED)
-	if m.o.tag == tagSendZC && ours && canceled && more && c.Flags&ring.CQEFNotif == 0 {
-		m.zcCanceled = true // its notification follows; swallow both
-		return false
-	}
 	if more {
-		d.deliver(c, oldBR, sink) // a multishot result, or SEND_ZC's bytes
+		d.deliver(c, oldBR, sink) // a multishot result
 		return false
 	}
 	m.final = true
-	if ours && (canceled || m.zcCanceled) {
+	if ours && canceled {
 		m.resubmit = true
 		return true
 	}

@@ -53,29 +53,6 @@ func TestUringDriverCancelInternals(t *testing.T) {
 	}
 }
 
-// TestUringDriverWakeByPoll runs the wakeup through the POLL_ADD fallback
-// used where a READ of a non-blocking eventfd does not wait.
-func TestUringDriverWakeByPoll(t *testing.T) {
-	h, d := newUringHarness(t, func(_ *driverConfig, d driver) {
-		if d != nil {
-			d.(*uringDriver).wakeKind = wakePoll
-		}
-	})
-	h.poll(0)
-	if d.wakeKind != wakePoll {
-		t.Skipf("the wakeup goes through wake kind %v (the netpoll wait)", d.wakeKind)
-	}
-	if err := d.wake(); err != nil {
-		t.Fatal(err)
-	}
-	if res := h.poll(5 * time.Second); !res.woken {
-		t.Fatalf("poll after wake: %+v, want woken", res)
-	}
-	if res := h.poll(30 * time.Millisecond); res.woken || !res.timedOut {
-		t.Fatalf("second poll: %+v, want a plain timeout (counter consumed)", res)
-	}
-}
-
 // TestUringDriverSQFullAndCQOverflow submits far more ops than the SQ (4)
 // and CQ (8) hold without reaping: submit flushes a full SQ, the kernel
 // parks surplus CQEs, and polls deliver every one exactly once, honouring
@@ -151,17 +128,26 @@ func TestUringDriverSetupRefused(t *testing.T) {
 	}
 }
 
-// TestUringDriverMissingOp refuses a kernel whose probe lacks an opcode
-// the op contract needs, naming it, with an error auto can fall back on.
-func TestUringDriverMissingOp(t *testing.T) {
+// TestUringDriverFloor refuses a kernel profile older than 6.1 before any
+// ring is made, naming the release and what it lacks, with an error auto
+// falls back on; 6.1 itself runs.
+func TestUringDriverFloor(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	testutil.CheckLeaks(t)
-	old := getProbeFn
-	t.Cleanup(func() { getProbeFn = old })
-	getProbeFn = func() (*ring.Probe, error) { return new(ring.Probe), nil }
-	_, err := newUringDriver(contractConfig(t, ring.Kernel{}))
-	if !errors.Is(err, ring.ErrNotSupported) || !strings.Contains(err.Error(), "IORING_OP_NOP") {
-		t.Fatalf("newUringDriver with an empty probe: %v; want ErrNotSupported naming IORING_OP_NOP", err)
+	for _, c := range []struct{ kernel, lacks string }{
+		{"5.10", "IORING_SETUP_DEFER_TASKRUN, IORING_SETUP_SINGLE_ISSUER, multishot receive, multishot accept, provided-buffer rings, registered ring fds, IORING_ENTER_EXT_ARG"},
+		{"5.19", "IORING_SETUP_DEFER_TASKRUN, IORING_SETUP_SINGLE_ISSUER, multishot receive;"},
+		{"6.0", "IORING_SETUP_DEFER_TASKRUN;"},
+	} {
+		_, err := newUringDriver(contractConfig(t, ring.MustKernel(c.kernel)))
+		if !errors.Is(err, ring.ErrNotSupported) || !strings.Contains(err.Error(), "Linux "+c.kernel+" ") ||
+			!strings.Contains(err.Error(), "lacks "+c.lacks) || !strings.Contains(err.Error(), "io_uring needs 6.1") {
+			t.Errorf("kernel %s: %v; want ErrNotSupported naming the release and that it lacks %s", c.kernel, err, c.lacks)
+		}
+	}
+	h := newDriverHarness(t, uringKind(ring.MustKernel("6.1")))
+	if f := h.uring().features(); f.Kernel != "6.1" || f.SetupFlags&ring.SetupDeferTaskrun == 0 || f.SetupFlags&ring.SetupNoSQArray != 0 {
+		t.Fatalf("under 6.1: %+v", f)
 	}
 }
 
@@ -169,7 +155,7 @@ func TestUringDriverFeatures(t *testing.T) {
 	_, d := newUringHarness(t)
 	f := d.features()
 	t.Logf("features: %+v", f)
-	if f.Backend != BackendUring || f.RingFeatures == 0 || !f.BufRing {
+	if f.Backend != BackendUring || f.RingFeatures&ring.FeatExtArg == 0 || d.br == nil {
 		t.Fatalf("features %+v", f)
 	}
 	if f.SetupFlags&ring.SetupRDisabled != 0 {
@@ -178,9 +164,6 @@ func TestUringDriverFeatures(t *testing.T) {
 	if ring.SetupFlagSupported(ring.SetupSingleIssuer|ring.SetupDeferTaskrun) &&
 		f.SetupFlags&(ring.SetupSingleIssuer|ring.SetupDeferTaskrun) != ring.SetupSingleIssuer|ring.SetupDeferTaskrun {
 		t.Fatalf("setup flags %#x lack SINGLE_ISSUER|DEFER_TASKRUN", f.SetupFlags)
-	}
-	if ring.OpSupported(ring.OpSendZC) && !(f.ExtArg && f.MultishotAccept && f.MultishotRecv && f.SendZC) {
-		t.Fatalf("6.0+ kernel but features %+v", f)
 	}
 }
 
@@ -225,4 +208,35 @@ func TestUringDriverRebuildDeadline(t *testing.T) {
 	if res := h.poll(5 * time.Second); !res.woken || len(h.of(ud)) != 1 {
 		t.Fatalf("poll: %+v, completions of the failed op %v", res, h.of(ud))
 	}
+}
+
+// TestUringDriverRebuildCanceledBeforeRearm: an op canceled after the
+// rebuild decided to move it (a callback run during the reap cancels it)
+// is not re-armed on the new ring, where its cancel went first and found
+// nothing: it ends with -ECANCELED, once, and nothing of it stays armed.
+func TestUringDriverRebuildCanceledBeforeRearm(t *testing.T) {
+	h, d := newUringHarness(t)
+	a, b := testutil.SocketPair(t)
+	buf := make([]byte, 16)
+	ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
+	keep := h.start(tagRecv, func(o *op) { o.fd = int32(b); o.buf = make([]byte, 16) })
+	h.poll(0)
+	d.rebuildReaped = func() { h.cancel(ud) }
+	if n, err := d.rebuild(h.tab, h); err != nil || n != 1 {
+		t.Fatalf("rebuild = %d, %v; want only the op not canceled moved", n, err)
+	}
+	d.rebuildReaped = nil
+	wantCQE(t, "recv canceled before its re-arm", h.final("canceled recv", ud), -int32(unix.ECANCELED), false)
+	writeAll(t, b, []byte("late"))
+	for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {
+		h.poll(5 * time.Millisecond)
+	}
+	if n, _, _ := unix.Recvfrom(a, buf, unix.MSG_DONTWAIT); n != 4 {
+		t.Fatalf("the canceled recv was armed on the new ring: the peer's bytes were taken (read %d)", n)
+	}
+	if len(h.of(ud)) != 1 || h.live(ud) || !h.live(keep) {
+		t.Fatalf("completions %v; canceled op live %v, other op live %v", h.of(ud), h.live(ud), h.live(keep))
+	}
+	writeAll(t, a, []byte("moved"))
+	wantCQE(t, "the recv moved", h.final("moved recv", keep), 5, false)
 }

@@ -108,11 +108,11 @@ func (l *Loop) LiveOps() []string {
 }
 
 // HideKernelFeatures makes the uring drivers made until restore is called
-// find a kernel without receive bundles, incremental buffer rings or a
-// length on multishot receives, as named.
-func HideKernelFeatures(bundle, incremental, multishotLen bool) (restore func()) {
+// find a kernel without receive bundles or a length on multishot receives,
+// as named.
+func HideKernelFeatures(bundle, multishotLen bool) (restore func()) {
 	old := hiddenFeatures
-	hiddenFeatures.bundle, hiddenFeatures.incremental, hiddenFeatures.multishotLen = bundle, incremental, multishotLen
+	hiddenFeatures.bundle, hiddenFeatures.multishotLen = bundle, multishotLen
 	return func() { hiddenFeatures = old }
 }
 

@@ -32,14 +32,13 @@ import (
 //     On io_uring the op's SQE becomes a NOP with the same user_data.
 //   - F_BUFFER on failure (io_uring): a provided receive's buffer is held
 //     back after its data was delivered, then handed over with a fake
-//     failure, as 5.19-era kernels post a failed receive with its buffer.
+//     failure, as some kernels post a failed receive with its buffer.
 //   - CQ overflow (io_uring): a poll reaps a single completion, so the
 //     CQ fills and the kernel's overflow list takes the rest.
 //   - Forced rebuilds: a loop turn replaces its ring (epoll instance).
 //   - Give-ups (io_uring): a rebuild does not see an op's final
-//     completion when it carries no data (a -ECANCELED, a SEND_ZC
-//     notification), so it reaches the rebuild's deadline and is given up:
-//     quarantined, a SEND_ZC notification delayed past the deadline.
+//     completion when it carries no data (a -ECANCELED), so it reaches the
+//     rebuild's deadline and is given up: quarantined.
 //   - A failed buffer-ring registration on a rebuild's new ring.
 
 // Faults sets the probabilities of the fault-injection mode; zero values
@@ -57,7 +56,6 @@ type Faults struct {
 
 	Rebuild        float64       // per loop turn: rebuild the ring
 	GiveUp         float64       // per -ECANCELED final completion seen by a rebuild: hide it
-	DelayNotif     float64       // per SEND_ZC notification seen by a rebuild: hide it
 	RebuildTimeout time.Duration // a rebuild's deadline (0: the default, 1 s)
 	BufRingFail    float64       // per rebuild: the new ring's buffer ring registration fails
 	StartFail      float64       // per loop start: the backend fails to start (the loop terminates)
@@ -67,7 +65,7 @@ type Faults struct {
 type FaultCounts struct {
 	ShortSends, Retries, NoBufs, Cancels       uint64
 	BufsOnFailure, ReapOnes, Rebuilds, GiveUps uint64
-	DelayedNotifs, BufRingFails, StartFails    uint64
+	BufRingFails, StartFails                   uint64
 }
 
 var faults struct {
@@ -78,7 +76,7 @@ var faults struct {
 
 	shortSends, retries, noBufs, cancels       atomic.Uint64
 	bufsOnFailure, reapOnes, rebuilds, giveUps atomic.Uint64
-	delayedNotifs, bufRingFails, startFails    atomic.Uint64
+	bufRingFails, startFails                   atomic.Uint64
 }
 
 // SetFaults turns fault injection on with f for every loop of the process
@@ -102,8 +100,7 @@ func InjectedFaults() FaultCounts {
 		NoBufs: faults.noBufs.Load(), Cancels: faults.cancels.Load(),
 		BufsOnFailure: faults.bufsOnFailure.Load(), ReapOnes: faults.reapOnes.Load(),
 		Rebuilds: faults.rebuilds.Load(), GiveUps: faults.giveUps.Load(),
-		DelayedNotifs: faults.delayedNotifs.Load(), BufRingFails: faults.bufRingFails.Load(),
-		StartFails: faults.startFails.Load(),
+		BufRingFails: faults.bufRingFails.Load(), StartFails: faults.startFails.Load(),
 	}
 }
 
@@ -144,7 +141,7 @@ func (l *Loop) faultTurn() {
 // fakeResult picks a fake result for an I/O op of tag, or 0.
 func fakeResult(tag opTag) int32 {
 	switch tag {
-	case tagRecv, tagRecvBuf, tagRecvmsgBuf, tagSend, tagSendmsg, tagSendZC:
+	case tagRecv, tagRecvBuf, tagRecvmsgBuf, tagSend, tagSendmsg:
 	default:
 		return 0
 	}
@@ -195,7 +192,7 @@ func (d *uringDriver) faultPrep(sqe *ring.SQE, o *op) {
 		return
 	}
 	switch o.tag {
-	case tagSend, tagSendZC:
+	case tagSend:
 		sqe.Len = uint32(faultSendLen(int(sqe.Len)))
 	case tagSendmsg:
 		if n := len(o.x().iov); n > 1 {
@@ -209,7 +206,7 @@ func (d *uringDriver) faultPrep(sqe *ring.SQE, o *op) {
 // faultResult turns the NOP completion of an op faultPrep replaced into
 // its fake result, and reports whether it did. A fake failure of a
 // provided receive may carry a buffer held back by faultHoldBuf, as
-// 5.19-era kernels post a failed receive with the buffer it selected.
+// some kernels post a failed receive with the buffer it selected.
 func (d *uringDriver) faultResult(c *ring.CQE) bool {
 	tag, gen, slot := unpackUserData(c.UserData)
 	if int(slot) >= len(d.faultPlans) || d.faultPlans[slot].res == 0 || d.faultPlans[slot].gen != gen {
@@ -232,7 +229,7 @@ func (d *uringDriver) faultResult(c *ring.CQE) bool {
 // the ring, for a later fake failure to carry. At most two are held, so the
 // ring never runs dry because of it.
 func (d *uringDriver) faultHoldBuf(br *ring.BufRing, bid uint16) bool {
-	if br != d.br || len(d.faultHeld) >= 2 || br.Incremental() {
+	if br != d.br || len(d.faultHeld) >= 2 {
 		return false
 	}
 	if ok, _ := roll(func(f *Faults) float64 { return f.BufOnFailure }, 0); !ok {
@@ -252,20 +249,14 @@ func (d *uringDriver) faultReapMax(max int) int {
 }
 
 // faultHide may hide from a rebuild a final completion that carries no
-// data (a -ECANCELED or a SEND_ZC notification), so its op is given up at
-// the deadline.
+// data (a -ECANCELED), so its op is given up at the deadline.
 func (d *uringDriver) faultHide(c *ring.CQE) bool {
-	switch {
-	case c.Flags&ring.CQEFNotif != 0:
-		if ok, _ := roll(func(f *Faults) float64 { return f.DelayNotif }, 0); ok {
-			faults.delayedNotifs.Add(1)
-			return true
-		}
-	case c.Res == -int32(unix.ECANCELED) && c.Flags&(ring.CQEFMore|ring.CQEFBuffer) == 0:
-		if ok, _ := roll(func(f *Faults) float64 { return f.GiveUp }, 0); ok {
-			faults.giveUps.Add(1)
-			return true
-		}
+	if c.Res != -int32(unix.ECANCELED) || c.Flags&(ring.CQEFMore|ring.CQEFBuffer) != 0 {
+		return false
+	}
+	if ok, _ := roll(func(f *Faults) float64 { return f.GiveUp }, 0); ok {
+		faults.giveUps.Add(1)
+		return true
 	}
 	return false
 }

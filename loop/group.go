@@ -66,8 +66,6 @@ func NewGroup(opts ...Option) (*Group, error) {
 			wait:        c.resolveWait(),
 			shared:      c.sharedThread,
 			recvBundles: c.recvBundles,
-			recvInc:     c.recvInc,
-			recvCap:     uint32(c.recvCap),
 			kernel:      c.profile,
 			park:        &parkHooks{},
 		}
@@ -125,16 +123,6 @@ func (s *backendSelector) create(cfg driverConfig) (driver, error) {
 		return newEpoll(cfg)
 	}
 	d, err := newUring(cfg)
-	if err == nil && !d.features().MultishotRecv {
-		// Measured under the kernel profiles (docs/kernel-support.md):
-		// without multishot receive (before 6.0) io_uring ran at
-		// 0.67–0.92× epoll's requests per CPU-second at 5.10 and 5.15,
-		// and 0.74–1.11× at 5.19. BackendUring still runs it.
-		d.close()
-		s.backend = BackendEpoll
-		s.reason = "io_uring without multishot receive (Linux 6.0) runs below epoll" + profileSuffix(cfg.kernel)
-		return newEpoll(cfg)
-	}
 	if err == nil {
 		s.backend = BackendUring
 		return d, nil

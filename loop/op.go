@@ -60,13 +60,10 @@ type Completion struct {
 	// referenced for the life of the process (Stats.Quarantined). The
 	// Completer must never reuse or recycle that memory either: the
 	// kernel may still read or write it. Two forms:
-	//   - Res -ECANCELED, Flags 0: the outcome is unknown (a send may
-	//     have sent part of its bytes, a receive may have consumed some).
-	//     The stream is broken; close it so the peer sees a failure
-	//     (conn resets the connection).
-	//   - Flags ring.CQEFNotif: a SEND_ZC whose result was delivered but
-	//     whose notification never came. The result stands; only the
-	//     buffer stays with the kernel.
+	// Res is -ECANCELED, Flags 0: the outcome is unknown (a send may
+	// have sent part of its bytes, a receive may have consumed some). The
+	// stream is broken; close it so the peer sees a failure (conn resets
+	// the connection).
 	Quarantined bool
 }
 
@@ -91,7 +88,6 @@ type Completer interface {
 //	tagSend     fd, buf, arg = send flags (MSG_NOSIGNAL is always added).
 //	tagSendmsg  fd, bufs (iov and msg are built from them), arg = flags;
 //	            name, nameLen: a datagram's destination (SendTo), if any.
-//	tagSendZC   fd, buf, arg = flags; final completion is the notification.
 //	tagConnect  fd, sa, saLen.
 //	tagClose    fd.
 //	tagShutdown fd, arg = how.
@@ -132,8 +128,7 @@ type op struct {
 type opMarks uint8
 
 const (
-	markZCNotif opMarks = 1 << iota // a SEND_ZC whose notification is still due
-	markYield                       // a provided-buffer receive the loop canceled to rotate it (starved.go)
+	markYield opMarks = 1 << iota // a provided-buffer receive the loop canceled to rotate it (starved.go)
 )
 
 // opExt holds what only some ops hand the kernel: a sendmsg's header, an

@@ -16,7 +16,7 @@ import (
 // or an error, in which case no completion will follow.
 //
 // Memory: a buffer passed to an op belongs to the loop until the op's final
-// completion (for SendZC: its notification); the op table keeps it
+// completion; the op table keeps it
 // referenced until then. Do not modify or reuse it before.
 
 // An OpID names one in-flight op of a loop: its packed user_data (slot,
@@ -61,8 +61,7 @@ func (l *Loop) startOp(o *op) (OpID, error) {
 
 // Accept accepts connections on the listening socket fd. With multishot it
 // stays armed and completes once per connection (ring.CQEFMore set while it
-// stays armed; re-arm after a completion without it); the backend re-arms
-// single shots itself where the kernel lacks multishot accept. Res is the new
+// stays armed; re-arm after a completion without it). Res is the new
 // fd (non-blocking, close-on-exec) or -errno. Must be called on the loop
 // goroutine.
 func (l *Loop) Accept(fd int, multishot bool, c Completer) (OpID, error) {
@@ -112,9 +111,6 @@ func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 // after any completion without F_MORE).
 // Everything else is as for RecvProvided: provided buffers, bundles where
 // enabled, parking while the buffers run out.
-//
-// On a locked-thread loop whose ring is consumed incrementally
-// (WithIncrementalBuffers) it is refused with ring.ErrNotSupported.
 //
 // Use it for AF_UNIX stream sockets: there a multishot receive can miss
 // the peer's shutdown on current kernels (all the bytes arrive, the end
@@ -176,24 +172,6 @@ func (l *Loop) Sendmsg(fd int, bufs [][]byte, flags int, c Completer) (OpID, err
 	return l.startOp(o)
 }
 
-// SendZC sends buf without copying it where the backend can (io_uring
-// SEND_ZC; the epoll backend copies). The first completion carries the
-// result, with ring.CQEFMore if a notification follows; buf belongs to the
-// kernel until the completion with ring.CQEFNotif (or a first completion
-// without CQEFMore). Must be called on the loop goroutine.
-func (l *Loop) SendZC(fd int, buf []byte, flags int, c Completer) (OpID, error) {
-	if len(buf) == 0 {
-		return 0, invalidArgument("send-zc: empty buffer")
-	}
-	o, err := l.newOp(tagSendZC, fd, c)
-	if err != nil {
-		return 0, err
-	}
-	o.buf = buf
-	o.arg = uint32(flags)
-	return l.startOp(o)
-}
-
 // Connect connects the non-blocking socket fd to sa (IPv4, IPv6 or Unix).
 // Res is 0 or -errno (-ECONNREFUSED …). Must be called on the loop
 // goroutine.
@@ -249,9 +227,8 @@ func (l *Loop) Shutdown(fd int, how int, c Completer) (OpID, error) {
 
 // Poll waits for events (unix.POLLIN, POLLOUT, …) on fd. Res is the ready
 // mask or -errno. With multishot it stays armed (ring.CQEFMore) until
-// canceled. Where the kernel lacks multishot poll (before 5.13) it
-// completes once, without ring.CQEFMore: re-arm then, once the fd is dealt
-// with (re-arming a poll on a still-ready fd at once would only spin). Must be called on the loop goroutine.
+// canceled; re-arm after a completion without it. Must be called on the
+// loop goroutine.
 func (l *Loop) Poll(fd int, events uint32, multishot bool, c Completer) (OpID, error) {
 	if events == 0 {
 		return 0, invalidArgument("poll: empty event mask")
@@ -325,8 +302,7 @@ func (l *Loop) OpsInFlight() int {
 // complete implements completionSink: the backend delivers every
 // completion of a table op here, on the loop goroutine. The record is looked
 // up by user_data (a stale one is counted and dropped; uringdebug panics),
-// released on its final completion (the one without ring.CQEFMore; for
-// SEND_ZC the notification, or a first completion without CQEFMore), and
+// released on its final completion (the one without ring.CQEFMore), and
 // the Completer is called under recover.
 func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 	if !l.ioStarted {
@@ -348,14 +324,6 @@ func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 		return
 	}
 	final := flags&ring.CQEFMore == 0
-	if o.tag == tagSendZC {
-		switch {
-		case flags&ring.CQEFNotif != 0:
-			final = true
-		case !final:
-			o.marks |= markZCNotif
-		}
-	}
 	if final {
 		if l.park(o, res) {
 			return // resubmitted when the turn ends (starved.go)

@@ -39,8 +39,6 @@ type config struct {
 	wait           WaitMode
 	sharedThread   bool
 	recvBundles    bool        // WithRecvBundles
-	recvInc        bool        // WithIncrementalBuffers
-	recvCap        int         // WithRecvCap
 	fairRecv       bool        // WithFairReceives
 	kernel         string      // WithKernel, or RINGLOOP_KERNEL
 	profile        ring.Kernel // kernel, parsed by validate
@@ -81,8 +79,6 @@ func defaultConfig() config {
 		wait:           waitFromEnv(),
 		sharedThread:   os.Getenv("RINGLOOP_THREAD") == "shared",
 		recvBundles:    !envOff("RINGLOOP_RECV_BUNDLE"),
-		recvInc:        os.Getenv("RINGLOOP_RECV_INC") == "on",
-		recvCap:        recvCapFromEnv(),
 		fairRecv:       !envOff("RINGLOOP_RECV_FAIR"),
 		kernel:         os.Getenv("RINGLOOP_KERNEL"),
 	}
@@ -194,39 +190,9 @@ func WithKernel(version string) Option { return func(c *config) { c.kernel = ver
 // flight each, the p99 latency was 2–3× that of a rotating loop, for the
 // same throughput (docs/benchmarks-analysis.md, "Fair receives"). Once no
 // receive is parked, receives are multishot again. On by default;
-// RINGLOOP_RECV_FAIR=off in the environment turns it off. Ignored on a
-// ring consumed incrementally (WithIncrementalBuffers), which refuses
-// single shots beside multishot receives, and on the epoll backend, which
-// parks nothing.
+// RINGLOOP_RECV_FAIR=off in the environment turns it off. Ignored on the
+// epoll backend, which parks nothing.
 func WithFairReceives(on bool) Option { return func(c *config) { c.fairRecv = on } }
-
-// WithIncrementalBuffers has the kernel consume each provided buffer
-// incrementally (IOU_PBUF_RING_INC, Linux 6.12): a receive takes only the
-// bytes it fills, and the next goes on in the same buffer, so large
-// buffers (WithBufferRing) waste nothing on small messages. Features.
-// IncrementalBuffers reports it; a kernel without it gets the plain ring.
-// A ring consumed incrementally is never used for bundles (WithRecvBundles
-// is then ignored): each completion fills part of one buffer. Nor does it
-// serve RecvProvidedOnce beside multishot receives (refused with
-// ring.ErrNotSupported; conn's Unix connections then receive into buffers
-// of their own): where a buffer's bytes go follows the order completions
-// are posted in, which single shots and multishot receives do not keep
-// with each other on every kernel. Off by
-// default: with 64 KiB buffers it measured level with bundles over 4 KiB
-// ones, better at 1,024 connections × 16 KiB, worse at 4 KiB, for four
-// times the memory (docs/benchmarks-analysis.md). RINGLOOP_RECV_INC=on in
-// the environment turns it on. io_uring only.
-func WithIncrementalBuffers(on bool) Option { return func(c *config) { c.recvInc = on } }
-
-// WithRecvCap caps the bytes one provided-buffer completion takes (0, the
-// default, leaves it to the buffer size), so one fast connection cannot
-// take the whole buffer ring in one turn. On io_uring it is the receive's
-// length: honoured by single-shot receives on every kernel and by
-// multishot ones from Linux 6.17 (Features.RecvCap says which is in force;
-// older kernels receive uncapped). On epoll each read is capped. Negative
-// values and values over 1 GiB are rejected. RINGLOOP_RECV_CAP=<bytes> in
-// the environment sets the default.
-func WithRecvCap(n int) Option { return func(c *config) { c.recvCap = n } }
 
 // envOff reports whether the environment variable turns a default off:
 // "off", "0" or "false".
@@ -248,16 +214,6 @@ func bufRingFromEnv() (count, size uint32) {
 		return DefaultBufCount, DefaultBufSize
 	}
 	return uint32(n), uint32(m)
-}
-
-// recvCapFromEnv is the default receive cap: RINGLOOP_RECV_CAP if it is a
-// byte count, else 0 (no cap).
-func recvCapFromEnv() int {
-	n, err := strconv.Atoi(os.Getenv("RINGLOOP_RECV_CAP"))
-	if err != nil {
-		return 0
-	}
-	return n
 }
 
 // WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0):
@@ -383,9 +339,6 @@ func (c *config) validate() error {
 		return invalidOption("kernel profile %q (WithKernel or RINGLOOP_KERNEL): %v", c.kernel, err)
 	}
 	c.profile = k
-	if c.recvCap < 0 || c.recvCap > 1<<30 {
-		return invalidOption("receive cap %d (expected 0 to 1 GiB; 0 means none)", c.recvCap)
-	}
 	if c.ringEntries == 0 {
 		c.ringEntries = d.ringEntries
 	}

@@ -49,7 +49,7 @@ func rawProvidedRecv(tb testing.TB, d *uringDriver, fd int, ud uint64) ring.CQE 
 
 // TestUringDriverFailedRecvReturnsItsBuffer: a provided-buffer receive that
 // fails after the kernel selected its buffer (res < 0 with F_BUFFER and the
-// buffer id, as 5.19-era kernels post) must give back that buffer, not
+// buffer id, as some kernels post) must give back that buffer, not
 // buffer 0. Giving back the wrong one loses the right one and publishes
 // the other twice, so the kernel hands one buffer to two receives at once.
 // The failure CQE is a real one the kernel posted for a receive of one
@@ -59,9 +59,6 @@ func rawProvidedRecv(tb testing.TB, d *uringDriver, fd int, ud uint64) ring.CQE 
 func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 	const nbufs = 4
 	h, d := newUringHarness(t, withBufs(nbufs, 4096))
-	if d.br == nil {
-		t.Skip("no provided-buffer ring (IORING_REGISTER_PBUF_RING, 5.19)")
-	}
 	a, b := testutil.SocketPair(t)
 	send := func() { writeAll(t, b, []byte{'x'}) }
 
@@ -133,9 +130,6 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 // register it moves the receive over.
 func TestUringDriverRebuildBufRingRefused(t *testing.T) {
 	h, d := newUringHarness(t)
-	if d.br == nil {
-		t.Skip("no provided-buffer ring (IORING_REGISTER_PBUF_RING, 5.19)")
-	}
 	client, server := testutil.SocketPair(t)
 	s := &recvStream{h: h, fd: server}
 	s.arm()
@@ -144,11 +138,11 @@ func TestUringDriverRebuildBufRingRefused(t *testing.T) {
 	old, oldBR, feat := d.r, d.br, d.features()
 	refuse := true
 	saved := newBufRingFn
-	newBufRingFn = func(r *ring.Ring, bgid uint16, n, size uint32, inc bool) (*ring.BufRing, error) {
+	newBufRingFn = func(r *ring.Ring, bgid uint16, n, size uint32) (*ring.BufRing, error) {
 		if refuse {
 			return nil, unix.EINVAL
 		}
-		return saved(r, bgid, n, size, inc)
+		return saved(r, bgid, n, size)
 	}
 	t.Cleanup(func() { newBufRingFn = saved })
 

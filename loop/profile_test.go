@@ -3,6 +3,7 @@ package loop_test
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,22 +16,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// kernelProfiles are the releases the profile tests run under, with what
-// each must and must not submit. "" is the running kernel.
+// kernelProfiles are the releases the profile tests run under (the uring
+// backend's floor and later), with whether bundles may run: they need a
+// length on multishot receives (6.17) as well. "" is the running kernel.
 var kernelProfiles = []struct {
 	kernel string
-	// What the profile has; the op counts may show it only if it does.
-	multishotAccept, multishotRecv, bufRing, bundle, extArg, registeredRing, shutdownOp, multishotPoll bool
+	bundle bool
 }{
-	{kernel: "5.10"},
-	{kernel: "5.15", extArg: true, shutdownOp: true, multishotPoll: true},
-	// 5.19 has buffer rings, but without multishot receive the loop polls
-	// and reads in batches instead (a single shot takes one buffer).
-	{kernel: "5.19", multishotAccept: true, extArg: true, registeredRing: true, shutdownOp: true, multishotPoll: true},
-	{kernel: "6.1", multishotAccept: true, multishotRecv: true, bufRing: true, extArg: true, registeredRing: true, shutdownOp: true, multishotPoll: true},
-	// Bundles need a length on multishot receives (6.17) as well.
-	{kernel: "6.12", multishotAccept: true, multishotRecv: true, bufRing: true, extArg: true, registeredRing: true, shutdownOp: true, multishotPoll: true},
-	{kernel: "", multishotAccept: true, multishotRecv: true, bufRing: true, bundle: true, extArg: true, registeredRing: true, shutdownOp: true, multishotPoll: true},
+	{kernel: "6.1"},
+	{kernel: "6.12"},
+	{kernel: "", bundle: true},
 }
 
 // Under each kernel profile the loop submits only what that release has:
@@ -38,7 +33,7 @@ var kernelProfiles = []struct {
 // feature the profile lacks must not appear once. The workload asks for
 // everything (multishot accept, multishot provided-buffer receives, a
 // multishot poll, SHUTDOWN, timed waits), so a profile that leaks a newer
-// feature fails here.
+// feature fails here, and one that drops what 6.1 has fails too.
 func TestKernelProfileOpCounts(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	defer loop.CountSubmissions()()
@@ -54,8 +49,7 @@ func TestKernelProfileOpCounts(t *testing.T) {
 			l := g.Loop(0)
 			runOn(t, l, func() {}) // started: the buffer ring is registered
 			f := l.Features()
-			if f.Kernel != k.String() || f.MultishotAccept != p.multishotAccept || f.MultishotRecv != p.multishotRecv ||
-				f.BufRing != p.bufRing || f.ExtArg != p.extArg || f.MultishotPoll != p.multishotPoll {
+			if f.Kernel != k.String() || f.Backend != loop.BackendUring {
 				t.Errorf("features under %s: %+v", p.kernel, f)
 			}
 			if f.RecvBundle && !p.bundle {
@@ -64,48 +58,47 @@ func TestKernelProfileOpCounts(t *testing.T) {
 			if f.SetupFlags&^k.SetupFlags() != 0 {
 				t.Errorf("setup flags %#x beyond %s's %#x", f.SetupFlags, p.kernel, k.SetupFlags())
 			}
-			profileWorkload(t, l, f.BufRing)
+			profileWorkload(t, l)
 			var c ring.SubmitCounts
 			runOn(t, l, func() { c = l.Submissions() })
 			t.Logf("%s: %v; enters %d (ext-arg %d, registered %d)", p.kernel, c.SQEs, c.Enters, c.ExtArgEnters, c.RegisteredEnters)
 			multi := func(k ring.SQEKind) bool { return k.Multishot }
 			bufSel := func(k ring.SQEKind) bool { return k.BufferSelect }
 			bundle := func(k ring.SQEKind) bool { return k.Bundle }
-			for _, chk := range []struct {
-				what    string
-				n       uint64
-				allowed bool
-			}{
-				{"multishot ACCEPT", c.Count(ring.OpAccept, multi), p.multishotAccept},
-				{"multishot RECV", c.Count(ring.OpRecv, multi), p.multishotRecv},
-				{"RECV from a buffer ring", c.Count(ring.OpRecv, bufSel), p.bufRing},
-				{"bundled RECV", c.Count(ring.OpRecv, bundle), p.bundle},
-				{"multishot POLL_ADD", c.Count(ring.OpPollAdd, multi), p.multishotPoll},
-				{"SHUTDOWN", c.Count(ring.OpShutdown, nil), p.shutdownOp},
-				{"enters with EXT_ARG", c.ExtArgEnters, p.extArg},
-				{"enters through a registered ring fd", c.RegisteredEnters, p.registeredRing},
-			} {
-				if chk.n > 0 && !chk.allowed {
-					t.Errorf("%s: %d %s, which the release does not have", p.kernel, chk.n, chk.what)
-				}
+			if n := c.Count(ring.OpRecv, bundle); n > 0 && !p.bundle {
+				t.Errorf("%s: %d bundled RECV, which the release does not have", p.kernel, n)
 			}
 			for kind := range c.SQEs {
 				if int(kind.Op) >= k.OpcodeLimit() {
 					t.Errorf("%s: opcode %d submitted, past the release's last (%d)", p.kernel, kind.Op, k.OpcodeLimit()-1)
 				}
 			}
-			// And what it has, the workload used: the counts can see.
-			if c.Count(ring.OpAccept, nil) == 0 || c.Count(ring.OpRecv, nil) == 0 || c.Enters == 0 {
-				t.Errorf("%s: the workload submitted no ACCEPT or RECV, or never entered: %v", p.kernel, c.SQEs)
+			// What 6.1 has, the workload used: the counts can see.
+			for _, chk := range []struct {
+				what string
+				n    uint64
+			}{
+				{"multishot ACCEPT", c.Count(ring.OpAccept, multi)},
+				{"RECV from a buffer ring", c.Count(ring.OpRecv, bufSel)},
+				{"multishot POLL_ADD", c.Count(ring.OpPollAdd, multi)},
+				{"SHUTDOWN", c.Count(ring.OpShutdown, nil)},
+				{"enters", c.Enters},
+			} {
+				if chk.n == 0 {
+					t.Errorf("%s: no %s", p.kernel, chk.what)
+				}
 			}
-			if p.multishotAccept && c.Count(ring.OpAccept, multi) == 0 {
-				t.Errorf("%s: no multishot ACCEPT, which the release has", p.kernel)
+			if !f.SharedThread && c.Count(ring.OpRecv, multi) == 0 { // a shared-thread loop arms single shots
+				t.Errorf("%s: no multishot RECV", p.kernel)
 			}
-			if p.multishotRecv && !f.SharedThread && c.Count(ring.OpRecv, multi) == 0 { // a shared-thread loop arms single shots
-				t.Errorf("%s: no multishot RECV, which the release has", p.kernel)
+			if f.Wait == loop.WaitKernel && c.ExtArgEnters == 0 {
+				t.Errorf("%s: no timed wait with EXT_ARG", p.kernel)
 			}
-			if !p.extArg && f.Wait == loop.WaitKernel && c.Count(ring.OpTimeout, nil) == 0 {
-				t.Errorf("%s: no TIMEOUT SQE: the timed waits did not take the pre-5.11 way", p.kernel)
+			if !f.SharedThread && c.RegisteredEnters == 0 {
+				t.Errorf("%s: no enter through the registered ring fd", p.kernel)
+			}
+			if c.Count(ring.OpTimeout, nil) > 1 {
+				t.Errorf("%s: %d TIMEOUT SQEs for one timer: waits took the TIMEOUT-SQE way", p.kernel, c.Count(ring.OpTimeout, nil))
 			}
 			if p.bundle && l.Features().RecvBundle && c.Count(ring.OpRecv, bundle) == 0 {
 				t.Errorf("%s: no bundled RECV, which the kernel has", p.kernel)
@@ -115,17 +108,15 @@ func TestKernelProfileOpCounts(t *testing.T) {
 }
 
 // profileWorkload runs on l: a listener accepting 4 connections (multishot
-// asked for), an echo of 64 KiB on each (provided-buffer receives where
-// the loop has a buffer ring, else receives into a buffer of the
-// connection's own), a SHUTDOWN of each server side, a multishot poll on a
+// asked for), an echo of 64 KiB on each (provided-buffer receives), a
+// SHUTDOWN of each server side, a multishot poll on a
 // pipe, and a timer, so the loop waits with a timeout.
-func profileWorkload(t *testing.T, l *loop.Loop, bufRing bool) {
+func profileWorkload(t *testing.T, l *loop.Loop) {
 	const conns, size = 4, 64 << 10
 	lfd, addr := testutil.ListenFd(t)
 	type server struct {
 		fd   int
 		got  []byte
-		own  []byte
 		done bool
 	}
 	var (
@@ -143,12 +134,8 @@ func profileWorkload(t *testing.T, l *loop.Loop, bufRing bool) {
 		c := completerFunc(func(cp *loop.Completion) {
 			switch {
 			case cp.Res > 0:
-				data := cp.Data
-				if !bufRing {
-					data = s.own[:cp.Res]
-				}
 				mu.Lock()
-				s.got = append(s.got, data...)
+				s.got = append(s.got, cp.Data...)
 				full := len(s.got) == size
 				mu.Unlock()
 				if full {
@@ -183,13 +170,7 @@ func profileWorkload(t *testing.T, l *loop.Loop, bufRing bool) {
 				}
 			}
 		})
-		var err error
-		if bufRing {
-			_, err = l.RecvProvided(s.fd, 0, c)
-		} else {
-			_, err = l.Recv(s.fd, s.own, 0, c)
-		}
-		if err != nil {
+		if _, err := l.RecvProvided(s.fd, 0, c); err != nil {
 			fail("receive: " + err.Error())
 		}
 	}
@@ -202,7 +183,7 @@ func profileWorkload(t *testing.T, l *loop.Loop, bufRing bool) {
 				}
 				return
 			}
-			s := &server{fd: int(cp.Res), own: make([]byte, 16<<10)}
+			s := &server{fd: int(cp.Res)}
 			t.Cleanup(func() { unix.Close(s.fd) })
 			mu.Lock()
 			servers = append(servers, s)
@@ -300,13 +281,14 @@ func profileWorkload(t *testing.T, l *loop.Loop, bufRing bool) {
 }
 
 // BackendAuto runs io_uring only where it measured at or above epoll:
-// from multishot receive (6.0) on. Before that it picks epoll and says why.
+// from 6.1 on. Before that it picks epoll and says why, naming the
+// release and what it lacks.
 func TestKernelProfileAuto(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	for _, c := range []struct {
 		kernel string
 		want   loop.Backend
-	}{{"5.10", loop.BackendEpoll}, {"5.19", loop.BackendEpoll}, {"6.1", loop.BackendUring}, {"", loop.BackendUring}} {
+	}{{"5.10", loop.BackendEpoll}, {"5.19", loop.BackendEpoll}, {"6.0", loop.BackendEpoll}, {"6.1", loop.BackendUring}, {"", loop.BackendUring}} {
 		g, err := loop.NewGroup(loop.WithLogger(quietLogger), loop.WithLoops(1), loop.WithKernel(c.kernel))
 		if err != nil {
 			t.Fatalf("%q: %v", c.kernel, err)
@@ -316,11 +298,35 @@ func TestKernelProfileAuto(t *testing.T) {
 		if f.Backend != c.want {
 			t.Errorf("auto under %q chose %v (%s), want %v", c.kernel, f.Backend, f.FallbackReason, c.want)
 		}
-		if c.want == loop.BackendEpoll && (!strings.Contains(f.FallbackReason, "multishot receive") || !strings.Contains(f.FallbackReason, c.kernel)) {
-			t.Errorf("auto under %q: fallback reason %q does not name the cause and the profile", c.kernel, f.FallbackReason)
+		if c.want == loop.BackendEpoll && (!strings.Contains(f.FallbackReason, "Linux "+c.kernel+" ") ||
+			!strings.Contains(f.FallbackReason, "lacks IORING_SETUP_DEFER_TASKRUN") || !strings.Contains(f.FallbackReason, "io_uring needs 6.1")) {
+			t.Errorf("auto under %q: fallback reason %q does not name the release and what it lacks", c.kernel, f.FallbackReason)
+		}
+		if c.want == loop.BackendUring && f.FallbackReason != "" {
+			t.Errorf("auto under %q: fallback reason %q on io_uring", c.kernel, f.FallbackReason)
 		}
 		if f.Kernel != c.kernel {
 			t.Errorf("Features.Kernel = %q under %q", f.Kernel, c.kernel)
+		}
+	}
+}
+
+// BackendUring under a release before 6.1 fails in NewGroup, with an error
+// matching ring.ErrNotSupported that names the release and what it lacks.
+func TestKernelProfileUringRefused(t *testing.T) {
+	testutil.CheckLeaks(t)
+	for _, c := range []struct{ kernel, lacks string }{
+		{"5.15", "IORING_SETUP_DEFER_TASKRUN, IORING_SETUP_SINGLE_ISSUER, multishot receive, multishot accept, provided-buffer rings, registered ring fds;"},
+		{"6.0", "IORING_SETUP_DEFER_TASKRUN;"},
+	} {
+		g, err := loop.NewGroup(loop.WithBackend(loop.BackendUring), loop.WithLogger(quietLogger), loop.WithLoops(2), loop.WithKernel(c.kernel))
+		if err == nil {
+			shutdown(t, g)
+			t.Fatalf("BackendUring under %s: NewGroup succeeded", c.kernel)
+		}
+		if !errors.Is(err, ring.ErrNotSupported) || !strings.Contains(err.Error(), "Linux "+c.kernel+" ") ||
+			!strings.Contains(err.Error(), "lacks "+c.lacks) || !strings.Contains(err.Error(), "io_uring needs 6.1 (BackendAuto uses epoll here)") {
+			t.Errorf("BackendUring under %s: %v; want ErrNotSupported naming the release and that it lacks %s", c.kernel, err, c.lacks)
 		}
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/ringloop/ringloop/ring"
 )
 
 // Quarantine: memory whose final word from the kernel never came.
@@ -14,7 +12,7 @@ import (
 // record itself, which holds the sockaddr an accept writes, the msghdr and
 // iovecs of a sendmsg, a timeout's timespec) goes back to any pool or free
 // list only after the kernel's final word on it: the op's final
-// completion, or for SEND_ZC its notification. Where that word can never
+// completion. Where that word can never
 // come, because the op was given up (a ring rebuild whose old ring did not
 // complete it by the deadline), the record and everything it references
 // are quarantined here for the life of the process: never reused, never
@@ -48,13 +46,9 @@ func quarantine(o *op, extra uint64) uint64 {
 	return n
 }
 
-// givenUpResult is the final completion of a given-up op: a SEND_ZC whose
-// result was delivered gets the notification no cancel can hurry (its
-// result stands); any other op -ECANCELED, its outcome unknown.
-func givenUpResult(o *op) (res int32, flags uint32) {
-	if o.tag == tagSendZC && o.marks&markZCNotif != 0 {
-		return 0, ring.CQEFNotif
-	}
+// givenUpResult is the final completion of a given-up op: -ECANCELED, its
+// outcome unknown.
+func givenUpResult(*op) (res int32, flags uint32) {
 	return -int32(unix.ECANCELED), 0
 }
 

@@ -118,15 +118,14 @@ func (l *Loop) queueParked(o *op) {
 // rotated single shot takes up to 16 buffers (without them each would take
 // one, and at 1,024 connections × 64 KiB in flight the loop moved a
 // quarter of the bytes it moves without rotating); not where nothing
-// parks, nor on an incremental ring, which refuses single shots beside
-// multishot receives, nor while the loop terminates (a receive armed then
+// parks, nor while the loop terminates (a receive armed then
 // goes to the kernel, where the drain cancels it).
 func (l *Loop) rotating() bool {
 	if !l.fair || l.parkBudget == 0 || State(l.state.Load()) >= StateShutdown {
 		return false
 	}
 	f := l.drv.features()
-	return f.RecvBundle && !f.IncrementalBuffers
+	return f.RecvBundle
 }
 
 // cancelParked marks a parked op canceled; the turn's end completes it.

@@ -63,18 +63,13 @@ func newRecvRig(t *testing.T, pairs int, bufs uint32, once bool, extra ...loop.O
 func newPrefilledRig(t *testing.T, pairs int, bufs uint32, once bool, prefill int, extra ...loop.Option) *starveRig {
 	testutil.SkipIfNoUring(t)
 	// Without bundles for single shots: a bundle whose buffers lie apart
-	// arrives as several completions, all but the last with F_MORE. Nor
-	// on an incremental ring, which refuses single shots beside multishot
-	// receives.
+	// arrives as several completions, all but the last with F_MORE.
 	opts := []loop.Option{loop.WithLoops(1), loop.WithBufferRing(bufs, 4096)}
 	if once {
-		opts = append(opts, loop.WithRecvBundles(false), loop.WithIncrementalBuffers(false))
+		opts = append(opts, loop.WithRecvBundles(false))
 	}
 	g := newGroup(t, loop.BackendUring, append(opts, extra...)...)
-	runOn(t, g.Loop(0), func() {}) // started: its buffer ring registered, if it has one
-	if f := g.Loop(0).Features(); !f.BufRing {
-		t.Skipf("no provided-buffer ring (kernel profile %q, before 6.0): nothing to park", f.Kernel)
-	}
+	runOn(t, g.Loop(0), func() {}) // started: its buffer ring registered
 	r := &starveRig{t: t, g: g, l: g.Loop(0), got: make([][]byte, pairs), ends: make([]int32, pairs), ids: make([]loop.OpID, pairs), once: once}
 	// TCP for multishot: over AF_UNIX a multishot receive can miss the
 	// peer's shutdown (RecvProvidedOnce). Both kinds of pair are closed
@@ -323,8 +318,8 @@ func TestParkedRecvFair(t *testing.T) {
 	for _, fair := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
 			r := newPrefilledRig(t, pairs, 16, false, size, loop.WithFairReceives(fair))
-			if f := r.l.Features(); f.IncrementalBuffers || !f.RecvBundle {
-				t.Skip("no rotation without bundles (RINGLOOP_RECV_BUNDLE=off, or a kernel before 6.17), nor on an incremental ring (RINGLOOP_RECV_INC), which refuses the single shots rotation runs")
+			if f := r.l.Features(); !f.RecvBundle {
+				t.Skip("no rotation without bundles (RINGLOOP_RECV_BUNDLE=off, or a kernel before 6.17)")
 			}
 			r.mu.Lock()
 			r.target = size
@@ -516,8 +511,8 @@ func TestBundleRotationOrder(t *testing.T) {
 	defer loop.CountSubmissions()()
 	for round := range rounds {
 		r := newRecvRig(t, pairs, bufs, false)
-		if f := r.l.Features(); !f.RecvBundle || f.IncrementalBuffers {
-			t.Skip("no bundles (RINGLOOP_RECV_BUNDLE=off, or a kernel before 6.17), or an incremental ring: no rotation of single-shot bundles")
+		if !r.l.Features().RecvBundle {
+			t.Skip("no bundles (a kernel before 6.17): no rotation of single-shot bundles")
 		}
 		// Bursts with pauses: the parked queue empties between them and
 		// receives are armed multishot again, then rotate again.

@@ -30,7 +30,6 @@ const (
 	tagRecvBuf                 // multishot recv with provided buffers
 	tagSend                    // send
 	tagSendmsg                 // sendmsg (gathered writes)
-	tagSendZC                  // zero-copy send
 	tagConnect                 // connect
 	tagClose                   // close
 	tagShutdown                // shutdown
@@ -47,10 +46,9 @@ const (
 type internalID uint32
 
 const (
-	internalWake    internalID = 1 + iota // the armed eventfd read
-	internalCancel                        // an ASYNC_CANCEL's own completion
-	internalTimeout                       // the wait timeout SQE (kernels without EXT_ARG)
-	internalProbe                         // a start-up probe (probeMultishotLen)
+	internalWake   internalID = 1 + iota // the armed eventfd read
+	internalCancel                       // an ASYNC_CANCEL's own completion
+	internalProbe                        // a start-up probe (probeMultishotLen)
 )
 
 const (
@@ -106,8 +104,6 @@ func (t opTag) String() string {
 		return "send"
 	case tagSendmsg:
 		return "sendmsg"
-	case tagSendZC:
-		return "send-zc"
 	case tagConnect:
 		return "connect"
 	case tagClose:

@@ -35,7 +35,7 @@ func TestNextGenSkipsZero(t *testing.T) {
 }
 
 func TestInternalUserDataNonZero(t *testing.T) {
-	for _, id := range []internalID{internalWake, internalCancel, internalTimeout} {
+	for _, id := range []internalID{internalWake, internalCancel, internalProbe} {
 		ud := internalUserData(id)
 		tag, _, slot := unpackUserData(ud)
 		if ud == 0 || tag != tagInternal || internalID(slot) != id {

@@ -58,10 +58,6 @@ type BufRing struct {
 	// quarantined: Close unregisters the group but leaves the memory
 	// mapped (see Quarantine).
 	quarantined bool
-	// inc: registered with PbufRingInc (see NewBufRingInc); off is how
-	// far into each buffer the kernel has filled it.
-	inc bool
-	off []uint32
 }
 
 // NewBufRing allocates entries buffers of bufSize bytes, registers them as
@@ -69,23 +65,6 @@ type BufRing struct {
 // power of two in [1, 32768] and bufSize in [1, 1<<30].
 // Must be called by the goroutine that owns the ring.
 func (r *Ring) NewBufRing(bgid uint16, entries uint32, bufSize uint32) (*BufRing, error) {
-	return r.newBufRing(bgid, entries, bufSize, false)
-}
-
-// NewBufRingInc is NewBufRing for a ring whose buffers the kernel consumes
-// incrementally (IOU_PBUF_RING_INC, Linux 6.12): a receive takes only the
-// bytes it fills from the head buffer, and the next receive goes on in the
-// same buffer after them. Larger buffers then waste nothing on small
-// messages. A completion with CQEFBufMore leaves its buffer with the
-// kernel (see Take); one without it ends the buffer's use. Kernels before
-// 6.12 refuse the flag: the error wraps unix.EINVAL.
-//
-// Bundles over an incremental ring are not supported by TakeBundle.
-func (r *Ring) NewBufRingInc(bgid uint16, entries uint32, bufSize uint32) (*BufRing, error) {
-	return r.newBufRing(bgid, entries, bufSize, true)
-}
-
-func (r *Ring) newBufRing(bgid uint16, entries uint32, bufSize uint32, inc bool) (*BufRing, error) {
 	if r.closed {
 		return nil, ErrClosed
 	}
@@ -97,9 +76,6 @@ func (r *Ring) newBufRing(bgid uint16, entries uint32, bufSize uint32, inc bool)
 	}
 	if !r.kernel.HasFeature(FeatureBufRing) {
 		return nil, profileRefusal(r.kernel, FeatureBufRing)
-	}
-	if inc && !r.kernel.HasFeature(FeatureBufRingInc) {
-		return nil, profileRefusal(r.kernel, FeatureBufRingInc)
 	}
 	page := uintptr(unix.Getpagesize())
 	ringBytes := roundUp(uintptr(entries)*unsafe.Sizeof(BufRingEntry{}), page)
@@ -122,10 +98,6 @@ func (r *Ring) newBufRing(bgid uint16, entries uint32, bufSize uint32, inc bool)
 		slotOf:   make([]uint16, entries),
 	}
 	reg := BufReg{RingAddr: uint64(uintptr(mem)), RingEntries: entries, Bgid: bgid}
-	if inc {
-		reg.Flags = PbufRingInc
-		b.inc, b.off = true, make([]uint32, entries)
-	}
 	if _, err := r.register("PBUF_RING", registerPbufRing, unsafe.Pointer(&reg), 1); err != nil {
 		munmap(mem, total)
 		return nil, err
@@ -146,10 +118,6 @@ var quarantinedMaps struct {
 }
 
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) &^ (to - 1) }
-
-// Incremental reports whether the kernel consumes the buffers
-// incrementally (NewBufRingInc).
-func (b *BufRing) Incremental() bool { return b.inc }
 
 // Group returns the buffer group id.
 func (b *BufRing) Group() uint16 { return b.bgid }
@@ -173,27 +141,16 @@ func (b *BufRing) Buf(bid uint16) []byte {
 // Take hands the buffer named by a completion to the caller, who must give
 // it back with Recycle once done with the bytes. The buffer id always comes
 // from the CQE's flags, whatever the result: a receive that fails after
-// the kernel selected a buffer (res < 0 with CQEFBuffer, as kernels of the
-// 5.19 era post) still names its buffer, and that buffer, not another, is
-// the one to give back.
+// the kernel selected a buffer (res < 0 with CQEFBuffer, as some kernels
+// post) still names its buffer, and that buffer, not another, is the one
+// to give back.
 //
 // ok reports whether the CQE carries a buffer of this ring that the caller
 // now holds; data holds the bytes received (nil unless res > 0). ok is
 // false when the CQE carries no buffer, names an id outside this ring, or
 // names a buffer the caller already holds (which the kernel cannot do with
 // a correctly published ring; counted in Misuse).
-//
-// On an incremental ring data is the part of the buffer this receive
-// filled, after what earlier receives filled. The caller holds the buffer
-// (and recycles it) only when the kernel is done with it: the CQE has no
-// CQEFBufMore and res > 0. Otherwise ok is true, the buffer stays the
-// kernel's, and Recycle would refuse it; see Holds. (A result of 0 or an
-// error fills nothing, and the kernel keeps the buffer at its head,
-// whether or not the CQE says CQEFBufMore.)
 func (b *BufRing) Take(c *CQE) (data []byte, bid uint16, ok bool) {
-	if b.inc {
-		return b.takeInc(c)
-	}
 	if c.Flags&CQEFBuffer == 0 {
 		return nil, 0, false
 	}
@@ -213,41 +170,6 @@ func (b *BufRing) Take(c *CQE) (data []byte, bid uint16, ok bool) {
 		data = buf[:c.Res]
 	}
 	return data, bid, true
-}
-
-// takeInc is Take on an incremental ring.
-func (b *BufRing) takeInc(c *CQE) (data []byte, bid uint16, ok bool) {
-	if c.Flags&CQEFBuffer == 0 {
-		return nil, 0, false
-	}
-	bid = uint16(c.Flags >> CQEBufferShift)
-	buf := b.Buf(bid)
-	if buf == nil || b.Held(bid) {
-		b.misuse++
-		return nil, bid, false
-	}
-	if c.Res <= 0 {
-		return nil, bid, true
-	}
-	off := b.off[bid]
-	if uint64(off)+uint64(c.Res) > uint64(len(buf)) {
-		b.misuse++
-		return nil, bid, false
-	}
-	data = buf[off : off+uint32(c.Res)]
-	if c.Flags&CQEFBufMore != 0 {
-		b.off[bid] = off + uint32(c.Res)
-	} else {
-		b.held[bid/64] |= uint64(1) << (bid % 64)
-	}
-	return data, bid, true
-}
-
-// Holds reports whether the caller holds the buffer c named after Take:
-// always on a plain ring when Take's ok was true, and on an incremental
-// ring only once the kernel is done with the buffer.
-func (b *BufRing) Holds(c *CQE) bool {
-	return c.Flags&CQEFBuffer != 0 && b.Held(uint16(c.Flags>>CQEBufferShift))
 }
 
 // Held reports whether buffer bid is held by the application (taken and
@@ -275,9 +197,6 @@ func (b *BufRing) Add(bid uint16, offset int) {
 	e.Len = b.bufSize
 	e.Bid = bid
 	b.slotOf[bid] = b.tail + uint16(offset)
-	if b.inc {
-		b.off[bid] = 0 // the kernel rewrote the entry as it consumed it
-	}
 	b.held[bid/64] &^= uint64(1) << (bid % 64)
 }
 
@@ -290,7 +209,7 @@ func (b *BufRing) Add(bid uint16, offset int) {
 // ring or any of those buffers is held already (counted in Misuse). The
 // bytes are the first res of the buffers' concatenation: see Bundle.
 func (b *BufRing) TakeBundle(c *CQE, bids []uint16) (_ []uint16, ok bool) {
-	if c.Flags&CQEFBuffer == 0 || b.closed || b.inc {
+	if c.Flags&CQEFBuffer == 0 || b.closed {
 		return bids, false
 	}
 	first := uint16(c.Flags >> CQEBufferShift)

@@ -34,13 +34,6 @@ func (cq *cqRing) kill(dead *[2]uint32) {
 	cq.mask, cq.entries = 0, 0
 }
 
-// Reserved user_data values. The ring itself submits SQEs with user_data in
-// [ReservedUserData, 2^64-1] (the TIMEOUT SQE of timed waits on kernels
-// without EnterExtArg) and consumes their CQEs internally; callers must not
-// use these values. The loop's user_data layout (loop/userdata.go) never
-// produces them.
-const ReservedUserData uint64 = 0xFFFF_FFFF_FFFF_0000
-
 // CQReady returns how many CQEs are posted and not yet consumed. It does
 // not flush the kernel's overflow list; PeekCQE and PeekBatch do.
 // Must be called by the goroutine that owns the ring.
@@ -145,14 +138,8 @@ func (r *Ring) PeekCQE() (*CQE, bool) {
 		head := *r.cq.head
 		// liburing: __io_uring_peek_cqe, io_uring_smp_load_acquire(cq->ktail).
 		tail := atomic.LoadUint32(r.cq.tail)
-		for head != tail {
-			c := &r.cq.cqes[head&r.cq.mask]
-			if c.UserData < ReservedUserData {
-				return c, true
-			}
-			r.reapInternal(c)
-			head++
-			atomic.StoreUint32(r.cq.head, head) // liburing: io_uring_cq_advance
+		if head != tail {
+			return &r.cq.cqes[head&r.cq.mask], true
 		}
 		if retried || !r.cqNeedsFlush() || r.flushCQ() != nil {
 			return nil, false
@@ -176,29 +163,11 @@ func (r *Ring) PeekBatch(dst []CQE) int {
 		tail := atomic.LoadUint32(r.cq.tail)
 		n := 0
 		for head+uint32(n) != tail && n < len(dst) {
-			c := &r.cq.cqes[(head+uint32(n))&r.cq.mask]
-			if c.UserData >= ReservedUserData {
-				if n > 0 {
-					// Stop before it: the caller advances over exactly n.
-					return n
-				}
-				r.reapInternal(c)
-				head++
-				atomic.StoreUint32(r.cq.head, head) // liburing: io_uring_cq_advance
-				continue
-			}
-			dst[n] = *c
+			dst[n] = r.cq.cqes[(head+uint32(n))&r.cq.mask]
 			n++
 		}
 		if n > 0 || retried || !r.cqNeedsFlush() || r.flushCQ() != nil {
 			return n
 		}
-	}
-}
-
-// reapInternal handles a CQE of an SQE the ring submitted for itself.
-func (r *Ring) reapInternal(c *CQE) {
-	if c.UserData == ReservedUserData|uint64(r.timeoutSeq) {
-		r.timeoutDone = true // the current wait's TIMEOUT SQE completed
 	}
 }

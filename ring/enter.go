@@ -1,7 +1,6 @@
 package ring
 
 import (
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -111,13 +110,9 @@ func (r *Ring) submit(waitNr uint32) (int, error) {
 
 // SubmitAndWaitTimeout is SubmitAndWait bounded by d. If fewer than n CQEs
 // are ready when d elapses it returns an error matching unix.ETIME. d <= 0
-// submits and flushes without waiting.
-//
-// With FeatExtArg (Linux 5.11) the timeout travels in IORING_ENTER_EXT_ARG
-// and nothing is added to the rings. Without it, the ring queues an
-// IORING_OP_TIMEOUT SQE with a reserved user_data (see ReservedUserData),
-// which takes one SQ slot and whose CQE is consumed by the ring, never
-// returned by PeekCQE, PeekBatch or the Wait methods.
+// submits and flushes without waiting. The timeout travels in
+// IORING_ENTER_EXT_ARG (Linux 5.11); a ring without FeatExtArg refuses a
+// timed wait with an error matching ErrNotSupported.
 //
 // EINTR is handled as in SubmitAndWait, the wait resuming with the time
 // that remains until the deadline.
@@ -128,13 +123,13 @@ func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
 	}
 	if d <= 0 || n == 0 {
 		submitted, err := r.submit(0)
-		if err == nil && r.userReady() < n {
+		if err == nil && r.CQReady() < n {
 			err = errETIME
 		}
 		return submitted, err
 	}
-	if r.noExtArg {
-		return r.waitTimeoutSQE(n, d)
+	if r.features&FeatExtArg == 0 {
+		return 0, &UnsupportedError{Op: "IORING_ENTER_EXT_ARG", MinKernel: "5.11"}
 	}
 	submitted := 0
 	if pending := r.flushSQ(); pending > 0 || r.cqNeedsFlush() {
@@ -146,7 +141,7 @@ func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
 		if err != nil && err != errEINTR {
 			return submitted, wrapSyscall("io_uring_enter", err)
 		}
-		if r.userReady() >= n {
+		if r.CQReady() >= n {
 			return submitted, nil
 		}
 	}
@@ -158,7 +153,7 @@ func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
 		got, err := r.enter(pending, n, EnterGetEvents|EnterExtArg,
 			unsafe.Pointer(&r.waitArg), unsafe.Sizeof(r.waitArg))
 		submitted += got
-		if r.userReady() >= n {
+		if r.CQReady() >= n {
 			return submitted, nil
 		}
 		switch {
@@ -175,73 +170,6 @@ func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
 	}
 }
 
-// waitTimeoutSQE is SubmitAndWaitTimeout for kernels without EnterExtArg: a
-// TIMEOUT SQE counting n completions or d, whichever comes first.
-func (r *Ring) waitTimeoutSQE(n uint32, d time.Duration) (int, error) {
-	sqe, err := r.GetSQE()
-	if err == ErrSQFull {
-		// Make room: push the caller's SQEs first.
-		if _, err = r.submit(0); err != nil {
-			return 0, err
-		}
-		sqe, err = r.GetSQE()
-	}
-	if err != nil {
-		return 0, err
-	}
-	r.timeoutSeq++
-	r.timeoutDone = false
-	// The kernel copies the timespec while it prepares the SQE (during the
-	// enter below), so reusing r.waitTs for the next wait is safe.
-	r.waitTs = durationTimespec(d)
-	sqe.PrepTimeout(&r.waitTs, n, 0)
-	sqe.UserData = ReservedUserData | uint64(r.timeoutSeq)
-	submitted := 0
-	for {
-		pending := r.flushSQ()
-		// Wait for n of the caller's CQEs beyond the internal ones already
-		// posted (a stale CQE of an earlier wait's TIMEOUT must not satisfy
-		// min_complete and spin this loop), counted in one look at the CQ:
-		// a CQE posted after that look counts towards min_complete. (Asking
-		// for one more than all that was posted slept through a caller's
-		// CQE that arrived between the check below and this count.)
-		_, internal := r.readyCounts()
-		got, err := r.enter(pending, internal+n, EnterGetEvents, nil, 0)
-		submitted += got
-		if err != nil && err != errEINTR {
-			return submitted, wrapSyscall("io_uring_enter", err)
-		}
-		if r.userReady() >= n {
-			return submitted, nil
-		}
-		if r.timeoutDone {
-			// Expired, or satisfied by completions that were not the
-			// caller's: either way the bound is reached.
-			return submitted, errETIME
-		}
-	}
-}
-
-// userReady counts the ready CQEs that belong to the caller, consuming
-// internal CQEs at the head of the CQ and noting internal ones further in.
-func (r *Ring) userReady() uint32 {
-	if c, ok := r.PeekCQE(); !ok || c == nil {
-		return 0
-	}
-	head := *r.cq.head
-	tail := atomic.LoadUint32(r.cq.tail) // liburing: load-acquire of cq->ktail
-	var n uint32
-	for i := head; i != tail; i++ {
-		c := &r.cq.cqes[i&r.cq.mask]
-		if c.UserData >= ReservedUserData {
-			r.reapInternal(c)
-			continue
-		}
-		n++
-	}
-	return n
-}
-
 // WaitCQE returns the oldest CQE, waiting for one if none is ready. Release
 // it with CQESeen. EINTR is retried; see SubmitAndWait.
 // Must be called by the goroutine that owns the ring.
@@ -256,14 +184,12 @@ func (r *Ring) WaitCQENr(n uint32) (*CQE, error) {
 	}
 	n = max(n, 1)
 	for {
-		ready := r.userReady()
-		if ready >= n {
-			c, _ := r.PeekCQE()
-			return c, nil
+		if r.CQReady() >= n {
+			if c, ok := r.PeekCQE(); ok {
+				return c, nil
+			}
 		}
-		// min_complete counts every posted CQE, internal ones included.
-		internal := r.CQReady() - ready
-		_, err := r.enter(0, n+internal, EnterGetEvents, nil, 0)
+		_, err := r.enter(0, n, EnterGetEvents, nil, 0)
 		if err != nil && err != errEINTR {
 			return nil, wrapSyscall("io_uring_enter", err)
 		}
@@ -288,22 +214,4 @@ func (r *Ring) WaitCQETimeout(d time.Duration) (*CQE, error) {
 // durationTimespec converts d (> 0) to a relative kernel timespec.
 func durationTimespec(d time.Duration) Timespec {
 	return Timespec{Sec: int64(d / time.Second), Nsec: int64(d % time.Second)}
-}
-
-// readyCounts counts the ready CQEs in one look at the CQ: the caller's and
-// the ring's own (internal CQEs at the head are consumed first, as
-// userReady does). With n of the caller's wanted, min_complete is
-// internal+n: reached at once when user >= n, else by the caller's next.
-func (r *Ring) readyCounts() (user, internal uint32) {
-	r.PeekCQE() // consumes the internal CQEs at the head
-	head := *r.cq.head
-	tail := atomic.LoadUint32(r.cq.tail)
-	for i := head; i != tail; i++ {
-		if r.cq.cqes[i&r.cq.mask].UserData >= ReservedUserData {
-			internal++
-		} else {
-			user++
-		}
-	}
-	return user, internal
 }

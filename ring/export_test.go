@@ -11,10 +11,6 @@ func SetSysSetup(f func(entries uint32, p *Params) (int, error)) (restore func()
 	return func() { sysSetupFn = old }
 }
 
-// ForceTimeoutSQE makes timed waits use the TIMEOUT SQE fallback, as on
-// kernels without IORING_FEAT_EXT_ARG.
-func (r *Ring) ForceTimeoutSQE(on bool) { r.noExtArg = on }
-
 // MemAddr returns the start of the buffer ring's mapping.
 func (b *BufRing) MemAddr() uintptr { return uintptr(b.mem) }
 

@@ -144,8 +144,6 @@ const (
 	FeatureRingFds          = "IORING_REGISTER_RING_FDS"
 	FeatureSparseFiles      = "IORING_RSRC_REGISTER_SPARSE"
 	FeatureBufRing          = "IORING_REGISTER_PBUF_RING"
-	FeatureBufRingInc       = "IOU_PBUF_RING_INC"
-	FeatureMultishotPoll    = "IORING_POLL_ADD_MULTI"
 	FeatureMultishotAccept  = "IORING_ACCEPT_MULTISHOT"
 	FeatureMultishotRecv    = "IORING_RECV_MULTISHOT"
 	FeatureMultishotRecvLen = "multishot RECV with a length"
@@ -202,8 +200,6 @@ var kernelTable = []KernelFeature{
 	{Name: FeatureSparseFiles, Since: v5_19, Kind: KindRegister, Doc: "sparse file tables (`REGISTER_FILES2` + `RSRC_REGISTER_SPARSE`)"},
 	{Name: FeatureBufRing, Since: v5_19, Kind: KindRegister, Doc: "provided-buffer rings (`REGISTER_PBUF_RING`)"},
 	{Name: "IOU_PBUF_RING_MMAP", Since: v6_4, Kind: KindRegister, Doc: "kernel-allocated buffer rings (`IOU_PBUF_RING_MMAP`)"},
-	{Name: FeatureBufRingInc, Since: v6_12, Kind: KindRegister, Doc: "incremental buffer consumption (`IOU_PBUF_RING_INC`)"},
-	{Name: FeatureMultishotPoll, Since: v5_13, Kind: KindBehaviour, Doc: "multishot `POLL_ADD` (`IORING_POLL_ADD_MULTI`)"},
 	{Name: FeatureMultishotAccept, Since: v5_19, Kind: KindBehaviour, Doc: "multishot `ACCEPT`"},
 	{Name: FeatureMultishotRecv, Since: v6_0, Kind: KindBehaviour, Doc: "multishot `RECV` with buffer select"},
 	{Name: FeatureMultishotRecvLen, Since: v6_17, Kind: KindBehaviour, Doc: "a length on multishot `RECV` (per-completion cap)"},

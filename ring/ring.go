@@ -47,7 +47,6 @@ type Ring struct {
 	flags      uint32 // setup flags granted
 	features   uint32 // IORING_FEAT_* reported by the kernel
 	closed     bool
-	noExtArg   bool          // wait with a TIMEOUT SQE instead of EnterExtArg (old kernels, tests)
 	kernel     Kernel        // the profile the ring was made for (NewFor)
 	counts     *SubmitCounts // CountSubmissions; nil when off
 
@@ -62,12 +61,9 @@ type Ring struct {
 	bufRings []*BufRing // registered provided-buffer rings, released by Close
 
 	// Arguments of timed waits, kept in the Ring so they are heap memory that
-	// outlives the system call (and, for the TIMEOUT SQE fallback, the SQE)
-	// without allocating per call.
-	waitTs      Timespec
-	waitArg     GetEventsArg
-	timeoutSeq  uint16 // sequence of the fallback timeout in flight
-	timeoutDone bool   // the current fallback timeout completed
+	// outlives the system call without allocating per call.
+	waitTs  Timespec
+	waitArg GetEventsArg
 
 	// dead is what the index pointers point at after Close, so a stray call
 	// on a closed Ring reads zeros instead of unmapped memory.
@@ -128,7 +124,6 @@ func NewFor(k Kernel, entries uint32, p *Params) (*Ring, error) {
 	}
 	r.flags = params.Flags
 	r.features = params.Features
-	r.noExtArg = params.Features&FeatExtArg == 0
 	r.params = params
 	if p != nil {
 		*p = params

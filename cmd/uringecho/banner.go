@@ -23,7 +23,7 @@ func printBanner(w io.Writer, cfg config, addr net.Addr, g *loop.Group) {
 		backend += " (auto)"
 	}
 	if f.FallbackReason != "" {
-		backend += ", io_uring unusable: " + f.FallbackReason
+		backend += ", not io_uring: " + f.FallbackReason
 	}
 	fmt.Fprintf(w, "uringecho: listening on %s\n", addr)
 	if cfg.network == "udp" {
@@ -43,8 +43,8 @@ func printBanner(w io.Writer, cfg config, addr net.Addr, g *loop.Group) {
 	fmt.Fprintf(w, "  stop with Ctrl-C (SIGINT) or SIGTERM\n")
 }
 
-// featureList names the kernel features the backend found, in the order of
-// the kernel ladder (docs/kernel-support.md).
+// featureList names the io_uring setup flags in use and the features newer
+// than the 6.1 floor that the backend found (docs/kernel-support.md).
 func featureList(f loop.Features) string {
 	var out []string
 	if f.Backend == loop.BackendUring {
@@ -55,7 +55,6 @@ func featureList(f loop.Features) string {
 		}{
 			{ring.SetupSingleIssuer, "SINGLE_ISSUER"},
 			{ring.SetupDeferTaskrun, "DEFER_TASKRUN"},
-			{ring.SetupCoopTaskrun, "COOP_TASKRUN"},
 			{ring.SetupTaskrunFlag, "TASKRUN_FLAG"},
 			{ring.SetupSubmitAll, "SUBMIT_ALL"},
 			{ring.SetupNoSQArray, "NO_SQARRAY"},
@@ -69,23 +68,10 @@ func featureList(f loop.Features) string {
 		}
 		out = append(out, "setup="+strings.Join(setup, "|"))
 	}
-	for _, b := range []struct {
-		on   bool
-		name string
-	}{
-		{f.ExtArg, "ext-arg-wait"},
-		{f.MultishotAccept, "multishot-accept"},
-		{f.MultishotRecv, "multishot-recv"},
-		{f.BufRing, "buffer-ring"},
-		{f.RecvBundle, "recv-bundle"},
-		{f.IncrementalBuffers, "incremental-buffers"},
-		{f.SendZC, "send-zc"},
-	} {
-		if b.on {
-			out = append(out, b.name)
-		} else {
-			out = append(out, "no-"+b.name)
-		}
+	if f.RecvBundle {
+		out = append(out, "recv-bundle")
+	} else {
+		out = append(out, "no-recv-bundle")
 	}
 	return strings.Join(out, " ")
 }

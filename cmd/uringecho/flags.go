@@ -45,7 +45,7 @@ func parseFlags(args []string) config {
 	fs.StringVar(&backend, "backend", backend, "I/O `backend`: uring, epoll, or auto (io_uring, epoll if io_uring is unusable)")
 	fs.IntVar(&cfg.ioRatio, "ioratio", loop.DefaultIORatio, "`percent` of loop time given to I/O versus tasks, 1..100 (100: run every task each turn)")
 	fs.BoolVar(&cfg.reusePort, "reuseport", false, "one SO_REUSEPORT listener per loop instead of one acceptor handing connections out")
-	fs.StringVar(&cfg.kernel, "kernel", os.Getenv("RINGLOOP_KERNEL"), "run io_uring as on Linux `version` (5.10, 5.15, 6.1, …): every feature that release lacks is left out; default $RINGLOOP_KERNEL, else the running kernel")
+	fs.StringVar(&cfg.kernel, "kernel", os.Getenv("RINGLOOP_KERNEL"), "run as on Linux `version` (5.15, 6.1, 6.12, …): every io_uring feature that release lacks is left out, and before 6.1 -backend auto serves on epoll and -backend uring fails; default $RINGLOOP_KERNEL, else the running kernel")
 	fs.DurationVar(&cfg.stats, "stats", 0, "print connection and loop counters every `interval` (e.g. 1s); 0 disables")
 	fs.Usage = func() {
 		out := fs.Output()

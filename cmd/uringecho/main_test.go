@@ -318,16 +318,44 @@ func TestUDPEcho(t *testing.T) {
 	}
 }
 
-// -kernel runs io_uring as on an older release: the banner names the
-// profile and the features it left out, and the echo works.
+// -kernel runs as on another release. At 6.1 io_uring runs with what 6.1
+// has (no bundles: they need 6.17's receive length); before 6.1 -backend
+// auto serves on epoll and says why, and -backend uring fails at once,
+// naming the release and what it lacks.
 func TestKernelProfileFlag(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	bin := build(t)
-	s := start(t, ".", bin, "-addr", "127.0.0.1:0", "-backend", "uring", "-kernel", "5.10")
-	s.expectLine(t, regexp.MustCompile(`^  kernel:   profile 5\.10 \(-kernel\): .*no-ext-arg-wait no-multishot-accept no-multishot-recv no-buffer-ring`), 5*time.Second)
-	echoGo(t, s.addr)
-	echoNC(t, s.addr)
-	s.interrupt(t, true)
+	t.Run("6.1", func(t *testing.T) {
+		s := start(t, ".", bin, "-addr", "127.0.0.1:0", "-backend", "uring", "-kernel", "6.1")
+		s.expectLine(t, regexp.MustCompile(`^  kernel:   profile 6\.1 \(-kernel\): setup=SINGLE_ISSUER\|DEFER_TASKRUN\|TASKRUN_FLAG\|SUBMIT_ALL no-recv-bundle$`), 5*time.Second)
+		echoGo(t, s.addr)
+		s.interrupt(t, true)
+	})
+	t.Run("auto-5.15", func(t *testing.T) {
+		s := start(t, ".", bin, "-addr", "127.0.0.1:0", "-backend", "auto", "-kernel", "5.15")
+		line := s.expectLine(t, regexp.MustCompile(`^  backend:  `), 5*time.Second)
+		if !regexp.MustCompile(`^  backend:  epoll \(auto\), not io_uring: .*Linux 5\.15.* lacks .*multishot receive.*io_uring needs 6\.1`).MatchString(line) {
+			t.Errorf("the banner does not say why auto runs epoll: %q", line)
+		}
+		echoGo(t, s.addr)
+		s.interrupt(t, true)
+	})
+	t.Run("uring-5.15", func(t *testing.T) {
+		var stderr bytes.Buffer
+		cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-backend", "uring", "-kernel", "5.15")
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("-backend uring -kernel 5.15: %v, want exit status 1; stdout:\n%s", err, out)
+		}
+		if !regexp.MustCompile(`Linux 5\.15.* lacks IORING_SETUP_DEFER_TASKRUN, .*multishot receive.*; io_uring needs 6\.1`).MatchString(stderr.String()) {
+			t.Errorf("stderr does not name the kernel and what it lacks:\n%s", stderr.String())
+		}
+		if bytes.Contains(out, []byte("listening")) {
+			t.Errorf("it listened:\n%s", out)
+		}
+	})
 }
 
 // TestGoRun starts the server with the README's command (plus a free port,
