@@ -112,7 +112,7 @@
 // net.Conn with CloseWrite, io.WriterTo and io.ReaderFrom), so net/http, crypto/tls and
 // any net.Conn code run on the loops unchanged. A NetConn is its
 // connection's handler: received bytes wait in a buffer bounded by
-// WithNetInbound (reading pauses when it is full); Write blocks while the
+// WithInboundLimit (reading pauses when it is full); Write blocks while the
 // connection is unwritable; deadlines wait in a per-loop queue served by
 // one timer on the loop's wheel and report os.ErrDeadlineExceeded; Close unblocks pending calls with
 // net.ErrClosed. When it wakes a blocked goroutine it asks the loop to hand

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testknobs"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 )
@@ -232,7 +233,7 @@ func TestShutdownWithSendZCNotificationDue(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	testutil.Watchdog(t, 60*time.Second)
 	g, err := loop.NewGroup(loop.WithBackend(loop.BackendUring), loop.WithLoops(1), loop.WithLogger(ctLogger),
-		loop.WithDrainTimeout(200*time.Millisecond))
+		testknobs.DrainTimeout(200*time.Millisecond).(loop.Option))
 	if err != nil {
 		t.Skipf("io_uring: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testknobs"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 )
@@ -31,7 +32,7 @@ func ctDgramModes(t *testing.T, f func(t *testing.T, b loop.Backend, opts ...loo
 		opts []loop.Option
 	}{
 		{"backend=uring", loop.BackendUring, nil},
-		{"backend=uring/kernel=5.15", loop.BackendUring, []loop.Option{loop.WithKernel("5.15")}},
+		{"backend=uring/kernel=5.15", loop.BackendUring, []loop.Option{testknobs.Kernel("5.15").(loop.Option)}},
 		{"backend=epoll", loop.BackendEpoll, nil},
 	}
 	for _, m := range modes {

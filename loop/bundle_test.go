@@ -152,8 +152,8 @@ func runRecvs(t *testing.T, b loop.Backend, bufSize uint32, skipIf func(loop.Fea
 	return r
 }
 
-// Provided-buffer receives in every mode: plain, bundles
-// (WithRecvBundles), incremental buffers (WithIncrementalBuffers), with a
+// Provided-buffer receives in every mode: plain (bundles hidden), bundles
+// (on wherever the kernel has them), incremental buffers (WithIncrementalBuffers), with a
 // cap (WithRecvCap), and the combinations. The same bytes arrive in the
 // same order in each, and each mode shows in what the Completer sees: a
 // Data longer than a buffer only with bundles, ring.CQEFBufMore only on an
@@ -183,7 +183,9 @@ func TestRecvModes(t *testing.T) {
 		return ""
 	}
 	t.Run("plain", func(t *testing.T) {
-		r := runRecvs(t, loop.BackendUring, bufSize, none, loop.WithRecvBundles(false), loop.WithIncrementalBuffers(false))
+		restore := loop.HideKernelFeatures(true, false, false)
+		defer restore()
+		r := runRecvs(t, loop.BackendUring, bufSize, none, loop.WithIncrementalBuffers(false), loop.WithKernel(""))
 		if r.feat.RecvBundle || r.feat.IncrementalBuffers || r.feat.RecvCap != 0 {
 			t.Fatalf("features %+v with every option off", r.feat)
 		}
@@ -192,7 +194,7 @@ func TestRecvModes(t *testing.T) {
 		}
 	})
 	t.Run("bundles", func(t *testing.T) {
-		r := runRecvs(t, loop.BackendUring, bufSize, needBundle, loop.WithRecvBundles(true), loop.WithIncrementalBuffers(false))
+		r := runRecvs(t, loop.BackendUring, bufSize, needBundle, loop.WithIncrementalBuffers(false))
 		if r.st.RecvBundles == 0 || r.bufMore != 0 {
 			t.Fatalf("bundles: %d bundle completions, %d BUF_MORE", r.st.RecvBundles, r.bufMore)
 		}
@@ -229,7 +231,7 @@ func TestRecvModes(t *testing.T) {
 		}
 	})
 	t.Run("incremental-not-bundled", func(t *testing.T) {
-		r := runRecvs(t, loop.BackendUring, bufSize, needInc, loop.WithIncrementalBuffers(true), loop.WithRecvBundles(true))
+		r := runRecvs(t, loop.BackendUring, bufSize, needInc, loop.WithIncrementalBuffers(true))
 		if r.feat.RecvBundle || r.st.RecvBundles != 0 || r.longest > bufSize {
 			t.Fatalf("bundles over an incremental ring: feature %v, %d bundles, a Data of %d bytes", r.feat.RecvBundle, r.st.RecvBundles, r.longest)
 		}
@@ -240,7 +242,6 @@ func TestRecvModes(t *testing.T) {
 		skip func(loop.Features) string
 	}{
 		{"cap", nil, needCap},
-		{"cap-bundles", []loop.Option{loop.WithRecvBundles(true)}, needCap},
 		{"cap-incremental", []loop.Option{loop.WithIncrementalBuffers(true)}, needCap},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
@@ -269,16 +270,16 @@ func TestRecvFallbacks(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	const bufSize = 1024
 	// Each case hides features of the running kernel: no kernel profile.
-	bundles, inc, capped := loop.WithRecvBundles(true), loop.WithIncrementalBuffers(true), loop.WithRecvCap(256)
+	inc, capped := loop.WithIncrementalBuffers(true), loop.WithRecvCap(256)
 	for _, tc := range []struct {
 		name                  string
 		opts                  []loop.Option
 		bundle, inc, mshotLen bool // hidden
 	}{
-		{"no-bundles", []loop.Option{bundles}, true, false, false},
-		{"no-incremental", []loop.Option{inc, bundles}, false, true, false},
+		{"no-bundles", nil, true, false, false},
+		{"no-incremental", []loop.Option{inc}, false, true, false},
 		{"no-multishot-len", []loop.Option{capped}, false, false, true},
-		{"none", []loop.Option{bundles, inc, capped}, true, true, true},
+		{"none", []loop.Option{inc, capped}, true, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			restore := loop.HideKernelFeatures(tc.bundle, tc.inc, tc.mshotLen)

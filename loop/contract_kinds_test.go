@@ -13,8 +13,8 @@ import (
 )
 
 // contractKernels are the kernel profiles the uring driver runs the
-// contract under; "" is the running kernel. RINGLOOP_KERNEL, when set,
-// picks one (CI repeats the package per profile).
+// contract under; "" is the running kernel. RINGLOOP=kernel=<version>,
+// when set, picks one (CI repeats the package per profile).
 var contractKernels = []string{"", "5.10", "5.15", "5.19", "6.1"}
 
 func epollKind() driverKind {
@@ -54,7 +54,7 @@ func uringKind(k ring.Kernel) driverKind {
 // running kernel and on uring under each kernel profile.
 func TestDriverContract(t *testing.T) {
 	kernels := contractKernels
-	if env := os.Getenv("RINGLOOP_KERNEL"); env != "" {
+	if env := parseEnv(os.Getenv(envName)).kernel; env != "" {
 		kernels = []string{env}
 	}
 	run := func(t *testing.T, k driverKind) {

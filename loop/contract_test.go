@@ -113,7 +113,7 @@ func contractConfig(tb testing.TB, k ring.Kernel) driverConfig {
 		bufSize:     4096,
 		bufGroup:    7,
 		logger:      slog.New(slog.NewTextHandler(logWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		wait:        testWaitMode(),
+		shared:      testShared(),
 		kernel:      k,
 	}
 }
@@ -391,13 +391,13 @@ func (h *driverHarness) rebuild() (moved, ended int) {
 }
 
 // skipIfUringNetpoll skips the case, naming why, when the uring driver
-// waits on the Go netpoller (RINGLOOP_WAIT=netpoll, RINGLOOP_THREAD=shared),
+// waits on the Go netpoller (a shared-thread loop, RINGLOOP=thread=shared),
 // where the runtime's millisecond sleeps round a sub-millisecond wait up
 // (docs/loop.md, "netpoll, uring"). Called where the failure shows, so the
 // rest of the case still runs everywhere else.
 func (h *driverHarness) skipIfUringNetpoll(why string) {
 	h.tb.Helper()
-	if h.k.be == BackendUring && h.d.features().Wait == WaitNetpoll {
+	if h.k.be == BackendUring && h.d.(*uringDriver).wakeKind == wakeNetpoll {
 		h.tb.Skipf("a limit of the uring driver's netpoll wait: %s", why)
 	}
 }

@@ -5,12 +5,12 @@
 // picks one round robin. Each Loop is one goroutine locked to one OS thread
 // for its whole life (runtime.LockOSThread, never unlocked) that owns one
 // io_uring ring, or one epoll instance, plus a task queue, a timer wheel and
-// an op table. An idle loop waits in the kernel; it can instead park on the
-// Go netpoller, its P free for other goroutines ([WithWait]), and with
-// [WithSharedThread] a loop holds a thread only while it runs a turn, so
-// handing it work is a goroutine switch (docs/loop.md, "Waiting", says when
-// to pick which). Everything a loop runs (tasks, timers, completion callbacks,
-// shutdown hooks) runs on that goroutine, one thing at a time, so state
+// an op table. An idle loop waits in the kernel. With [WithSharedThread]
+// (or RINGLOOP=thread=shared) a loop holds a thread only while it runs a
+// turn and waits parked on the Go netpoller, so handing it work is a
+// goroutine switch (docs/loop.md, "Waiting", says when to pick which).
+// Everything a loop runs (tasks, timers, completion callbacks, shutdown
+// hooks) runs on that goroutine, one thing at a time, so state
 // owned by a loop needs no lock.
 //
 // # Affinity
@@ -60,9 +60,16 @@
 // multishot receive over a buffer ring (before 6.0), shutdown(2) where
 // IORING_OP_SHUTDOWN is missing. BackendAuto uses io_uring from multishot
 // receive (6.0) on, where it measured ahead of epoll, and epoll before.
-// [WithKernel] (or RINGLOOP_KERNEL=<version>) runs the backend as on an
+// RINGLOOP=kernel=<version> in the environment runs the backend as on an
 // older release, capping every probe to what it offers, so those paths run
 // on any machine (docs/kernel-support.md, "Kernel profiles").
+//
+// # Environment
+//
+// RINGLOOP, GODEBUG style, is the one variable the package reads:
+// RINGLOOP=thread=shared,kernel=6.1 (docs/configuration.md). Options win
+// over it; unknown keys and bad values are logged once, at Warn, and
+// ignored.
 //
 // # Memory shared with the kernel
 //

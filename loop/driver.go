@@ -83,14 +83,12 @@ type driverConfig struct {
 	bufSize     uint32       // bytes per provided buffer
 	bufGroup    uint16       // provided-buffer group id
 	logger      *slog.Logger // never nil
-	wait        WaitMode     // how poll blocks
-	shared      bool         // the loop goroutine is not locked to one thread (WithSharedThread)
+	shared      bool         // the loop goroutine is not locked to one thread and waits on the netpoller (WithSharedThread)
 	park        *parkHooks   // set by the loop; called around netpoller waits
 	ops         *opTable     // the loop's op table (the epoll driver finds an op by its slot there)
-	recvBundles bool         // WithRecvBundles
 	recvInc     bool         // WithIncrementalBuffers
 	recvCap     uint32       // WithRecvCap (0: none)
-	kernel      ring.Kernel  // WithKernel: the release whose features the uring driver keeps to
+	kernel      ring.Kernel  // RINGLOOP=kernel=: the release whose features the uring driver keeps to
 }
 
 // parkHooks are the loop's side of a netpoller wait: park runs before the
@@ -151,24 +149,23 @@ func (b Backend) String() string {
 
 // Features describes what a loop's backend found in the kernel.
 type Features struct {
-	Backend            Backend  // BackendUring or BackendEpoll
-	RingFeatures       uint32   // io_uring IORING_FEAT_* bits (uring only)
-	SetupFlags         uint32   // io_uring setup flags in use (uring only)
-	ExtArg             bool     // waits use IORING_ENTER_EXT_ARG (else a TIMEOUT SQE)
-	MultishotAccept    bool     // accept is multishot (else re-armed single shots)
-	MultishotRecv      bool     // recv is multishot with provided buffers
-	RecvBundle         bool     // a provided-buffer receive may fill several buffers per completion (WithRecvBundles)
-	IncrementalBuffers bool     // the kernel consumes provided buffers incrementally (WithIncrementalBuffers)
-	RecvCap            uint32   // bytes a provided-buffer completion may take at most, where every receive honours it: WithRecvCap's, or a bundle's 16 buffers; 0: none
-	BufRing            bool     // a provided-buffer ring is registered
-	BufCount           uint32   // provided buffers per loop, as configured (WithBufferRing)
-	BufSize            uint32   // bytes per provided buffer, as configured (WithBufferRing)
-	SendZC             bool     // SEND_ZC is available
-	FallbackReason     string   // why auto fell back to epoll, if it did
-	Wait               WaitMode // how the loop waits
-	SharedThread       bool     // the loop runs as a shared-thread goroutine (WithSharedThread)
-	Kernel             string   // the kernel profile in use (WithKernel), "" for the running kernel
-	MultishotPoll      bool     // a multishot Poll stays armed (else it completes once, without CQEFMore: re-arm; 5.13)
+	Backend            Backend // BackendUring or BackendEpoll
+	RingFeatures       uint32  // io_uring IORING_FEAT_* bits (uring only)
+	SetupFlags         uint32  // io_uring setup flags in use (uring only)
+	ExtArg             bool    // waits use IORING_ENTER_EXT_ARG (else a TIMEOUT SQE)
+	MultishotAccept    bool    // accept is multishot (else re-armed single shots)
+	MultishotRecv      bool    // recv is multishot with provided buffers
+	RecvBundle         bool    // a provided-buffer receive may fill several buffers per completion (Linux 6.10)
+	IncrementalBuffers bool    // the kernel consumes provided buffers incrementally (WithIncrementalBuffers)
+	RecvCap            uint32  // bytes a provided-buffer completion may take at most, where every receive honours it: WithRecvCap's, or a bundle's 16 buffers; 0: none
+	BufRing            bool    // a provided-buffer ring is registered
+	BufCount           uint32  // provided buffers per loop, as configured (WithBufferRing)
+	BufSize            uint32  // bytes per provided buffer, as configured (WithBufferRing)
+	SendZC             bool    // SEND_ZC is available
+	FallbackReason     string  // why auto fell back to epoll, if it did
+	SharedThread       bool    // the loop runs as a shared-thread goroutine (WithSharedThread)
+	Kernel             string  // the kernel profile in use (RINGLOOP=kernel=), "" for the running kernel
+	MultishotPoll      bool    // a multishot Poll stays armed (else it completes once, without CQEFMore: re-arm; 5.13)
 }
 
 // profileSuffix names a kernel profile in an error, if there is one.

@@ -63,7 +63,7 @@ func TestUringDriverWakeByPoll(t *testing.T) {
 	})
 	h.poll(0)
 	if d.wakeKind != wakePoll {
-		t.Skipf("the wakeup goes through wake kind %v (the netpoll wait)", d.wakeKind)
+		t.Skipf("the wakeup goes through wake kind %v (a shared-thread loop's netpoll wait)", d.wakeKind)
 	}
 	if err := d.wake(); err != nil {
 		t.Fatal(err)
