@@ -85,7 +85,7 @@
 // the ring ran dry for is parked by the loop, which resubmits one receive
 // per 16 buffers of the ring each loop turn, oldest first, and while any
 // receive is parked rotates them, one completion each per round
-// (loop.WithFairReceives, loop/starved.go).
+// (loop/starved.go).
 // Nothing is lost either way. A receive may fill up to 16 buffers at once
 // (a bundle); the handler still gets the bytes at most 16 KiB at a time,
 // so a pause stops them within one receive buffer. Where the backend lacks

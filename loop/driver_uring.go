@@ -213,7 +213,7 @@ type uringDriver struct {
 	wakeMu sync.RWMutex
 	efd    int
 	// wakeReq is set by wake before it signals the eventfd, and taken by
-	// a netpoll wait (wakeNetpoll), where the kernel signals the same
+	// a shared-thread loop's netpoll wait (wakeNetpoll), where the kernel signals the same
 	// eventfd for completions.
 	wakeReq atomic.Bool
 }

@@ -3,7 +3,6 @@ package loop
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"time"
 
@@ -73,12 +72,6 @@ func CountYields(f func()) (restore func()) {
 	gosched = func() { runtime.Gosched(); f() }
 	return func() { gosched = runtime.Gosched }
 }
-
-// testShared reports whether the environment asks the whole suite to run
-// on shared threads (RINGLOOP=thread=shared), as groups get it from their
-// defaults: the driver tests then run the shared-thread ring (no single
-// issuer, single-shot receives, the netpoll wait).
-func testShared() bool { return parseEnv(os.Getenv(envName)).shared }
 
 // The settings only tests set (testknobs.go), as options for the loop
 // package's own tests.
