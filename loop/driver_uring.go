@@ -426,7 +426,6 @@ func (d *uringDriver) startNetpoll() {
 			"loop", d.cfg.name, "err", err)
 		return
 	}
-	d.r.SetEventfdEnabled(true)
 	d.wakeKind = wakeNetpoll
 }
 
@@ -510,7 +509,6 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 		if err := r.RegisterEventfd(d.efd); err != nil {
 			return nil, fmt.Errorf("loop: uring backend: register eventfd: %w", err)
 		}
-		r.SetEventfdEnabled(true)
 	}
 	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
 		return nil, nil
