@@ -84,7 +84,7 @@
 // the ring ran dry for is parked by the loop, which resubmits one receive
 // per 16 buffers of the ring each loop turn, oldest first, and while any
 // receive is parked rotates them, one completion each per round
-// (loop.WithFairReceives, loop/starved.go).
+// (loop/starved.go).
 // Nothing is lost either way. A receive may fill up to 16 buffers at once
 // (a bundle); the handler still gets the bytes at most 16 KiB at a time,
 // so a pause stops them within one receive buffer. Where the backend lacks
@@ -111,7 +111,7 @@
 // net.Conn with CloseWrite, io.WriterTo and io.ReaderFrom), so net/http, crypto/tls and
 // any net.Conn code run on the loops unchanged. A NetConn is its
 // connection's handler: received bytes wait in a buffer bounded by
-// WithNetInbound (reading pauses when it is full); Write blocks while the
+// WithInboundLimit (reading pauses when it is full); Write blocks while the
 // connection is unwritable; deadlines wait in a per-loop queue served by
 // one timer on the loop's wheel and report os.ErrDeadlineExceeded; Close unblocks pending calls with
 // net.ErrClosed. When it wakes a blocked goroutine it asks the loop to hand

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testknobs"
 	"github.com/ringloop/ringloop/loop"
 )
 
@@ -33,9 +34,9 @@ func FuzzLimits(f *testing.F) {
 	f.Fuzz(func(t *testing.T, d1, d2, d3, n1, n2, n3 int64) {
 		dur := func(v int64) time.Duration { return time.Duration(v) }
 		g, err := loop.NewGroup(loop.WithLoops(1), loop.WithLogger(ctLogger),
-			loop.WithTick(dur(d1)%(2*time.Second)), loop.WithDrainTimeout(dur(d2)),
+			testknobs.Tick(dur(d1)%(2*time.Second)).(loop.Option), testknobs.DrainTimeout(dur(d2)).(loop.Option),
 			loop.WithMaxPendingTasks(int(n1)), loop.WithStallThreshold(int(n2)),
-			loop.WithBufferRing(uint32(n1), uint32(n2)), loop.WithMaxOps(uint32(n3)),
+			loop.WithBufferRing(uint32(n1), uint32(n2)), testknobs.MaxOps(uint32(n3)).(loop.Option),
 			loop.WithRingEntries(uint32(n3)), loop.WithIORatio(int(n3%200)))
 		if err != nil {
 			// Refused options: the rest runs on a default group.

@@ -13,12 +13,13 @@ import (
 	"github.com/ringloop/ringloop/loop"
 )
 
-// DefaultNetInbound is the default bound of a NetConn's inbound buffer: the
-// received bytes no Read has taken yet. Past it the connection stops
-// receiving until Read brings the buffer back to half of it.
+// DefaultNetInbound is the default bound of a NetConn's inbound buffer
+// (WithInboundLimit): the received bytes no Read has taken yet. Past it the
+// connection stops receiving until Read brings the buffer back to half of
+// it.
 const DefaultNetInbound = 64 << 10
 
-// maxNetInbound caps WithNetInbound's bound, so that the buffered count,
+// maxNetInbound caps a NetConn's bound, so that the buffered count,
 // which may pass the bound by one receive, fits an int32.
 const maxNetInbound = 1 << 30
 
@@ -34,7 +35,7 @@ const netWriteMax = 64 << 10
 //
 //   - Read blocks until bytes, the peer's FIN (io.EOF), an error or the read
 //     deadline arrive. Received bytes wait in a per-connection buffer bounded
-//     by [WithNetInbound]; a full buffer pauses receiving, so a goroutine
+//     by [WithInboundLimit]; a full buffer pauses receiving, so a goroutine
 //     that stops reading makes the peer stall, not the memory grow.
 //   - Write returns once every byte is handed to the connection's outbound
 //     queue. While the connection is unwritable (above the high-water mark
@@ -636,11 +637,10 @@ func (nc *NetConn) fire(dir int, at int64) {
 	}
 }
 
-// WithNetInbound bounds the inbound buffer of each NetConn (default
-// DefaultNetInbound): past n unread bytes the connection stops receiving
-// until Read brings the buffer down to n/2. It applies to ListenNet and
-// DialNet only; a bound above 1 GiB counts as 1 GiB.
-func WithNetInbound(n int) Option { return func(c *config) { c.netInbound = n } }
+// netConnLimit is the limit of the connection under a NetConn: never below
+// the default, since it holds only the bytes already on their way when the
+// NetConn pauses receiving at its own, maybe smaller, bound.
+func netConnLimit(c *config) { c.inboundLimit = max(c.inboundLimit, DefaultInboundLimit) }
 
 // DialNet connects to address on a loop of g, as Dial does, and returns
 // the connection as a net.Conn. It must not be called on a loop goroutine.
@@ -650,7 +650,7 @@ func DialNet(ctx context.Context, g *loop.Group, network, address string, opts .
 		return nil, err
 	}
 	nc := newNetConn(cfg.netInbound)
-	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true))
+	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true), netConnLimit)
 	// Dial returns after OnOpen ran on the loop, which set nc.c.
 	if _, err := Dial(ctx, g, network, address, nc, opts...); err != nil {
 		return nil, err
@@ -692,7 +692,7 @@ func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts
 	if ln.max <= 0 {
 		ln.max = 4096
 	}
-	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true), func(c *config) { c.netLn = ln })
+	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true), netConnLimit, func(c *config) { c.netLn = ln })
 	srv, err := ListenFunc(ctx, g, network, address, func(*Conn) Handler {
 		return newNetConn(ln.limit)
 	}, opts...)

@@ -52,7 +52,7 @@ func TestNetConnInboundBound(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 2)
 		const limit = 32 << 10
-		d, a := ncPair(t, g, conn.WithNetInbound(limit))
+		d, a := ncPair(t, g, conn.WithInboundLimit(limit))
 		total := 64 << 20
 		if testing.Short() || accRace {
 			total = 16 << 20
@@ -98,7 +98,7 @@ func TestNetConnInboundBound(t *testing.T) {
 func TestNetConnCloseUnblocks(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 2)
-		d, _ := ncPair(t, g, conn.WithNetInbound(16<<10))
+		d, _ := ncPair(t, g, conn.WithInboundLimit(16<<10))
 		errs := make(chan error, 2)
 		go func() {
 			_, err := d.Read(make([]byte, 10))

@@ -18,7 +18,7 @@ import (
 // (and, when DialPacketNet made it, a net.Conn): code written for package
 // net's UDP and unixgram sockets runs on the loops unchanged. It is its
 // socket's handler: datagrams that arrive are copied into an inbound queue
-// bounded by WithNetInbound (in bytes; a datagram that finds it full is
+// bounded by WithInboundLimit (in bytes; a datagram that finds it full is
 // dropped and counted, as the kernel drops one that finds a full socket
 // buffer; Dropped counts them), and ReadFrom takes them in order. Writes
 // queue a copy on the loop (PacketConn.WriteTo) and never block: a full
@@ -52,7 +52,7 @@ type netDgram struct {
 }
 
 // ListenPacketNet is ListenPacket returning a net.PacketConn. Options as
-// for ListenPacket, and WithNetInbound.
+// for ListenPacket, and WithInboundLimit.
 func ListenPacketNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetPacketConn, error) {
 	return openPacketNet(ctx, g, "listen", network, address, opts)
 }
@@ -79,11 +79,11 @@ func openPacketNet(ctx context.Context, g *loop.Group, op, network, address stri
 }
 
 // DefaultNetPacketInbound bounds a NetPacketConn's inbound queue when
-// WithNetInbound does not: 1 MiB of datagrams, more than a socket's
+// WithInboundLimit does not: 1 MiB of datagrams, more than a socket's
 // default receive buffer holds.
 const DefaultNetPacketInbound = 1 << 20
 
-// netLimit is the inbound bound WithNetInbound asks for.
+// netLimit is the inbound bound WithInboundLimit asks for.
 func netLimit(n int) int {
 	switch {
 	case n <= 0:

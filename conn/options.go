@@ -58,7 +58,7 @@ type config struct {
 	halfClose       bool
 	pauseUnwritable bool
 	inboundLimit    int
-	netInbound      int          // NetConn's inbound bound (WithNetInbound)
+	netInbound      int          // WithInboundLimit as given (0: each kind's default), for the adapters
 	dgramQueue      int          // datagrams a PacketConn queues (WithDatagramQueue)
 	udpSegment      int          // UDP_SEGMENT size (WithUDPSegment)
 	netLn           *NetListener // ListenNet's listener, which its NetConns join on open
@@ -171,11 +171,24 @@ func WithPauseReadWhenUnwritable(on bool) Option {
 	return func(c *config) { c.pauseUnwritable = on }
 }
 
-// WithInboundLimit caps the bytes a connection keeps for its handler: a
-// ReadHandler's unconsumed bytes plus those received while reading was
-// paused. A connection past it closes with a reset and an error wrapping
-// ErrInboundLimit (a frame longer than the protocol allows, or a handler
-// that never consumes). 0 means DefaultInboundLimit.
+// WithInboundLimit bounds the received bytes a connection holds that its
+// reader has not taken yet, so a peer can never make memory grow without
+// bound. 0 means each kind's default:
+//
+//   - A callback connection (Listen, Dial): a ReadHandler's unconsumed
+//     bytes plus those received while reading was paused. A connection
+//     past n closes with a reset and an error wrapping ErrInboundLimit (a
+//     frame longer than the protocol allows, or a handler that never
+//     consumes). Default DefaultInboundLimit (4 MiB).
+//   - A NetConn (ListenNet, DialNet): the bytes no Read has taken. At n
+//     the connection stops receiving, so the peer stalls in its own socket,
+//     until Read brings the buffer down to n/2. Default DefaultNetInbound
+//     (64 KiB); a bound above 1 GiB counts as 1 GiB. The connection under
+//     it keeps max(n, DefaultInboundLimit) as its own limit, for the bytes
+//     already on their way when receiving pauses.
+//   - A NetPacketConn (ListenPacketNet, DialPacketNet): the bytes of queued
+//     datagrams; a datagram that finds the queue full is dropped and
+//     counted. Default DefaultNetPacketInbound (1 MiB).
 func WithInboundLimit(n int) Option { return func(c *config) { c.inboundLimit = n } }
 
 // WithDatagramQueue bounds how many datagrams a PacketConn queues before
@@ -228,8 +241,6 @@ func (c *config) validate() error {
 		return invalidOption("idle timeout %v (expected >= 0)", c.idleTimeout)
 	case c.inboundLimit < 0:
 		return invalidOption("inbound limit %d (expected >= 0)", c.inboundLimit)
-	case c.netInbound < 0:
-		return invalidOption("net inbound bound %d (expected >= 0; 0 means the default)", c.netInbound)
 	case c.connTimeout < 0:
 		return invalidOption("connect timeout %v (expected >= 0)", c.connTimeout)
 	case c.linger < 0:
@@ -242,6 +253,7 @@ func (c *config) validate() error {
 	if c.backlog == 0 {
 		c.backlog = d.backlog
 	}
+	c.netInbound = c.inboundLimit
 	if c.inboundLimit == 0 {
 		c.inboundLimit = d.inboundLimit
 	}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testknobs"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 )
@@ -141,7 +142,7 @@ func openDuringShutdown(t *testing.T, g *loop.Group, limit int, open func() erro
 func TestPacketRearmRetry(t *testing.T) {
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		testutil.CheckLeaks(t)
-		g := ctGroup(t, b, 1, append([]loop.Option{loop.WithMaxOps(4)}, opts...)...)
+		g := ctGroup(t, b, 1, append([]loop.Option{testknobs.MaxOps(4).(loop.Option)}, opts...)...)
 		addr := ctGoneUDPAddr(t).String()
 		h := &hogOnRefused{packetRecorder: newPacketRecorder(false)}
 		pc, err := conn.DialPacket(context.Background(), g, "udp4", addr, h)

@@ -151,9 +151,9 @@ func runRecvs(t *testing.T, b loop.Backend, bufSize uint32, skipIf func(loop.Fea
 	return r
 }
 
-// Provided-buffer receives plain and with bundles (WithRecvBundles). The
-// same bytes arrive in the same order in each, and each mode shows in what
-// the Completer sees: a Data longer than a buffer only with bundles, and
+// Provided-buffer receives plain (bundles hidden) and with bundles (on
+// wherever the kernel has them). The same bytes arrive in the same order in
+// each, and each mode shows in what the Completer sees: a Data longer than a buffer only with bundles, and
 // never longer than the bundle cap (16 buffers, Features.RecvCap). A kernel
 // without bundles, or without the length that caps them (6.17), skips the
 // mode (the loop then runs without: TestRecvFallbacks).
@@ -168,16 +168,18 @@ func TestRecvModes(t *testing.T) {
 		return ""
 	}
 	t.Run("plain", func(t *testing.T) {
-		r := runRecvs(t, loop.BackendUring, bufSize, none, loop.WithRecvBundles(false))
+		restore := loop.HideKernelFeatures(true, false)
+		defer restore()
+		r := runRecvs(t, loop.BackendUring, bufSize, none, loop.WithKernel(""))
 		if r.feat.RecvBundle || r.feat.RecvCap != 0 {
-			t.Fatalf("features %+v with bundles off", r.feat)
+			t.Fatalf("features %+v with bundles hidden", r.feat)
 		}
 		if r.st.RecvBundles != 0 || r.longest > bufSize || r.bufMore != 0 {
 			t.Fatalf("plain ring: %d bundles, a Data of %d bytes, %d BUF_MORE", r.st.RecvBundles, r.longest, r.bufMore)
 		}
 	})
 	t.Run("bundles", func(t *testing.T) {
-		r := runRecvs(t, loop.BackendUring, bufSize, needBundle, loop.WithRecvBundles(true))
+		r := runRecvs(t, loop.BackendUring, bufSize, needBundle)
 		if r.st.RecvBundles == 0 || r.bufMore != 0 {
 			t.Fatalf("bundles: %d bundle completions, %d BUF_MORE", r.st.RecvBundles, r.bufMore)
 		}
@@ -209,7 +211,7 @@ func TestRecvFallbacks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			restore := loop.HideKernelFeatures(tc.bundle, tc.mshotLen)
 			defer restore()
-			r := runRecvs(t, loop.BackendUring, bufSize, func(loop.Features) string { return "" }, loop.WithRecvBundles(true), loop.WithKernel(""))
+			r := runRecvs(t, loop.BackendUring, bufSize, func(loop.Features) string { return "" }, loop.WithKernel(""))
 			f := r.feat
 			if f.RecvBundle || r.st.RecvBundles != 0 || f.RecvCap != 0 || r.longest > bufSize {
 				t.Fatalf("bundles without the kernel feature: %v, %d bundle completions, cap %d, a Data of %d bytes",

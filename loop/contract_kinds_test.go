@@ -13,9 +13,9 @@ import (
 )
 
 // contractKernels are the kernel profiles the uring driver runs the
-// contract under; "" is the running kernel. RINGLOOP_KERNEL, when set,
-// picks one (CI repeats the package per profile); one before 6.1, which
-// the uring driver refuses, runs epoll only.
+// contract under; "" is the running kernel. RINGLOOP=kernel=<version>,
+// when set, picks one (CI repeats the package per profile); one before
+// 6.1, which the uring driver refuses, runs epoll only.
 var contractKernels = []string{"", "6.1"}
 
 func epollKind() driverKind {
@@ -55,7 +55,7 @@ func uringKind(k ring.Kernel) driverKind {
 // running kernel and on uring under each kernel profile.
 func TestDriverContract(t *testing.T) {
 	kernels := contractKernels
-	if env := os.Getenv("RINGLOOP_KERNEL"); env != "" {
+	if env := parseEnv(os.Getenv(envName)).kernel; env != "" {
 		kernels = []string{env}
 	}
 	run := func(t *testing.T, k driverKind) {

@@ -104,7 +104,10 @@ type driverHarness struct {
 	c      Completion // reused, so delivering allocates nothing
 }
 
-// contractConfig is the driver configuration of the driver tests.
+// contractConfig is the driver configuration of the driver tests: a
+// locked thread, whatever RINGLOOP says. The shared-thread ring differs by
+// design (no single issuer, single-shot receives, the eventfd always
+// signalled); the group-level suites cover it under RINGLOOP=thread=shared.
 func contractConfig(tb testing.TB, k ring.Kernel) driverConfig {
 	return driverConfig{
 		name:        "ringloop-t-0",
@@ -113,7 +116,6 @@ func contractConfig(tb testing.TB, k ring.Kernel) driverConfig {
 		bufSize:     4096,
 		bufGroup:    7,
 		logger:      slog.New(slog.NewTextHandler(logWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		wait:        testWaitMode(),
 		kernel:      k,
 	}
 }
@@ -388,18 +390,6 @@ func (h *driverHarness) rebuild() (moved, ended int) {
 		h.tb.Fatalf("the old instance's fd %d is still open: %v", old, err)
 	}
 	return moved, ended
-}
-
-// skipIfUringNetpoll skips the case, naming why, when the uring driver
-// waits on the Go netpoller (RINGLOOP_WAIT=netpoll, RINGLOOP_THREAD=shared),
-// where the runtime's millisecond sleeps round a sub-millisecond wait up
-// (docs/loop.md, "netpoll, uring"). Called where the failure shows, so the
-// rest of the case still runs everywhere else.
-func (h *driverHarness) skipIfUringNetpoll(why string) {
-	h.tb.Helper()
-	if h.k.be == BackendUring && h.d.features().Wait == WaitNetpoll {
-		h.tb.Skipf("a limit of the uring driver's netpoll wait: %s", why)
-	}
 }
 
 // big reports whether the big stream cases run at full size: not under
@@ -928,7 +918,6 @@ func contractWaitPrecision(t *testing.T, mk mkHarness) {
 	}
 	slices.Sort(els)
 	if med := els[len(els)/2]; med >= 1950*time.Microsecond {
-		h.skipIfUringNetpoll(fmt.Sprintf("the median wait for %v is %v: the netpoller's timeout is rounded up to milliseconds", wait, med))
 		t.Fatalf("median wait %v for %v: rounded up to milliseconds?", med, wait)
 	}
 	h.poll(wait / 3)

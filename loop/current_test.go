@@ -9,7 +9,7 @@ import (
 
 // TestCurrent checks that Current names the calling loop from its tasks and
 // timers while the group's other loops sleep in their waits, and nil off
-// every loop, in every wait mode: Current answers without a system call
+// every loop, on locked and shared threads: Current answers without a system call
 // while every loop of the process sleeps, and that shortcut must never hide
 // a loop that is running.
 func TestCurrent(t *testing.T) {
@@ -17,8 +17,7 @@ func TestCurrent(t *testing.T) {
 		name string
 		opts []loop.Option
 	}{
-		{"kernel", nil},
-		{"netpoll", []loop.Option{loop.WithWait(loop.WaitNetpoll)}},
+		{"locked", []loop.Option{loop.WithSharedThread(false)}},
 		{"shared", []loop.Option{loop.WithSharedThread(true)}},
 	}
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {

@@ -5,12 +5,12 @@
 // picks one round robin. Each Loop is one goroutine locked to one OS thread
 // for its whole life (runtime.LockOSThread, never unlocked) that owns one
 // io_uring ring, or one epoll instance, plus a task queue, a timer wheel and
-// an op table. An idle loop waits in the kernel; it can instead park on the
-// Go netpoller, its P free for other goroutines ([WithWait]), and with
-// [WithSharedThread] a loop holds a thread only while it runs a turn, so
-// handing it work is a goroutine switch (docs/loop.md, "Waiting", says when
-// to pick which). Everything a loop runs (tasks, timers, completion callbacks,
-// shutdown hooks) runs on that goroutine, one thing at a time, so state
+// an op table. An idle loop waits in the kernel. With [WithSharedThread]
+// (or RINGLOOP=thread=shared) a loop holds a thread only while it runs a
+// turn and waits parked on the Go netpoller, so handing it work is a
+// goroutine switch (docs/loop.md, "Waiting", says when to pick which).
+// Everything a loop runs (tasks, timers, completion callbacks, shutdown
+// hooks) runs on that goroutine, one thing at a time, so state
 // owned by a loop needs no lock.
 //
 // # Affinity
@@ -55,9 +55,16 @@
 // that names the kernel and what it lacks on a kernel before 6.1.
 // [Loop.Features] and [Group.Features] report the choice. Features newer
 // than 6.1 (bundles, NO_SQARRAY) are probed and used where present. A
-// kernel profile (RINGLOOP_KERNEL=<version>) runs the loop as on another
+// kernel profile (RINGLOOP=kernel=<version>) runs the loop as on another
 // release, capping every probe to what it offers (docs/kernel-support.md,
 // "Kernel profiles").
+//
+// # Environment
+//
+// RINGLOOP, GODEBUG style, is the one variable the package reads:
+// RINGLOOP=thread=shared,kernel=6.1 (docs/configuration.md). Options win
+// over it; unknown keys and bad values are logged once, at Warn, and
+// ignored.
 //
 // # Memory shared with the kernel
 //

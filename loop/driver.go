@@ -83,12 +83,10 @@ type driverConfig struct {
 	bufSize     uint32       // bytes per provided buffer
 	bufGroup    uint16       // provided-buffer group id
 	logger      *slog.Logger // never nil
-	wait        WaitMode     // how poll blocks
-	shared      bool         // the loop goroutine is not locked to one thread (WithSharedThread)
+	shared      bool         // the loop goroutine is not locked to one thread and waits on the netpoller (WithSharedThread)
 	park        *parkHooks   // set by the loop; called around netpoller waits
 	ops         *opTable     // the loop's op table (the epoll driver finds an op by its slot there)
-	recvBundles bool         // WithRecvBundles
-	kernel      ring.Kernel  // the kernel profile: the release whose features the uring driver keeps to
+	kernel      ring.Kernel  // RINGLOOP=kernel=: the release whose features the uring driver keeps to
 }
 
 // parkHooks are the loop's side of a netpoller wait: park runs before the
@@ -151,17 +149,16 @@ func (b Backend) String() string {
 
 // Features describes what a loop's backend found in the kernel.
 type Features struct {
-	Backend        Backend  // BackendUring or BackendEpoll
-	RingFeatures   uint32   // io_uring IORING_FEAT_* bits (uring only)
-	SetupFlags     uint32   // io_uring setup flags in use (uring only)
-	RecvBundle     bool     // a provided-buffer receive may fill several buffers per completion (6.17)
-	RecvCap        uint32   // bytes a provided-buffer completion may take at most (a bundle's 16 buffers); 0: none
-	BufCount       uint32   // provided buffers per loop, as configured (WithBufferRing)
-	BufSize        uint32   // bytes per provided buffer, as configured (WithBufferRing)
-	FallbackReason string   // why auto fell back to epoll, if it did
-	Wait           WaitMode // how the loop waits
-	SharedThread   bool     // the loop runs as a shared-thread goroutine (WithSharedThread)
-	Kernel         string   // the kernel profile in use, "" for the running kernel
+	Backend        Backend // BackendUring or BackendEpoll
+	RingFeatures   uint32  // io_uring IORING_FEAT_* bits (uring only)
+	SetupFlags     uint32  // io_uring setup flags in use (uring only)
+	RecvBundle     bool    // a provided-buffer receive may fill several buffers per completion (6.17)
+	RecvCap        uint32  // bytes a provided-buffer completion may take at most (a bundle's 16 buffers); 0: none
+	BufCount       uint32  // provided buffers per loop, as configured (WithBufferRing)
+	BufSize        uint32  // bytes per provided buffer, as configured (WithBufferRing)
+	FallbackReason string  // why auto fell back to epoll, if it did
+	SharedThread   bool    // the loop runs as a shared-thread goroutine (WithSharedThread)
+	Kernel         string  // the kernel profile in use (RINGLOOP=kernel=), "" for the running kernel
 }
 
 // profileSuffix names a kernel profile in an error, if there is one.

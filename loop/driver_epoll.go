@@ -53,7 +53,7 @@ type epollDriver struct {
 	tfd     int  // timerfd for waits finer than epoll_wait's milliseconds
 	closed  bool
 
-	waiter     *netWaiter      // epfd on the Go netpoller (WaitNetpoll), else nil
+	waiter     *netWaiter      // epfd on the Go netpoller (a shared-thread loop), else nil
 	timerArmed bool            // tfd is armed and has not fired
 	its        unix.ItimerSpec // timerfd_settime argument, reused
 
@@ -195,13 +195,10 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 		unix.Close(epfd)
 		return nil, err
 	}
-	if cfg.wait == WaitNetpoll {
+	if cfg.shared {
 		d.startNetpoll()
 	}
-	d.feats.Wait, d.feats.SharedThread = WaitKernel, cfg.shared
-	if d.waiter != nil {
-		d.feats.Wait = WaitNetpoll
-	}
+	d.feats.SharedThread = cfg.shared
 	return d, nil
 }
 

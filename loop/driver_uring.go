@@ -112,7 +112,7 @@ type uringDriver struct {
 	wakeBuf      [8]byte
 	wakeArmed    bool       // a READ of the eventfd is in the ring
 	wakeKind     wakeKind   // how the armed wake op watches the eventfd
-	waiter       *netWaiter // the eventfd on the netpoller (WaitNetpoll)
+	waiter       *netWaiter // the eventfd on the netpoller (a shared-thread loop)
 	waitErr      error      // why the waiter could not be made
 	pendingWoken bool       // a wakeup consumed by rebuild, reported by the next poll
 	cancelQueued bool       // a cancel SQE waits in the SQ: reap ends its batch so poll submits it
@@ -166,7 +166,7 @@ type uringDriver struct {
 	wakeMu sync.RWMutex
 	efd    int
 	// wakeReq is set by wake before it signals the eventfd, and taken by
-	// a netpoll wait (wakeNetpoll), where the kernel signals the same
+	// a shared-thread loop's netpoll wait (wakeNetpoll), where the kernel signals the same
 	// eventfd for completions.
 	wakeReq atomic.Bool
 }
@@ -266,7 +266,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	}
 	d.r = r
 	d.efd = efd
-	if cfg.wait == WaitNetpoll {
+	if cfg.shared {
 		// Made here, with the driver's other fds, and used from start.
 		d.waiter, d.waitErr = newNetWaiter(efd, cfg.name+"-wake", d.eventfdSignaled, cfg.park)
 	}
@@ -277,13 +277,10 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		SetupFlags:   d.flags,
 		BufCount:     d.cfg.bufCount,
 		BufSize:      d.cfg.bufSize,
-		RecvBundle:   cfg.recvBundles && r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
+		RecvBundle:   r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
 		Kernel:       cfg.kernel.String(),
 	}
-	d.feat.Wait, d.feat.SharedThread = cfg.wait, cfg.shared
-	if cfg.wait == WaitNetpoll && d.waitErr != nil {
-		d.feat.Wait = WaitKernel
-	}
+	d.feat.SharedThread = cfg.shared
 	d.publishFeatures()
 	return d, nil
 }
@@ -360,7 +357,7 @@ func (d *uringDriver) start() error {
 	}
 	d.br = br
 	d.setRecvCap()
-	if d.cfg.wait == WaitNetpoll {
+	if d.cfg.shared {
 		d.startNetpoll()
 	}
 	d.started = true
@@ -380,19 +377,17 @@ func (d *uringDriver) startNetpoll() {
 	if err != nil {
 		d.waiter.close()
 		d.waiter = nil
-		d.feat.Wait = WaitKernel
 		d.cfg.logger.Warn("loop: cannot wait on the Go netpoller; waiting in io_uring_enter",
 			"loop", d.cfg.name, "err", err)
 		return
 	}
-	d.r.SetEventfdEnabled(d.cfg.shared)
 	d.wakeKind = wakeNetpoll
 }
 
 // eventfdSignaled consumes the eventfd's counter and reports whether it was
 // non-zero. It is the waiter's readiness check.
 func (d *uringDriver) eventfdSignaled() bool {
-	if d.cfg.shared && d.r.CQReady() > 0 {
+	if d.r.CQReady() > 0 {
 		return true
 	}
 	for {
@@ -407,79 +402,19 @@ func (d *uringDriver) eventfdSignaled() bool {
 	}
 }
 
-// waitNetpoll is poll's blocking wait in wakeNetpoll mode:
-//
-//  1. submit what is queued, running the kernel's deferred work; done if a
-//     completion is there;
-//  2. turn the eventfd signal on and enter once more with GETEVENTS: the
-//     kernel now either ran its pending work in that call or will signal
-//     the eventfd for it (the two sides order their flag and list accesses
-//     with full barriers), so no completion can slip past the wait;
-//  3. park on the netpoller until the eventfd is signaled (a completion on
-//     its way, or wake) or the timeout passes;
-//  4. turn the signal off again (a running loop needs none: every
-//     completion it posts would otherwise wake a netpoller thread for
-//     nothing) and run the work that woke it.
-func (d *uringDriver) waitNetpoll(timeout time.Duration, res *pollResult) error {
-	if _, err := d.r.Submit(); err != nil || d.r.CQReady() > 0 {
-		return err
-	}
-	if d.cfg.shared {
-		return d.waitShared(timeout, res)
-	}
-	d.r.SetEventfdEnabled(true)
-	err := d.r.GetEvents()
-	end := waitEnd(timeout)
-	for err == nil && d.r.CQReady() == 0 {
-		var ready bool
-		ready, err = d.waiter.wait(waitLeft(end))
-		if err != nil || !ready {
-			res.timedOut = err == nil
-			break
-		}
-		// The signal was wake's, or the kernel's for completions now
-		// posted by this enter; else it was the kernel's for
-		// completions an earlier poll reaped (the signal is on while
-		// the loop waits, and a poll that found completions at step 2
-		// did not wait): wait on.
-		if err = d.r.GetEvents(); err == nil && d.wakeReq.Swap(false) {
-			res.woken = true
-			break
-		}
-	}
-	d.r.SetEventfdEnabled(false)
-	if err != nil {
-		return err
-	}
-	_, err = d.r.Submit()
-	return err
-}
-
-// waitEnd is when a wait of timeout (< 0: unbounded) ends.
-func waitEnd(timeout time.Duration) time.Time {
-	if timeout < 0 {
-		return time.Time{}
-	}
-	return time.Now().Add(timeout)
-}
-
-// waitLeft is what is left of a wait ending at end (-1: unbounded; 0: due).
-func waitLeft(end time.Time) time.Duration {
-	if end.IsZero() {
-		return -1
-	}
-	return max(time.Until(end), 0)
-}
-
-// waitShared is waitNetpoll for a ring without DEFER_TASKRUN
-// (WithSharedThread). The kernel posts completions itself, as task work on
+// waitNetpoll is poll's blocking wait in wakeNetpoll mode (a shared-thread
+// loop), on a ring without DEFER_TASKRUN, after a submit that found no
+// completion. The kernel posts completions itself, as task work on
 // the submitting thread, and signals the eventfd for every one: the signal
 // stays on, since turning it off while the loop runs would race with a
 // completion posted meanwhile (the kernel orders the CQ tail store and its
 // read of the flag with no full barrier between them). The waiter's check
 // consumes the counter after looking at the CQ, so a completion is never
 // slept on; a signal for completions already reaped costs one empty turn.
-func (d *uringDriver) waitShared(timeout time.Duration, res *pollResult) error {
+func (d *uringDriver) waitNetpoll(timeout time.Duration, res *pollResult) error {
+	if _, err := d.r.Submit(); err != nil || d.r.CQReady() > 0 {
+		return err
+	}
 	end := waitEnd(timeout)
 	for {
 		ready, err := d.waiter.wait(waitLeft(end))
@@ -498,6 +433,22 @@ func (d *uringDriver) waitShared(timeout time.Duration, res *pollResult) error {
 	}
 }
 
+// waitEnd is when a wait of timeout (< 0: unbounded) ends.
+func waitEnd(timeout time.Duration) time.Time {
+	if timeout < 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(timeout)
+}
+
+// waitLeft is what is left of a wait ending at end (-1: unbounded; 0: due).
+func waitLeft(end time.Time) time.Duration {
+	if end.IsZero() {
+		return -1
+	}
+	return max(time.Until(end), 0)
+}
+
 // prepareRing registers r's fd with the loop thread (an optimisation: a
 // failure is only logged) and makes r's provided-buffer ring, which it
 // returns (nil if no provided buffers are configured). It changes nothing
@@ -513,7 +464,6 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 		if err := r.RegisterEventfd(d.efd); err != nil {
 			return nil, fmt.Errorf("loop: uring backend: register eventfd: %w", err)
 		}
-		r.SetEventfdEnabled(d.cfg.shared)
 	}
 	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
 		return nil, nil

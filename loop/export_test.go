@@ -3,10 +3,11 @@ package loop
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
+	"time"
 
 	"github.com/ringloop/ringloop/ring"
+	"github.com/ringloop/ringloop/sched"
 )
 
 // Test seams for the external loop_test package.
@@ -72,17 +73,30 @@ func CountYields(f func()) (restore func()) {
 	return func() { gosched = runtime.Gosched }
 }
 
-// testWaitMode gives driver tests the wait mode the environment asks the
-// whole suite to run in (RINGLOOP_WAIT), as groups get it from their
-// defaults. Under RINGLOOP_THREAD=shared the driver tests run with the
-// netpoll wait: the shared-thread ring differs by design (no single issuer,
-// single-shot receives, the eventfd always signalled), and the group-level
-// suites cover it.
-func testWaitMode() WaitMode {
-	if os.Getenv("RINGLOOP_THREAD") == "shared" {
-		return WaitNetpoll
-	}
-	return waitFromEnv()
+// The settings only tests set (testknobs.go), as options for the loop
+// package's own tests.
+
+// WithClock replaces the clock that drives timers, the ioRatio budget and
+// the shutdown quiet period.
+func WithClock(clk sched.Clock) Option { return func(c *config) { c.clock = clk } }
+
+// WithTick sets the timer wheel's resolution.
+func WithTick(d time.Duration) Option { return func(c *config) { c.tick = d } }
+
+// WithMaxOps caps each loop's op table exactly.
+func WithMaxOps(n uint32) Option { return func(c *config) { c.maxOps = n } }
+
+// WithDrainTimeout bounds the drain of a terminating loop.
+func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drainTimeout = d } }
+
+// WithKernel sets the kernel profile, as RINGLOOP=kernel= does.
+func WithKernel(version string) Option { return func(c *config) { c.kernel = version } }
+
+// ParseEnv parses a RINGLOOP value: the shared thread default, the kernel
+// profile and the problems NewGroup reports.
+func ParseEnv(v string) (shared bool, kernel string, problems []string) {
+	s := parseEnv(v)
+	return s.shared, s.kernel, s.problems
 }
 
 // ParkedOps returns the receives parked for buffers, oldest first. Must

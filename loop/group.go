@@ -45,6 +45,7 @@ func NewGroup(opts ...Option) (*Group, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	reportEnv(c.logger, c.envProblems)
 	id := groupIDs.Add(1)
 	g := &Group{
 		id:   id,
@@ -63,9 +64,7 @@ func NewGroup(opts ...Option) (*Group, error) {
 			bufSize:     c.bufSize,
 			bufGroup:    0,
 			logger:      c.logger,
-			wait:        c.resolveWait(),
 			shared:      c.sharedThread,
-			recvBundles: c.recvBundles,
 			kernel:      c.profile,
 			park:        &parkHooks{},
 		}

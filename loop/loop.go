@@ -71,7 +71,6 @@ type Loop struct {
 	holdSeq     uint64      // the last hold's id
 	sinkRefused bool        // the last timer move hit a full queue
 	parked      parkedQueue // receives waiting for provided buffers (starved.go)
-	fair        bool        // WithFairReceives: rotate receives while some are parked (starved.go)
 	parkBudget  int         // parked receives resubmitted per turn; 0: no buffers to wait for, never park
 	runTaskFn   func(sched.Task)
 	timerSinkFn func(*sched.Timer) bool
@@ -111,7 +110,6 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 	l.timerSinkFn = l.timerSink
 	if n := int(drv.features().BufCount); n > 0 {
 		l.parkBudget = max(1, n/starvedPerBuffers)
-		l.fair = c.fairRecv
 	}
 	return l, nil
 }
@@ -185,11 +183,11 @@ func (l *Loop) onThreadPinned() bool {
 // the Go scheduler before it sleeps. Code running on the loop calls it after
 // making a goroutine runnable (a channel send to a waiting reader, a closed
 // channel, a completed future with a waiter): that goroutine is queued on
-// the loop's P, and with the kernel wait (WaitKernel), when every P is held
+// the loop's P, and with a locked thread waiting in the kernel, when every P is held
 // by a waiting loop, it would run only once the runtime's monitor retakes a
 // P, 20 µs to 10 ms later. Handing the P off costs a thread wakeup, so the
-// loop does it only when asked, for one wait. The netpoll wait and shared
-// threads always leave the P free and ignore it. It costs one atomic store
+// loop does it only when asked, for one wait. A shared-thread loop always
+// leaves the P free and ignores it. It costs one atomic store
 // and checks no thread: called off the loop it asks the same of the loop's
 // next wait, which is harmless. Safe for concurrent use.
 func (l *Loop) HandOffNextWait() { l.handOff.Store(true) }

@@ -95,8 +95,7 @@ func (l *Loop) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 // the op stays armed. When the buffers run out the loop parks the receive
 // and resubmits it once buffers are back (-ENOBUFS never reaches c where the
 // loop has a buffer ring); a completion without ring.CQEFMore still ends it
-// (re-arm then). While receives are parked, the loop rotates them
-// (WithFairReceives): one resubmitted from the queue completes once, with
+// (re-arm then). While receives are parked, the loop rotates them: one resubmitted from the queue completes once, with
 // bytes and without ring.CQEFMore, and one armed meanwhile is queued behind
 // the parked ones before it runs.
 // Must be called on the loop goroutine.

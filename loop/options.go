@@ -5,7 +5,6 @@ import (
 	"math/bits"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +19,9 @@ import (
 type Option func(*config)
 
 // config holds every setting of a group. defaultConfig is the only place
-// defaults live.
+// defaults live. tick, clock, maxOps, drainTimeout and kernel have no
+// option: the tests set them (testknobs.go), and kernel comes from
+// RINGLOOP=kernel= (env.go).
 type config struct {
 	loops          int
 	name           string
@@ -36,12 +37,10 @@ type config struct {
 	clock          sched.Clock
 	maxOps         uint32
 	drainTimeout   time.Duration
-	wait           WaitMode
 	sharedThread   bool
-	recvBundles    bool        // WithRecvBundles
-	fairRecv       bool        // WithFairReceives
-	kernel         string      // WithKernel, or RINGLOOP_KERNEL
+	kernel         string      // RINGLOOP=kernel=
 	profile        ring.Kernel // kernel, parsed by validate
+	envProblems    []string    // what NewGroup reports of RINGLOOP (env.go)
 }
 
 // Defaults.
@@ -62,7 +61,7 @@ const (
 )
 
 func defaultConfig() config {
-	count, size := bufRingFromEnv()
+	env := parseEnv(os.Getenv(envName))
 	return config{
 		loops:          runtime.GOMAXPROCS(0),
 		name:           "ringloop",
@@ -72,149 +71,31 @@ func defaultConfig() config {
 		stallThreshold: DefaultStallThreshold,
 		tick:           sched.DefaultTick,
 		logger:         slog.Default(),
-		bufCount:       count,
-		bufSize:        size,
+		bufCount:       DefaultBufCount,
+		bufSize:        DefaultBufSize,
 		clock:          sched.SystemClock(),
 		drainTimeout:   DefaultDrainTimeout,
-		wait:           waitFromEnv(),
-		sharedThread:   os.Getenv("RINGLOOP_THREAD") == "shared",
-		recvBundles:    !envOff("RINGLOOP_RECV_BUNDLE"),
-		fairRecv:       !envOff("RINGLOOP_RECV_FAIR"),
-		kernel:         os.Getenv("RINGLOOP_KERNEL"),
+		sharedThread:   env.shared,
+		kernel:         env.kernel,
+		envProblems:    env.problems,
 	}
 }
 
-// WaitMode is how an idle locked-thread loop waits for I/O and for work
-// handed to it (docs/loop.md, "Waiting").
-type WaitMode int
-
-const (
-	// WaitKernel (the default) blocks the loop's OS thread in
-	// io_uring_enter or epoll_wait: the kernel wakes that thread directly,
-	// one thread wakeup per wait, the cheapest for a server whose work all
-	// runs on its loops. But the loop keeps its P while it waits, until
-	// the runtime's sysmon retakes it (20 µs to 10 ms later, after a tick
-	// or two): other goroutines of the process that need a P then wait.
-	WaitKernel WaitMode = iota
-	// WaitNetpoll parks the loop goroutine on the Go runtime's netpoller
-	// (the ring's registered eventfd, or the epoll instance), so its P is
-	// free for other goroutines the moment it waits. Ending the wait hands
-	// the P back to the loop's thread: two thread switches per wait
-	// instead of one.
-	WaitNetpoll
-)
-
-// String returns "kernel" or "netpoll".
-func (m WaitMode) String() string {
-	switch m {
-	case WaitKernel:
-		return "kernel"
-	case WaitNetpoll:
-		return "netpoll"
-	}
-	return "unknown"
-}
-
-// waitFromEnv is the default wait mode: WaitNetpoll if RINGLOOP_WAIT=netpoll
-// is in the environment, else WaitKernel (other values are ignored).
-func waitFromEnv() WaitMode {
-	if os.Getenv("RINGLOOP_WAIT") == "netpoll" {
-		return WaitNetpoll
-	}
-	return WaitKernel
-}
-
-// resolveWait is the wait mode a group's loops use.
-func (c *config) resolveWait() WaitMode {
-	if c.sharedThread {
-		return WaitNetpoll
-	}
-	return c.wait
-}
-
-// WithWait sets how idle locked-thread loops wait: WaitKernel (the
-// default, unless RINGLOOP_WAIT=netpoll is in the environment) or
-// WaitNetpoll. docs/loop.md, "Waiting", compares them.
-func WithWait(m WaitMode) Option { return func(c *config) { c.wait = m } }
-
-// WithSharedThread(true) (or RINGLOOP_THREAD=shared in the environment,
-// read when no option says otherwise) runs each loop as an ordinary goroutine: it locks
+// WithSharedThread(true) runs each loop as an ordinary goroutine: it locks
 // an OS thread only while it runs a turn, and between turns it waits parked
-// on the Go netpoller with no thread of its own (WaitNetpoll is implied).
-// Handing work to such a loop, or waking a goroutine from it, is then a
-// goroutine switch that the runtime can make on the same thread, instead of
-// a wakeup of another thread.
+// on the Go netpoller with no thread of its own. Handing work to such a
+// loop, or waking a goroutine from it, is then a goroutine switch that the
+// runtime can make on the same thread, instead of a wakeup of another
+// thread. The default (false: a loop locked to its own thread for life,
+// waiting in the kernel) comes from RINGLOOP=thread=shared|locked in the
+// environment when no option says otherwise (docs/configuration.md).
 //
 // The io_uring ring then has no single issuer: it is set up without
 // IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN (its completions are
 // finished on whichever thread submitted the op, as task work), and it does
-// not register its fd. docs/loop.md, "Locked or shared thread", says when
-// to pick which; the locked thread is the default.
+// not register its fd. docs/loop.md, "Waiting", says when to pick which;
+// the locked thread is the default.
 func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread = on } }
-
-// WithRecvBundles lets a provided-buffer receive fill several buffers per
-// completion where the kernel can (IORING_RECVSEND_BUNDLE, Linux 6.10;
-// Features.RecvBundle reports it): one completion for a burst instead of
-// one per buffer. The Completer sees the same bytes in the same order,
-// as one Data when the buffers lie together in memory and else as one
-// completion per buffer (all but the last with ring.CQEFMore). On by
-// default: on bulk transfers it saves up to half the CPU per request
-// (docs/benchmarks-analysis.md); RINGLOOP_RECV_BUNDLE=off in the
-// environment turns it off. io_uring only.
-func WithRecvBundles(on bool) Option { return func(c *config) { c.recvBundles = on } }
-
-// WithKernel runs the io_uring backend as it would run on Linux release
-// version ("5.10", "5.15", "6.1", or a uname release such as
-// "5.15.0-91-generic"; "" for the running kernel, the default): every
-// probe is capped to what that release offers, so the loop takes the same
-// fallbacks it would take there, one feature at a time, as listed in
-// docs/kernel-support.md (the table in ring.KernelTable). A profile only
-// takes features away: on a kernel older than the profile, what the
-// kernel lacks is still missing. Below 5.6 (no opcode probe, nor the
-// opcodes the loop needs) the io_uring backend is refused, and
-// BackendAuto falls back to epoll. Features.Kernel reports the profile.
-// RINGLOOP_KERNEL=<version> in the environment sets it for every group
-// that does not pass this option. The epoll backend is the same on every
-// release a profile names.
-func WithKernel(version string) Option { return func(c *config) { c.kernel = version } }
-
-// WithFairReceives rotates provided-buffer receives while the buffers run
-// short. Once a receive has been parked for lack of buffers (see
-// RecvProvided), every receive the loop resubmits from the parked queue
-// runs as a single shot, and a receive armed meanwhile joins the back of
-// the queue: each connection with bytes waiting gets one completion's
-// worth (up to a bundle) per round, in order. Without it a multishot
-// receive still armed keeps taking the buffers the loop recycles, while
-// the parked ones get the few a turn resubmits, so the unluckiest
-// connections wait many turns: at 1,024 connections with 64 KiB in
-// flight each, the p99 latency was 2–3× that of a rotating loop, for the
-// same throughput (docs/benchmarks-analysis.md, "Fair receives"). Once no
-// receive is parked, receives are multishot again. On by default;
-// RINGLOOP_RECV_FAIR=off in the environment turns it off. Ignored on the
-// epoll backend, which parks nothing.
-func WithFairReceives(on bool) Option { return func(c *config) { c.fairRecv = on } }
-
-// envOff reports whether the environment variable turns a default off:
-// "off", "0" or "false".
-func envOff(name string) bool {
-	switch os.Getenv(name) {
-	case "off", "0", "false":
-		return true
-	}
-	return false
-}
-
-// bufRingFromEnv is the default buffer ring geometry: RINGLOOP_BUF_RING=
-// <count>x<size> if both parse (validate checks them), else the defaults.
-func bufRingFromEnv() (count, size uint32) {
-	c, s, ok := strings.Cut(os.Getenv("RINGLOOP_BUF_RING"), "x")
-	n, err1 := strconv.ParseUint(c, 10, 32)
-	m, err2 := strconv.ParseUint(s, 10, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return DefaultBufCount, DefaultBufSize
-	}
-	return uint32(n), uint32(m)
-}
 
 // WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0):
 // one loop per P, because each loop is a goroutine locked to an OS thread
@@ -262,10 +143,6 @@ func WithStallThreshold(n int) Option {
 	return func(c *config) { c.stallThreshold = n }
 }
 
-// WithTick sets the timer wheel's resolution. 0 means 1 ms; negative values
-// are rejected, as are ticks above one second.
-func WithTick(d time.Duration) Option { return func(c *config) { c.tick = d } }
-
 // WithLogger sets the logger for warnings (fallback, stalls, panics). nil
 // means slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -278,29 +155,9 @@ const maxBufRingBytes = 256 << 20
 // WithBufferRing sizes each loop's provided-buffer ring used by
 // RecvProvided: count buffers (a power of two, at most 32768) of size bytes
 // (1..1 MiB), at most 256 MiB in all. 0 for either means its default (256
-// buffers of 4 KiB, or RINGLOOP_BUF_RING=<count>x<size> from the
-// environment, e.g. 64x65536).
+// buffers of 4 KiB).
 func WithBufferRing(count, size uint32) Option {
 	return func(c *config) { c.bufCount, c.bufSize = count, size }
-}
-
-// WithClock replaces the monotonic clock that drives timers, the ioRatio
-// budget and the shutdown quiet period. nil means sched.SystemClock(). It
-// exists for deterministic tests.
-func WithClock(clk sched.Clock) Option { return func(c *config) { c.clock = clk } }
-
-// WithMaxOps caps each loop's op table (ops in flight at once), exactly. 0
-// means no cap beyond 2^32-1. A loop needs an op for its own wakeups and
-// one per armed receive, accept or send, so a cap of a few ops leaves
-// little for connections.
-func WithMaxOps(n uint32) Option { return func(c *config) { c.maxOps = n } }
-
-// WithDrainTimeout bounds how long a terminating loop waits for the final
-// completions of the ops it canceled (default 5 s). Ops still in flight then
-// are orphaned: their records and buffers are kept forever rather than freed
-// while the kernel may still write to them. Negative values are rejected.
-func WithDrainTimeout(d time.Duration) Option {
-	return func(c *config) { c.drainTimeout = d }
 }
 
 // validate checks every setting and fills zero values with defaults.
@@ -328,15 +185,12 @@ func (c *config) validate() error {
 	default:
 		return invalidOption("backend %d (expected BackendAuto, BackendUring or BackendEpoll)", int(c.backend))
 	}
-	if c.wait != WaitKernel && c.wait != WaitNetpoll {
-		return invalidOption("wait mode %d (expected WaitKernel or WaitNetpoll)", int(c.wait))
-	}
 	if err := checkIORatio(c.ioRatio); err != nil {
 		return err
 	}
 	k, err := ring.ParseKernel(c.kernel)
 	if err != nil {
-		return invalidOption("kernel profile %q (WithKernel or RINGLOOP_KERNEL): %v", c.kernel, err)
+		return invalidOption("kernel profile %q: %v", c.kernel, err)
 	}
 	c.profile = k
 	if c.ringEntries == 0 {

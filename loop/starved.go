@@ -28,7 +28,7 @@ import "golang.org/x/sys/unix"
 // while the parked ones share the few resubmissions of each turn: at 1,024
 // connections the unluckiest waited many turns, and the p99 latency was
 // 2–3× that of a loop that rotates. So while any receive is parked the
-// loop rotates them (WithFairReceives, on by default): a receive it
+// loop rotates them: a receive it
 // resubmits from the queue runs as a single shot, so it completes once
 // (one buffer, or one bundle) and its Completer re-arms it; and a receive
 // armed while the queue is not empty joins the back of the queue instead
@@ -114,14 +114,14 @@ func (l *Loop) queueParked(o *op) {
 }
 
 // rotating reports whether the loop rotates its provided-buffer receives
-// while some are parked (WithFairReceives): only with bundles, where a
+// while some are parked: only with bundles, where a
 // rotated single shot takes up to 16 buffers (without them each would take
 // one, and at 1,024 connections × 64 KiB in flight the loop moved a
 // quarter of the bytes it moves without rotating); not where nothing
 // parks, nor while the loop terminates (a receive armed then
 // goes to the kernel, where the drain cancels it).
 func (l *Loop) rotating() bool {
-	if !l.fair || l.parkBudget == 0 || State(l.state.Load()) >= StateShutdown {
+	if l.parkBudget == 0 || State(l.state.Load()) >= StateShutdown {
 		return false
 	}
 	f := l.drv.features()

@@ -63,7 +63,7 @@ type Stats struct {
 	CQOverflows uint64
 
 	// RecvBundles counts provided-buffer completions that carried several
-	// buffers (WithRecvBundles).
+	// buffers (receive bundles, Linux 6.10).
 	RecvBundles uint64
 }
 

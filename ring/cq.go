@@ -77,41 +77,6 @@ func (r *Ring) cqNeedsFlush() bool {
 	return r.sqFlags()&(SQCQOverflow|SQTaskrun) != 0
 }
 
-// GetEvents enters the kernel with IORING_ENTER_GETEVENTS and no wait: it
-// runs deferred task work (SetupDeferTaskrun) and moves overflowed CQEs into
-// the CQ, submitting nothing. Unlike Submit it always makes the system call,
-// so it also sees work the kernel queued without yet setting SQTaskrun.
-// Must be called by the goroutine that owns the ring.
-func (r *Ring) GetEvents() error {
-	if r.closed {
-		return ErrClosed
-	}
-	if err := r.flushCQ(); err != nil {
-		return wrapSyscall("io_uring_enter", err)
-	}
-	return nil
-}
-
-// SetEventfdEnabled turns the signalling of the registered eventfd (see
-// RegisterEventfd) on or off, through IORING_CQ_EVENTFD_DISABLED in the CQ
-// ring's flags (Linux 5.8; older kernels ignore the bit and keep
-// signalling). The store is sequentially consistent: after
-// SetEventfdEnabled(true), an enter with GETEVENTS (GetEvents) either runs
-// the kernel's pending work or the kernel signals the eventfd for it.
-// Must be called by the goroutine that owns the ring.
-func (r *Ring) SetEventfdEnabled(on bool) {
-	if r.closed {
-		return
-	}
-	f := atomic.LoadUint32(r.cq.flags)
-	if on {
-		f &^= CQEventfdDisabled
-	} else {
-		f |= CQEventfdDisabled
-	}
-	atomic.StoreUint32(r.cq.flags, f)
-}
-
 // flushCQ asks the kernel to move overflowed and deferred completions into
 // the CQ, without waiting. It submits nothing: published SQEs are left to
 // the next Submit, so a peek never has side effects on the SQ.

@@ -34,10 +34,10 @@ func printBanner(w io.Writer, cfg config, addr net.Addr, g *loop.Group) {
 	if f.SharedThread {
 		thread = "shared"
 	}
-	fmt.Fprintf(w, "  loops:    %d (ioratio %d, reuseport %v, %s thread, %s wait)\n", g.Len(), cfg.ioRatio, cfg.reusePort, thread, f.Wait)
+	fmt.Fprintf(w, "  loops:    %d (ioratio %d, reuseport %v, %s thread)\n", g.Len(), cfg.ioRatio, cfg.reusePort, thread)
 	kernel := featureList(f)
 	if f.Kernel != "" {
-		kernel = "profile " + f.Kernel + " (-kernel): " + kernel
+		kernel = "profile " + f.Kernel + " (RINGLOOP=kernel=): " + kernel
 	}
 	fmt.Fprintf(w, "  kernel:   %s\n", kernel)
 	fmt.Fprintf(w, "  stop with Ctrl-C (SIGINT) or SIGTERM\n")

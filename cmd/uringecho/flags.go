@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
-	"github.com/ringloop/ringloop/ring"
 )
 
 // config holds the command line.
@@ -20,7 +19,6 @@ type config struct {
 	ioRatio   int
 	reusePort bool
 	stats     time.Duration
-	kernel    string
 }
 
 const description = `uringecho is an echo server running on ringloop event loops: each loop is a
@@ -45,7 +43,6 @@ func parseFlags(args []string) config {
 	fs.StringVar(&backend, "backend", backend, "I/O `backend`: uring, epoll, or auto (io_uring, epoll if io_uring is unusable)")
 	fs.IntVar(&cfg.ioRatio, "ioratio", loop.DefaultIORatio, "`percent` of loop time given to I/O versus tasks, 1..100 (100: run every task each turn)")
 	fs.BoolVar(&cfg.reusePort, "reuseport", false, "one SO_REUSEPORT listener per loop instead of one acceptor handing connections out")
-	fs.StringVar(&cfg.kernel, "kernel", os.Getenv("RINGLOOP_KERNEL"), "run as on Linux `version` (5.15, 6.1, 6.12, …): every io_uring feature that release lacks is left out, and before 6.1 -backend auto serves on epoll and -backend uring fails; default $RINGLOOP_KERNEL, else the running kernel")
 	fs.DurationVar(&cfg.stats, "stats", 0, "print connection and loop counters every `interval` (e.g. 1s); 0 disables")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -75,9 +72,6 @@ func parseFlags(args []string) config {
 	}
 	if cfg.ioRatio < 1 || cfg.ioRatio > 100 {
 		usageError(fs, "-ioratio %d: want 1..100", cfg.ioRatio)
-	}
-	if _, err := ring.ParseKernel(cfg.kernel); err != nil {
-		usageError(fs, "-kernel: %v", err)
 	}
 	if cfg.stats < 0 {
 		usageError(fs, "-stats %v: want a positive interval, or 0 to disable", cfg.stats)

@@ -27,7 +27,7 @@ func main() {
 	// Loops name their OS threads "<name>-<group>-<index>"; one of them may
 	// be the main thread, which names the process in ps, top and pgrep.
 	opts := []loop.Option{loop.WithName("uringecho"), loop.WithLoops(cfg.loops),
-		loop.WithBackend(cfg.backend), loop.WithIORatio(cfg.ioRatio), loop.WithKernel(cfg.kernel)}
+		loop.WithBackend(cfg.backend), loop.WithIORatio(cfg.ioRatio)}
 	if cfg.network == "udp" {
 		opts = append(opts, loop.WithBufferRing(udpBufs, udpBufSize))
 	}

@@ -5,7 +5,7 @@
 // no test matching -must-pass passed (so that a pattern that matches
 // nothing cannot pass unnoticed).
 //
-//	RINGLOOP_KERNEL=5.10 go test -json ./conn/ | go run ./internal/testaudit \
+//	RINGLOOP=kernel=5.10 go test -json ./conn/ | go run ./internal/testaudit \
 //	    -no-skip 'TestAcceptance\w*/backend=uring' -must-pass 'TestAcceptanceScale/backend=uring'
 //
 // .ci/run uses it for the kernel-profile passes: the acceptance tests must

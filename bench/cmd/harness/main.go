@@ -85,7 +85,7 @@ func main() {
 		variants = append(variants, x)
 		return err
 	})
-	kernelsFlag := flag.String("kernels", "", "kernel profiles (comma-separated, e.g. 5.10,5.15,5.19,6.1): also run ringloop-uring under RINGLOOP_KERNEL=<each>, side by side, and report what each kernel costs against the running kernel and epoll; with -publish the section goes into docs/benchmarks.md and the run into docs/bench/kernel-profiles/")
+	kernelsFlag := flag.String("kernels", "", "kernel profiles (comma-separated, e.g. 5.10,5.15,5.19,6.1): also run ringloop-uring under RINGLOOP=kernel=<each>, side by side, and report what each kernel costs against the running kernel and epoll; with -publish the section goes into docs/benchmarks.md and the run into docs/bench/kernel-profiles/")
 	flag.Parse()
 	kernels, err := parseKernels(*kernelsFlag)
 	if err != nil {
@@ -93,7 +93,7 @@ func main() {
 	}
 	for i := len(kernels) - 1; i >= 0; i-- { // each goes right after ringloop-uring: newest ends first
 		k := kernels[i]
-		variants = append(variants, variant{name: kernelServer(k), base: "ringloop-uring", env: []string{"RINGLOOP_KERNEL=" + k}})
+		variants = append(variants, variant{name: kernelServer(k), base: "ringloop-uring", env: []string{"RINGLOOP=kernel=" + k}})
 	}
 
 	p, ok := profiles[*prof]
@@ -428,7 +428,7 @@ var variantColors = []string{"#e377c2", "#17becf", "#bcbd22", "#7f7f7f"}
 // kernelServer names ringloop-uring run under a kernel profile.
 func kernelServer(k string) string { return "uring-k" + k }
 
-// parseKernels reads -kernels: versions as RINGLOOP_KERNEL takes them
+// parseKernels reads -kernels: versions as RINGLOOP=kernel= takes them
 // (major.minor), newest first in the report whatever the order given.
 func parseKernels(v string) ([]string, error) {
 	var out []string
