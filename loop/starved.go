@@ -40,8 +40,7 @@ import "golang.org/x/sys/unix"
 // round, in arrival order. Once the queue is empty, receives are armed
 // multishot as before. Rotation needs bundles: a single shot without them
 // takes one buffer, and at 1,024 connections rotating one buffer at a
-// time moved a quarter of the bytes. An incremental ring refuses single
-// shots beside multishot receives, so it does not rotate either.
+// time moved a quarter of the bytes.
 //
 // A parked receive is no longer in the kernel, so:
 //   - Cancel takes it out at the end of the turn, delivering -ECANCELED as

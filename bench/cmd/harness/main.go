@@ -85,7 +85,7 @@ func main() {
 		variants = append(variants, x)
 		return err
 	})
-	kernelsFlag := flag.String("kernels", "", "kernel profiles (comma-separated, e.g. 5.10,5.15,5.19,6.1): also run ringloop-uring under RINGLOOP=kernel=<each>, side by side, and report what each kernel costs against the running kernel and epoll; with -publish the section goes into docs/benchmarks.md and the run into docs/bench/kernel-profiles/")
+	kernelsFlag := flag.String("kernels", "", "kernel profiles (comma-separated, e.g. 6.1,6.12; io_uring needs 6.1): also run ringloop-uring under RINGLOOP=kernel=<each>, side by side, and report what each kernel costs against the running kernel and epoll; with -publish the section goes into docs/benchmarks.md and the run into docs/bench/kernel-profiles/")
 	flag.Parse()
 	kernels, err := parseKernels(*kernelsFlag)
 	if err != nil {
