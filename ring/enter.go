@@ -111,8 +111,7 @@ func (r *Ring) submit(waitNr uint32) (int, error) {
 // SubmitAndWaitTimeout is SubmitAndWait bounded by d. If fewer than n CQEs
 // are ready when d elapses it returns an error matching unix.ETIME. d <= 0
 // submits and flushes without waiting. The timeout travels in
-// IORING_ENTER_EXT_ARG (Linux 5.11); a ring without FeatExtArg refuses a
-// timed wait with an error matching ErrNotSupported.
+// IORING_ENTER_EXT_ARG.
 //
 // EINTR is handled as in SubmitAndWait, the wait resuming with the time
 // that remains until the deadline.
@@ -127,9 +126,6 @@ func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
 			err = errETIME
 		}
 		return submitted, err
-	}
-	if r.features&FeatExtArg == 0 {
-		return 0, &UnsupportedError{Op: "IORING_ENTER_EXT_ARG", MinKernel: "5.11"}
 	}
 	submitted := 0
 	if pending := r.flushSQ(); pending > 0 || r.cqNeedsFlush() {
@@ -166,32 +162,6 @@ func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
 		// wait again for what remains of d.
 		if d = time.Until(deadline); d <= 0 {
 			return submitted, errETIME
-		}
-	}
-}
-
-// WaitCQE returns the oldest CQE, waiting for one if none is ready. Release
-// it with CQESeen. EINTR is retried; see SubmitAndWait.
-// Must be called by the goroutine that owns the ring.
-func (r *Ring) WaitCQE() (*CQE, error) { return r.WaitCQENr(1) }
-
-// WaitCQENr waits until at least n CQEs are ready and returns the oldest.
-// Release it with CQESeen, or peek the rest with PeekBatch.
-// Must be called by the goroutine that owns the ring.
-func (r *Ring) WaitCQENr(n uint32) (*CQE, error) {
-	if r.closed {
-		return nil, ErrClosed
-	}
-	n = max(n, 1)
-	for {
-		if r.CQReady() >= n {
-			if c, ok := r.PeekCQE(); ok {
-				return c, nil
-			}
-		}
-		_, err := r.enter(0, n, EnterGetEvents, nil, 0)
-		if err != nil && err != errEINTR {
-			return nil, wrapSyscall("io_uring_enter", err)
 		}
 	}
 }
