@@ -108,9 +108,9 @@ func prepCases(fx *prepFixture) []prepCase {
 		{"Shutdown", func(e *SQE) { e.PrepShutdown(fd, unix.SHUT_WR) },
 			// how in len.
 			SQE{Opcode: OpShutdown, Fd: fd, Len: unix.SHUT_WR}},
-		{"Timeout", func(e *SQE) { e.PrepTimeout(&fx.ts, 3, TimeoutAbs|TimeoutBoottime) },
+		{"Timeout", func(e *SQE) { e.PrepTimeout(&fx.ts, 3, 5) }, // flags: IORING_TIMEOUT_ABS|BOOTTIME
 			// addr = timespec, len must be 1, off = completion count.
-			SQE{Opcode: OpTimeout, Fd: -1, Addr: tsA, Len: 1, Off: 3, OpFlags: TimeoutAbs | TimeoutBoottime}},
+			SQE{Opcode: OpTimeout, Fd: -1, Addr: tsA, Len: 1, Off: 3, OpFlags: 5}},
 		{"PollAdd", func(e *SQE) { e.PrepPollAdd(fd, unix.POLLIN) },
 			// poll32_events; len carries IORING_POLL_* and is 0 for one-shot.
 			SQE{Opcode: OpPollAdd, Fd: fd, OpFlags: kernelPoll32(unix.POLLIN)}},
