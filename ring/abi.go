@@ -101,7 +101,7 @@ type Params struct {
 type GetEventsArg struct {
 	Sigmask   uint64
 	SigmaskSz uint32
-	MinWaitUs uint32 // min_wait_usec (6.12; formerly pad)
+	MinWaitUs uint32 // min_wait_usec (6.12)
 	Ts        uint64 // pointer to a Timespec
 }
 

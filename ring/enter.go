@@ -24,11 +24,10 @@ func (r *Ring) enter(toSubmit, minComplete, flags uint32, arg unsafe.Pointer, ar
 // SetHandOff sets whether the enters that wait for completions give the
 // calling thread's P back to the Go scheduler before they sleep, as the
 // runtime does for system calls it knows to block, instead of keeping it
-// until the runtime notices the call lasted longer than a sysmon tick (20 µs
-// to 10 ms). Keeping it is cheaper when nothing else waits for a P; handing
-// it off lets a goroutine made runnable just before the wait run at once, at
-// the cost of a thread wakeup. Off by default. Must be called by the
-// goroutine that owns the ring.
+// until sysmon retakes it. Keeping it is cheaper when nothing else waits
+// for a P; handing it off lets a goroutine made runnable just before the
+// wait run at once, at the cost of a thread wakeup. Off by default. Must be
+// called by the goroutine that owns the ring.
 func (r *Ring) SetHandOff(on bool) { r.handOff = on }
 
 // Submit publishes the SQEs prepared since the last Submit and tells the

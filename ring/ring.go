@@ -241,8 +241,8 @@ func (r *Ring) Close() error {
 // Kernel for New.
 func (r *Ring) Kernel() Kernel { return r.kernel }
 
-// Fd returns the ring's file descriptor (-1 after Close), for MSG_RING
-// targets and epoll. Safe for concurrent use with everything but Close.
+// Fd returns the ring's file descriptor (-1 after Close). Safe for
+// concurrent use with everything but Close.
 func (r *Ring) Fd() int { return r.fd }
 
 // Features returns the IORING_FEAT_* bits the kernel reported at setup.
