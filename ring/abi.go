@@ -97,11 +97,11 @@ type Params struct {
 }
 
 // GetEventsArg is struct io_uring_getevents_arg, passed to io_uring_enter
-// with EnterExtArg (Linux 5.11).
+// with EnterExtArg.
 type GetEventsArg struct {
 	Sigmask   uint64
 	SigmaskSz uint32
-	MinWaitUs uint32 // min_wait_usec (6.12; formerly pad)
+	MinWaitUs uint32 // min_wait_usec (6.12)
 	Ts        uint64 // pointer to a Timespec
 }
 
@@ -127,42 +127,6 @@ type BufReg struct {
 	Bgid        uint16
 	Flags       uint16 // IOU_PBUF_RING_*
 	Resv        [3]uint64
-}
-
-// RsrcRegister is struct io_uring_rsrc_register (RegisterFiles2, RegisterBuffers2).
-type RsrcRegister struct {
-	Nr    uint32
-	Flags uint32 // IORING_RSRC_REGISTER_*
-	Resv2 uint64
-	Data  uint64
-	Tags  uint64
-}
-
-// RsrcUpdate2 is struct io_uring_rsrc_update2 (RegisterFilesUpdate2).
-type RsrcUpdate2 struct {
-	Offset uint32
-	Resv   uint32
-	Data   uint64
-	Tags   uint64
-	Nr     uint32
-	Resv2  uint32
-}
-
-// ProbeOp is struct io_uring_probe_op.
-type ProbeOp struct {
-	Op    uint8
-	Resv  uint8
-	Flags uint16 // IO_URING_OP_SUPPORTED
-	Resv2 uint32
-}
-
-// ProbeHeader is the fixed part of struct io_uring_probe; ops_len ProbeOp
-// entries follow it.
-type ProbeHeader struct {
-	LastOp uint8
-	OpsLen uint8
-	Resv   uint16
-	Resv2  [3]uint32
 }
 
 // RingFdUpdate is struct io_uring_rsrc_update, used by RegisterRingFds.

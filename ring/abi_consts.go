@@ -97,8 +97,8 @@ const (
 	SetupTaskrunFlag      uint32 = 1 << 9  // IORING_SETUP_TASKRUN_FLAG
 	SetupSQE128           uint32 = 1 << 10 // IORING_SETUP_SQE128
 	SetupCQE32            uint32 = 1 << 11 // IORING_SETUP_CQE32
-	SetupSingleIssuer     uint32 = 1 << 12 // IORING_SETUP_SINGLE_ISSUER (6.0)
-	SetupDeferTaskrun     uint32 = 1 << 13 // IORING_SETUP_DEFER_TASKRUN (6.1)
+	SetupSingleIssuer     uint32 = 1 << 12 // IORING_SETUP_SINGLE_ISSUER
+	SetupDeferTaskrun     uint32 = 1 << 13 // IORING_SETUP_DEFER_TASKRUN
 	SetupNoMmap           uint32 = 1 << 14 // IORING_SETUP_NO_MMAP (6.5)
 	SetupRegisteredFdOnly uint32 = 1 << 15 // IORING_SETUP_REGISTERED_FD_ONLY (6.5)
 	SetupNoSQArray        uint32 = 1 << 16 // IORING_SETUP_NO_SQARRAY (6.6)
@@ -115,7 +115,7 @@ const (
 	FeatFastPoll       uint32 = 1 << 5  // IORING_FEAT_FAST_POLL
 	FeatPoll32Bits     uint32 = 1 << 6  // IORING_FEAT_POLL_32BITS
 	FeatSQPollNonfixed uint32 = 1 << 7  // IORING_FEAT_SQPOLL_NONFIXED
-	FeatExtArg         uint32 = 1 << 8  // IORING_FEAT_EXT_ARG (5.11)
+	FeatExtArg         uint32 = 1 << 8  // IORING_FEAT_EXT_ARG
 	FeatNativeWorkers  uint32 = 1 << 9  // IORING_FEAT_NATIVE_WORKERS
 	FeatRsrcTags       uint32 = 1 << 10 // IORING_FEAT_RSRC_TAGS
 	FeatCQESkip        uint32 = 1 << 11 // IORING_FEAT_CQE_SKIP
@@ -132,8 +132,8 @@ const (
 	EnterGetEvents      uint32 = 1 << 0 // IORING_ENTER_GETEVENTS
 	EnterSQWakeup       uint32 = 1 << 1 // IORING_ENTER_SQ_WAKEUP
 	EnterSQWait         uint32 = 1 << 2 // IORING_ENTER_SQ_WAIT
-	EnterExtArg         uint32 = 1 << 3 // IORING_ENTER_EXT_ARG (5.11)
-	EnterRegisteredRing uint32 = 1 << 4 // IORING_ENTER_REGISTERED_RING (5.18)
+	EnterExtArg         uint32 = 1 << 3 // IORING_ENTER_EXT_ARG
+	EnterRegisteredRing uint32 = 1 << 4 // IORING_ENTER_REGISTERED_RING
 	EnterAbsTimer       uint32 = 1 << 5 // IORING_ENTER_ABS_TIMER (6.12)
 	EnterExtArgReg      uint32 = 1 << 6 // IORING_ENTER_EXT_ARG_REG (6.13)
 	EnterNoIOWait       uint32 = 1 << 7 // IORING_ENTER_NO_IOWAIT (6.15)
@@ -144,11 +144,6 @@ const (
 	SQNeedWakeup uint32 = 1 << 0 // IORING_SQ_NEED_WAKEUP
 	SQCQOverflow uint32 = 1 << 1 // IORING_SQ_CQ_OVERFLOW: CQEs wait in the kernel's overflow list
 	SQTaskrun    uint32 = 1 << 2 // IORING_SQ_TASKRUN
-)
-
-// CQ ring flags: IORING_CQ_*.
-const (
-	CQEventfdDisabled uint32 = 1 << 0 // IORING_CQ_EVENTFD_DISABLED
 )
 
 // CQE flags (CQE.Flags): IORING_CQE_F_*.
@@ -164,67 +159,18 @@ const (
 
 // mmap offsets of io_uring regions: IORING_OFF_*.
 const (
-	offSQRing    = 0          // IORING_OFF_SQ_RING
-	offCQRing    = 0x8000000  // IORING_OFF_CQ_RING
-	offSQEs      = 0x10000000 // IORING_OFF_SQES
-	offPbufRing  = 0x80000000 // IORING_OFF_PBUF_RING
-	offPbufShift = 16         // IORING_OFF_PBUF_SHIFT
+	offSQRing = 0          // IORING_OFF_SQ_RING
+	offSQEs   = 0x10000000 // IORING_OFF_SQES
 )
 
 // io_uring_register opcodes: IORING_REGISTER_* / IORING_UNREGISTER_*.
 const (
-	registerBuffers        = 0  // IORING_REGISTER_BUFFERS
-	unregisterBuffers      = 1  // IORING_UNREGISTER_BUFFERS
-	registerFiles          = 2  // IORING_REGISTER_FILES
-	unregisterFiles        = 3  // IORING_UNREGISTER_FILES
-	registerEventfd        = 4  // IORING_REGISTER_EVENTFD
-	unregisterEventfd      = 5  // IORING_UNREGISTER_EVENTFD
-	registerFilesUpdate    = 6  // IORING_REGISTER_FILES_UPDATE
-	registerEventfdAsync   = 7  // IORING_REGISTER_EVENTFD_ASYNC
-	registerProbe          = 8  // IORING_REGISTER_PROBE
-	registerPersonality    = 9  // IORING_REGISTER_PERSONALITY
-	unregisterPersonality  = 10 // IORING_UNREGISTER_PERSONALITY
-	registerRestrictions   = 11 // IORING_REGISTER_RESTRICTIONS
-	registerEnableRings    = 12 // IORING_REGISTER_ENABLE_RINGS
-	registerFiles2         = 13 // IORING_REGISTER_FILES2
-	registerFilesUpdate2   = 14 // IORING_REGISTER_FILES_UPDATE2
-	registerBuffers2       = 15 // IORING_REGISTER_BUFFERS2
-	registerBuffersUpdate  = 16 // IORING_REGISTER_BUFFERS_UPDATE
-	registerIOWQAff        = 17 // IORING_REGISTER_IOWQ_AFF
-	unregisterIOWQAff      = 18 // IORING_UNREGISTER_IOWQ_AFF
-	registerIOWQMaxWorkers = 19 // IORING_REGISTER_IOWQ_MAX_WORKERS
-	registerRingFds        = 20 // IORING_REGISTER_RING_FDS
-	unregisterRingFds      = 21 // IORING_UNREGISTER_RING_FDS
-	registerPbufRing       = 22 // IORING_REGISTER_PBUF_RING
-	unregisterPbufRing     = 23 // IORING_UNREGISTER_PBUF_RING
-	registerSyncCancel     = 24 // IORING_REGISTER_SYNC_CANCEL
-	registerFileAllocRange = 25 // IORING_REGISTER_FILE_ALLOC_RANGE
-	registerPbufStatus     = 26 // IORING_REGISTER_PBUF_STATUS
-)
-
-// Resource registration flags: IORING_RSRC_REGISTER_*.
-const (
-	RsrcRegisterSparse uint32 = 1 << 0 // IORING_RSRC_REGISTER_SPARSE
-)
-
-// RegisterFilesSkip leaves a slot unchanged in a files update: IORING_REGISTER_FILES_SKIP.
-const RegisterFilesSkip int32 = -2
-
-// Provided-buffer ring flags (BufReg.Flags): IOU_PBUF_RING_*.
-const (
-	PbufRingMmap uint16 = 1 << 0 // IOU_PBUF_RING_MMAP (6.4): kernel allocates, user mmaps
-	PbufRingInc  uint16 = 1 << 1 // IOU_PBUF_RING_INC (6.12): incremental consumption
-)
-
-// Timeout flags (SQE.OpFlags of TIMEOUT, TIMEOUT_REMOVE, LINK_TIMEOUT): IORING_TIMEOUT_*.
-const (
-	TimeoutAbs          uint32 = 1 << 0 // IORING_TIMEOUT_ABS
-	TimeoutUpdate       uint32 = 1 << 1 // IORING_TIMEOUT_UPDATE
-	TimeoutBoottime     uint32 = 1 << 2 // IORING_TIMEOUT_BOOTTIME
-	TimeoutRealtime     uint32 = 1 << 3 // IORING_TIMEOUT_REALTIME
-	LinkTimeoutUpdate   uint32 = 1 << 4 // IORING_LINK_TIMEOUT_UPDATE
-	TimeoutETimeSuccess uint32 = 1 << 5 // IORING_TIMEOUT_ETIME_SUCCESS
-	TimeoutMultishot    uint32 = 1 << 6 // IORING_TIMEOUT_MULTISHOT (6.4)
+	registerEventfd     = 4  // IORING_REGISTER_EVENTFD
+	registerEnableRings = 12 // IORING_REGISTER_ENABLE_RINGS
+	registerRingFds     = 20 // IORING_REGISTER_RING_FDS
+	unregisterRingFds   = 21 // IORING_UNREGISTER_RING_FDS
+	registerPbufRing    = 22 // IORING_REGISTER_PBUF_RING
+	unregisterPbufRing  = 23 // IORING_UNREGISTER_PBUF_RING
 )
 
 // Poll flags, carried in SQE.Len of POLL_ADD / POLL_REMOVE: IORING_POLL_*.
@@ -248,36 +194,15 @@ const (
 // Send/recv flags, carried in SQE.IoPrio: IORING_RECVSEND_* and friends.
 const (
 	RecvsendPollFirst uint16 = 1 << 0 // IORING_RECVSEND_POLL_FIRST
-	RecvMultishot     uint16 = 1 << 1 // IORING_RECV_MULTISHOT (6.0)
+	RecvMultishot     uint16 = 1 << 1 // IORING_RECV_MULTISHOT
 	RecvsendFixedBuf  uint16 = 1 << 2 // IORING_RECVSEND_FIXED_BUF
 	SendZCReportUsage uint16 = 1 << 3 // IORING_SEND_ZC_REPORT_USAGE
 	RecvsendBundle    uint16 = 1 << 4 // IORING_RECVSEND_BUNDLE (6.10)
 )
 
-// NotifUsageZCCopied is set in the Res of a SEND_ZC notification when the
-// kernel copied instead of sending zero-copy (with SendZCReportUsage):
-// IORING_NOTIF_USAGE_ZC_COPIED.
-const NotifUsageZCCopied uint32 = 1 << 31
-
 // Accept flags, carried in SQE.IoPrio: IORING_ACCEPT_*.
 const (
-	AcceptMultishot uint16 = 1 << 0 // IORING_ACCEPT_MULTISHOT (5.19)
+	AcceptMultishot uint16 = 1 << 0 // IORING_ACCEPT_MULTISHOT
 	AcceptDontWait  uint16 = 1 << 1 // IORING_ACCEPT_DONTWAIT (6.10)
 	AcceptPollFirst uint16 = 1 << 2 // IORING_ACCEPT_POLL_FIRST (6.10)
 )
-
-// MSG_RING commands (SQE.Addr) and flags (SQE.OpFlags).
-const (
-	MsgData   uint64 = 0 // IORING_MSG_DATA: post a CQE with Len as res and Off as user_data
-	MsgSendFd uint64 = 1 // IORING_MSG_SEND_FD: install a fixed file in the target ring
-
-	MsgRingCQESkip   uint32 = 1 << 0 // IORING_MSG_RING_CQE_SKIP
-	MsgRingFlagsPass uint32 = 1 << 1 // IORING_MSG_RING_FLAGS_PASS
-)
-
-// FileIndexAlloc asks the kernel to pick a free fixed-file slot:
-// IORING_FILE_INDEX_ALLOC.
-const FileIndexAlloc uint32 = ^uint32(0)
-
-// probeOpSupported is IO_URING_OP_SUPPORTED in ProbeOp.Flags.
-const probeOpSupported = 1 << 0

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// BufRing is a provided-buffer ring (IORING_REGISTER_PBUF_RING, Linux 5.19)
-// with its buffers: entries buffers of bufSize bytes, buffer id i being the
+// BufRing is a provided-buffer ring (IORING_REGISTER_PBUF_RING) with its
+// buffers: entries buffers of bufSize bytes, buffer id i being the
 // i-th. An SQE with SQEBufferSelect and BufIndex = Group() (see
 // SQE.SetBufferGroup) lets the kernel pick a buffer; the CQE then carries
 // CQEFBuffer and the id (CQE.BufferID), and the buffer belongs to the caller
@@ -73,9 +73,6 @@ func (r *Ring) NewBufRing(bgid uint16, entries uint32, bufSize uint32) (*BufRing
 	}
 	if bufSize == 0 || bufSize > 1<<30 {
 		return nil, fmt.Errorf("ring: buffer size %d outside [1, 1<<30]", bufSize)
-	}
-	if !r.kernel.HasFeature(FeatureBufRing) {
-		return nil, profileRefusal(r.kernel, FeatureBufRing)
 	}
 	page := uintptr(unix.Getpagesize())
 	ringBytes := roundUp(uintptr(entries)*unsafe.Sizeof(BufRingEntry{}), page)

@@ -11,7 +11,7 @@ import (
 type cqRing struct {
 	head     *uint32 // user-written; published with store-release
 	tail     *uint32 // kernel-written; read with load-acquire
-	overflow *uint32 // CQEs the kernel had to drop (never grows with FeatNoDrop)
+	overflow *uint32 // CQEs the kernel had to drop
 	flags    *uint32 // IORING_CQ_*
 	cqes     []CQE
 	mask     uint32
@@ -54,20 +54,19 @@ func (r *Ring) CQAdvance(n uint32) {
 	atomic.StoreUint32(r.cq.head, *r.cq.head+n)
 }
 
-// CQESeen releases the CQE returned by PeekCQE or a Wait method.
+// CQESeen releases the CQE returned by PeekCQE or WaitCQETimeout.
 func (r *Ring) CQESeen() { r.CQAdvance(1) }
 
-// Overflow returns the number of CQEs the kernel dropped because the CQ was
-// full (cq_ring->overflow). With FeatNoDrop (Linux 5.5) the kernel keeps
-// such CQEs on an overflow list instead, sets SQCQOverflow, and they reach
-// the ring on the next enter with EnterGetEvents, which PeekCQE, PeekBatch
-// and the Wait methods issue by themselves.
+// Overflow returns the number of CQEs the kernel dropped (cq_ring->overflow).
+// A CQE the CQ has no room for goes to the kernel's overflow list
+// (FeatNoDrop, SQCQOverflow) and reaches the ring on the next enter with
+// EnterGetEvents, which PeekCQE, PeekBatch and the waits issue by
+// themselves; it is dropped only when that list cannot grow.
 func (r *Ring) Overflow() uint32 { return atomic.LoadUint32(r.cq.overflow) }
 
 // CQOverflowPending reports whether the kernel holds completions the CQ
-// had no room for on its overflow list (IORING_SQ_CQ_OVERFLOW, with
-// FeatNoDrop); the next enter with GetEvents, or a Peek that finds the CQ
-// empty, moves them in. Safe for concurrent use with everything but Close.
+// had no room for on its overflow list (IORING_SQ_CQ_OVERFLOW); the next
+// enter with GetEvents, or a Peek that finds the CQ empty, moves them in. Safe for concurrent use with everything but Close.
 func (r *Ring) CQOverflowPending() bool { return r.sqFlags()&SQCQOverflow != 0 }
 
 // cqNeedsFlush reports whether CQEs wait in the kernel: on the overflow list
@@ -95,7 +94,7 @@ func (r *Ring) flushCQ() error {
 // holds overflowed or deferred completions, PeekCQE flushes them first.
 //
 // With SetupDeferTaskrun, completions are posted only while the owner is in
-// io_uring_enter with GETEVENTS (the Wait methods, SubmitAndWait); add
+// io_uring_enter with GETEVENTS (SubmitAndWait and the timed waits); add
 // SetupTaskrunFlag so that PeekCQE and PeekBatch notice pending ones.
 // Must be called by the goroutine that owns the ring.
 func (r *Ring) PeekCQE() (*CQE, bool) {

@@ -10,16 +10,8 @@ func (c *CQE) BufferID() (uint16, bool) {
 }
 
 // More reports whether a multishot op stays armed after this completion
-// (CQEFMore). For SEND_ZC it means a notification CQE will follow.
+// (CQEFMore).
 func (c *CQE) More() bool { return c.Flags&CQEFMore != 0 }
-
-// SockNonempty reports whether the socket still had data queued after this
-// receive completed (CQEFSockNonempty).
-func (c *CQE) SockNonempty() bool { return c.Flags&CQEFSockNonempty != 0 }
-
-// Notif reports whether this is a SEND_ZC notification: the kernel no
-// longer reads the buffer (CQEFNotif).
-func (c *CQE) Notif() bool { return c.Flags&CQEFNotif != 0 }
 
 // Err returns the completion's error (nil when Res >= 0), keeping the errno.
 func (c *CQE) Err() error {

@@ -1,10 +1,10 @@
 // Package ring is ringloop's io_uring binding: a small, liburing-shaped layer
 // over golang.org/x/sys/unix, without cgo. It sets a ring up (New), maps its
 // queues, hands out SQEs (GetSQE and the SQE Prep methods), submits and waits
-// (Submit, SubmitAndWait, SubmitAndWaitTimeout, WaitCQE), reaps completions
-// in batches (PeekBatch, CQAdvance), registers resources (eventfd, files,
-// buffers, provided-buffer rings, the ring fd) and probes what the kernel
-// supports (GetProbe, SupportedSetupFlags).
+// (Submit, SubmitAndWait, SubmitAndWaitTimeout, WaitCQETimeout), reaps
+// completions in batches (PeekBatch, CQAdvance), registers an eventfd,
+// provided-buffer rings and the ring fd, and finds which setup flags the
+// kernel accepts (SupportedSetupFlags).
 //
 // It is not a runtime: it starts no goroutine, calls no callback and knows
 // nothing of connections. Package loop builds the event loop on top of it.
@@ -17,24 +17,21 @@
 // requires every submission to come from the thread that created the ring:
 // call runtime.LockOSThread before New and never unlock. RegisterRingFd
 // binds the registration to the calling thread in the same way. Package
-// level functions (GetProbe, OpSupported, SupportedSetupFlags, Errno) are
-// safe for concurrent use.
+// level functions (SupportedSetupFlags, Errno) are safe for concurrent use.
 //
 // # Safety
 //
 // The kernel reads and writes memory named in an SQE after the Prep call
 // returns, until the op's final CQE (for multishot ops, the CQE without
-// CQEFMore; for SEND_ZC, the CQEFNotif notification). The SQ lives in
-// mmap'd memory the garbage collector does not scan, so:
+// CQEFMore). The SQ lives in mmap'd memory the garbage collector does not
+// scan, so:
 //
-//  1. Every buffer, sockaddr, msghdr, iovec array or timespec whose address
-//     goes into an SQE must stay reachable from a live Go object (the loop's
-//     op table) until that final CQE, and must not be reused meanwhile.
+//  1. Every buffer, sockaddr, msghdr or timespec whose address goes into an
+//     SQE must stay reachable from a live Go object (the loop's op table)
+//     until that final CQE, and must not be reused meanwhile.
 //  2. Such memory must live on the heap, never on a goroutine stack, which
 //     can move: storing it in a heap object guarantees both.
-//  3. Registered buffers (RegisterBuffers) stay in use by the kernel until
-//     UnregisterBuffers or Close.
-//  4. Buffers of a provided-buffer ring (BufRing) are off-heap mappings; the
+//  3. Buffers of a provided-buffer ring (BufRing) are off-heap mappings; the
 //     slice a CQE names is valid until the buffer is given back (Recycle).
 //
 // Ops in flight when Close runs are canceled by the kernel as it tears the
@@ -52,17 +49,14 @@
 //
 // # Kernel
 //
-// The basics (setup, the network opcodes, the opcode probe) need Linux 5.6;
-// timed waits use IORING_FEAT_EXT_ARG (5.11) when present and a TIMEOUT SQE
-// otherwise. The design leans on 6.1 (multishot accept and receive,
-// provided-buffer rings, SINGLE_ISSUER, DEFER_TASKRUN). Newer features are
-// probed, never assumed. docs/kernel-support.md lists each feature, its
-// first release, how it is probed and what happens without it; its
-// versions come from one table, KernelTable. NewFor makes a ring for a
-// kernel profile (a Kernel): the ring then offers only what that release
-// had, refusing the rest as it would, so older kernels' paths can run on a
-// newer one. CountSubmissions counts the SQEs a ring publishes by opcode
-// and flags, to prove which features a program used. On systems other
-// than Linux the package compiles and New returns an error matching
-// ErrNotSupported.
+// The binding runs from Linux 6.1 and takes for granted what that release
+// has (a single mapping for both rings, no dropped CQEs, EXT_ARG waits,
+// multishot accept and receive, provided-buffer rings, registered ring
+// fds); newer features are the caller's to probe. docs/kernel-support.md
+// lists them, from one table, KernelTable. NewFor makes a ring for a
+// kernel profile (a Kernel, 6.1 or later): the ring then offers only what
+// that release had, refusing the rest as it would. CountSubmissions counts
+// the SQEs a ring publishes by opcode and flags, to prove which features a
+// program used. On systems other than Linux the package compiles and New
+// returns an error matching ErrNotSupported.
 package ring

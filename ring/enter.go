@@ -24,11 +24,10 @@ func (r *Ring) enter(toSubmit, minComplete, flags uint32, arg unsafe.Pointer, ar
 // SetHandOff sets whether the enters that wait for completions give the
 // calling thread's P back to the Go scheduler before they sleep, as the
 // runtime does for system calls it knows to block, instead of keeping it
-// until the runtime notices the call lasted longer than a sysmon tick (20 µs
-// to 10 ms). Keeping it is cheaper when nothing else waits for a P; handing
-// it off lets a goroutine made runnable just before the wait run at once, at
-// the cost of a thread wakeup. Off by default. Must be called by the
-// goroutine that owns the ring.
+// until sysmon retakes it. Keeping it is cheaper when nothing else waits
+// for a P; handing it off lets a goroutine made runnable just before the
+// wait run at once, at the cost of a thread wakeup. Off by default. Must be
+// called by the goroutine that owns the ring.
 func (r *Ring) SetHandOff(on bool) { r.handOff = on }
 
 // Submit publishes the SQEs prepared since the last Submit and tells the
@@ -111,8 +110,7 @@ func (r *Ring) submit(waitNr uint32) (int, error) {
 // SubmitAndWaitTimeout is SubmitAndWait bounded by d. If fewer than n CQEs
 // are ready when d elapses it returns an error matching unix.ETIME. d <= 0
 // submits and flushes without waiting. The timeout travels in
-// IORING_ENTER_EXT_ARG (Linux 5.11); a ring without FeatExtArg refuses a
-// timed wait with an error matching ErrNotSupported.
+// IORING_ENTER_EXT_ARG.
 //
 // EINTR is handled as in SubmitAndWait, the wait resuming with the time
 // that remains until the deadline.
@@ -127,9 +125,6 @@ func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
 			err = errETIME
 		}
 		return submitted, err
-	}
-	if r.features&FeatExtArg == 0 {
-		return 0, &UnsupportedError{Op: "IORING_ENTER_EXT_ARG", MinKernel: "5.11"}
 	}
 	submitted := 0
 	if pending := r.flushSQ(); pending > 0 || r.cqNeedsFlush() {
@@ -166,32 +161,6 @@ func (r *Ring) SubmitAndWaitTimeout(n uint32, d time.Duration) (int, error) {
 		// wait again for what remains of d.
 		if d = time.Until(deadline); d <= 0 {
 			return submitted, errETIME
-		}
-	}
-}
-
-// WaitCQE returns the oldest CQE, waiting for one if none is ready. Release
-// it with CQESeen. EINTR is retried; see SubmitAndWait.
-// Must be called by the goroutine that owns the ring.
-func (r *Ring) WaitCQE() (*CQE, error) { return r.WaitCQENr(1) }
-
-// WaitCQENr waits until at least n CQEs are ready and returns the oldest.
-// Release it with CQESeen, or peek the rest with PeekBatch.
-// Must be called by the goroutine that owns the ring.
-func (r *Ring) WaitCQENr(n uint32) (*CQE, error) {
-	if r.closed {
-		return nil, ErrClosed
-	}
-	n = max(n, 1)
-	for {
-		if r.CQReady() >= n {
-			if c, ok := r.PeekCQE(); ok {
-				return c, nil
-			}
-		}
-		_, err := r.enter(0, n, EnterGetEvents, nil, 0)
-		if err != nil && err != errEINTR {
-			return nil, wrapSyscall("io_uring_enter", err)
 		}
 	}
 }

@@ -76,7 +76,7 @@ func (e *UnsupportedError) Is(target error) bool { return target == ErrNotSuppor
 //
 //	ENOSYS  the kernel has no io_uring (or a seccomp filter hides it)
 //	EPERM   refused by seccomp or by sysctl kernel.io_uring_disabled
-//	ENOMEM  the ring does not fit in RLIMIT_MEMLOCK (kernels before 5.12)
+//	ENOMEM  the ring does not fit in RLIMIT_MEMLOCK
 //
 // Any other errno (EINVAL for parameters the kernel rejects, EMFILE, …)
 // matches only itself.
@@ -97,18 +97,11 @@ func (e *SetupError) Error() string {
 	return s
 }
 
-// Unsupported reports whether the errno means io_uring is unusable here.
-func (e *SetupError) Unsupported() bool {
+// Unwrap returns the errno, and ErrNotSupported when the errno means
+// io_uring is unusable here.
+func (e *SetupError) Unwrap() []error {
 	switch e.Errno {
 	case unix.ENOSYS, unix.EPERM, unix.ENOMEM:
-		return true
-	}
-	return false
-}
-
-// Unwrap returns the errno, and ErrNotSupported when Unsupported.
-func (e *SetupError) Unwrap() []error {
-	if e.Unsupported() {
 		return []error{ErrNotSupported, e.Errno}
 	}
 	return []error{e.Errno}

@@ -78,7 +78,7 @@ func ExampleRing_NewBufRing() {
 	sqe.SetBufferGroup(br.Group())
 	r.Submit()
 
-	c, err := r.WaitCQE()
+	c, err := r.WaitCQETimeout(time.Second)
 	if err != nil {
 		return
 	}

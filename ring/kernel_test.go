@@ -65,18 +65,27 @@ func TestKernelTable(t *testing.T) {
 		}
 		lastOp, lastSince = int(f.Bits), f.Since
 	}
-	k := ring.MustKernel("5.10")
-	if k.OpcodeLimit() != int(ring.OpShutdown) {
-		t.Errorf("5.10's first missing opcode = %d, want SHUTDOWN (%d)", k.OpcodeLimit(), ring.OpShutdown)
+	for _, c := range []struct {
+		kernel string
+		limit  ring.Opcode
+	}{{"5.10", 0}, {"6.1", ring.OpReadMultishot}, {"6.6", ring.OpReadMultishot}, {"6.7", ring.OpFixedFdInstall}} {
+		if got := ring.MustKernel(c.kernel).OpcodeLimit(); got != int(c.limit) {
+			t.Errorf("%s's first missing opcode = %d, want %d", c.kernel, got, c.limit)
+		}
 	}
-	if got := ring.MustKernel("5.19").OpcodeLimit(); got != int(ring.OpSendZC) {
-		t.Errorf("5.19's first missing opcode = %d, want SEND_ZC (%d)", got, ring.OpSendZC)
+	k := ring.MustKernel("6.1")
+	if want := ring.FeatSingleMmap | ring.FeatNoDrop | ring.FeatExtArg; k.FeatureBits()&want != want ||
+		k.FeatureBits()&ring.FeatRecvSendBundle != 0 || ring.MustKernel("6.10").FeatureBits()&ring.FeatRecvSendBundle == 0 {
+		t.Errorf("6.1's feature bits %#x", k.FeatureBits())
 	}
-	if k.FeatureBits()&ring.FeatExtArg != 0 || ring.MustKernel("5.11").FeatureBits()&ring.FeatExtArg == 0 {
-		t.Error("EXT_ARG is not cut at 5.11")
+	if want := ring.SetupRDisabled | ring.SetupSubmitAll | ring.SetupSingleIssuer | ring.SetupDeferTaskrun | ring.SetupTaskrunFlag; k.SetupFlags()&want != want ||
+		k.SetupFlags()&ring.SetupNoSQArray != 0 || ring.MustKernel("6.6").SetupFlags()&ring.SetupNoSQArray == 0 {
+		t.Errorf("6.1's setup flags %#x", k.SetupFlags())
 	}
-	if k.SetupFlags()&ring.SetupRDisabled == 0 || k.SetupFlags()&ring.SetupSubmitAll != 0 {
-		t.Error("5.10's setup flags are wrong")
+	// Below the floor the table still says what a release lacks.
+	if k := ring.MustKernel("5.19"); !k.HasFeature(ring.FeatureMultishotAccept) || k.HasFeature(ring.FeatureMultishotRecv) ||
+		ring.MustKernel("6.0").HasFeature("IORING_SETUP_DEFER_TASKRUN") || k.HasFeature("no such feature") {
+		t.Error("HasFeature below the floor")
 	}
 }
 
@@ -111,7 +120,7 @@ func TestKernelTableMatchesDocs(t *testing.T) {
 		name := strings.TrimPrefix(cols[0], "| ")
 		doc[name] = strings.Fields(cols[1])[0]
 	}
-	if len(doc) < 20 {
+	if len(doc) < 10 {
 		t.Fatalf("read %d rows from the kernel page: its table changed shape", len(doc))
 	}
 	placed := map[string]bool{}
@@ -135,17 +144,17 @@ func TestKernelTableMatchesDocs(t *testing.T) {
 	}
 }
 
-// A ring made for an older kernel on this one offers only what that kernel
-// had, and refuses the rest as that kernel would.
+// A ring made for 6.1 on a newer kernel offers only what 6.1 had, and
+// refuses the rest as 6.1 would; an older profile has no ring.
 func TestNewForProfile(t *testing.T) {
-	testutil.SkipIfNoUring(t)
-	k := ring.MustKernel("5.10")
-	p := ring.Params{Flags: ring.SetupSubmitAll}
-	if _, err := ring.NewFor(k, 8, &p); !errors.Is(err, unix.EINVAL) || !errors.Is(err, ring.ErrNotSupported) {
-		t.Fatalf("SUBMIT_ALL under 5.10: %v, want EINVAL and ErrNotSupported", err)
+	testutil.RequireKernel(t, "6.1")
+	if _, err := ring.NewFor(ring.MustKernel("6.0"), 8, nil); !errors.Is(err, ring.ErrNotSupported) {
+		t.Fatalf("a ring under 6.0: %v, want ErrNotSupported", err)
 	}
-	if _, err := ring.NewFor(ring.MustKernel("4.19"), 8, nil); !errors.Is(err, ring.ErrNotSupported) || !errors.Is(err, unix.ENOSYS) {
-		t.Fatalf("a ring under 4.19: %v, want ENOSYS", err)
+	k := ring.MustKernel("6.1")
+	p := ring.Params{Flags: ring.SetupNoSQArray}
+	if _, err := ring.NewFor(k, 8, &p); !errors.Is(err, unix.EINVAL) || !errors.Is(err, ring.ErrNotSupported) {
+		t.Fatalf("NO_SQARRAY under 6.1: %v, want EINVAL and ErrNotSupported", err)
 	}
 	r, err := ring.NewFor(k, 8, &ring.Params{Flags: ring.SetupRDisabled})
 	if err != nil {
@@ -158,50 +167,16 @@ func TestNewForProfile(t *testing.T) {
 	if r.Kernel() != k {
 		t.Errorf("Kernel() = %v", r.Kernel())
 	}
-	if r.Features()&^k.FeatureBits() != 0 || r.Features()&ring.FeatExtArg != 0 {
-		t.Errorf("features %#x beyond 5.10's", r.Features())
+	if r.Features()&^k.FeatureBits() != 0 || r.Features()&ring.FeatExtArg == 0 {
+		t.Errorf("features %#x beyond 6.1's, or without EXT_ARG", r.Features())
 	}
-	probe, err := r.Probe()
-	if err != nil {
-		t.Fatal(err)
+	if err := r.RegisterRingFd(); err != nil {
+		t.Errorf("RegisterRingFd under 6.1: %v", err)
 	}
-	if !probe.Supported(ring.OpSend) || probe.Supported(ring.OpShutdown) || probe.Supported(ring.OpSocket) || int(probe.LastOp()) >= k.OpcodeLimit() {
-		t.Errorf("5.10's probe: send %v shutdown %v socket %v last %d", probe.Supported(ring.OpSend),
-			probe.Supported(ring.OpShutdown), probe.Supported(ring.OpSocket), probe.LastOp())
+	if _, err := r.NewBufRing(1, 8, 4096); err != nil {
+		t.Errorf("NewBufRing under 6.1: %v", err)
 	}
-	if err := r.RegisterRingFd(); !errors.Is(err, unix.EINVAL) {
-		t.Errorf("RegisterRingFd under 5.10: %v", err)
-	}
-	if _, err := r.NewBufRing(1, 8, 4096); !errors.Is(err, unix.EINVAL) || !errors.Is(err, ring.ErrNotSupported) {
-		t.Errorf("NewBufRing under 5.10: %v", err)
-	}
-	if err := r.RegisterFilesSparse(4); !errors.Is(err, unix.EINVAL) {
-		t.Errorf("RegisterFilesSparse under 5.10: %v", err)
-	}
-	// Timed waits need EXT_ARG (5.11): refused, as without it.
-	if _, err := r.SubmitAndWaitTimeout(1, 20*time.Millisecond); !errors.Is(err, ring.ErrNotSupported) {
-		t.Errorf("a timed wait under 5.10: %v, want ErrNotSupported", err)
-	}
-}
-
-// Each profile keeps what its release had: buffer rings from 5.19.
-func TestNewForBufRings(t *testing.T) {
-	testutil.SkipIfNoUring(t)
-	for _, c := range []struct {
-		kernel string
-		plain  bool
-	}{{"5.15", false}, {"5.19", true}, {"", true}} {
-		r, err := ring.NewFor(ring.MustKernel(c.kernel), 8, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		br, err := r.NewBufRing(1, 8, 4096)
-		if (err == nil) != c.plain {
-			t.Errorf("%q: NewBufRing: %v", c.kernel, err)
-		}
-		if br != nil {
-			br.Close()
-		}
-		r.Close()
+	if _, err := r.SubmitAndWaitTimeout(1, 20*time.Millisecond); !errors.Is(err, unix.ETIME) {
+		t.Errorf("a timed wait under 6.1: %v, want ETIME", err)
 	}
 }

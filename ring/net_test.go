@@ -43,7 +43,6 @@ func byUserData(t *testing.T, cqes []ring.CQE) map[uint64]*ring.CQE {
 }
 
 func TestMultishotAccept(t *testing.T) {
-	testutil.RequireOp(t, ring.OpAccept)
 	r := newRing(t, 16, nil)
 	lfd, addr := testutil.ListenFd(t)
 	sqe := getSQE(t, r)
@@ -83,7 +82,6 @@ func TestMultishotAccept(t *testing.T) {
 }
 
 func TestConnectSendRecvClose(t *testing.T) {
-	testutil.RequireOp(t, ring.OpConnect)
 	r := newRing(t, 8, nil)
 	lfd, addr := testutil.ListenFd(t)
 	cfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -133,35 +131,6 @@ func TestConnectSendRecvClose(t *testing.T) {
 		t.Fatalf("recv = %+v, %q", got[3], in[:max(n, 0)])
 	}
 
-	// SEND_ZC: a result CQE with F_MORE, then a notification with F_NOTIF.
-	if ring.OpSupported(ring.OpSendZC) {
-		zc := bytes.Repeat([]byte("z"), 4096)
-		sqe = getSQE(t, r)
-		sqe.PrepSendZC(cfd, zc, 0, 0)
-		sqe.UserData = 5
-		cqes := reap(t, r, 2, 5*time.Second)
-		if cqes[0].UserData != 5 || cqes[0].Res != int32(len(zc)) || !cqes[0].More() || cqes[0].Notif() {
-			t.Fatalf("send_zc result CQE = %+v (%v)", cqes[0], cqes[0].Err())
-		}
-		if cqes[1].UserData != 5 || !cqes[1].Notif() || cqes[1].More() {
-			t.Fatalf("send_zc notification CQE = %+v", cqes[1])
-		}
-		runtime.KeepAlive(zc) // the buffer is the kernel's until the notification
-		rd := make([]byte, len(zc))
-		for off := 0; off < len(zc); {
-			n, err := unix.Read(sfd, rd[off:])
-			if err != nil || n == 0 {
-				t.Fatalf("read zero-copy data: %d, %v", n, err)
-			}
-			off += n
-		}
-		if !bytes.Equal(rd, zc) {
-			t.Fatal("zero-copy data differs")
-		}
-	} else {
-		t.Log("IORING_OP_SEND_ZC not supported; skipped that part")
-	}
-
 	// CLOSE through the ring; the peer sees EOF.
 	sqe = getSQE(t, r)
 	sqe.PrepClose(cfd)
@@ -206,7 +175,6 @@ func TestCancelInflightRecv(t *testing.T) {
 // ring: exact bytes and buffer ids, recycling, ENOBUFS when the buffers run
 // out, and no byte lost across re-arming.
 func TestMultishotRecvBufRing(t *testing.T) {
-	testutil.RequireOp(t, ring.OpSendZC) // multishot recv arrived with 6.0, as SEND_ZC
 	r := newRing(t, 8, nil)
 	client, server := testutil.TCPPair(t)
 	const (

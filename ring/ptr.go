@@ -21,14 +21,6 @@ func bufAddr(p []byte) uint64 {
 	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(p))))
 }
 
-// iovecAddr returns the address of the first element of an iovec array.
-func iovecAddr[T any](v []T) uint64 {
-	if len(v) == 0 {
-		return 0
-	}
-	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(v))))
-}
-
 // ptrAddr returns the address of the value p points at, or 0 for nil.
 func ptrAddr[T any](p *T) uint64 {
 	return uint64(uintptr(unsafe.Pointer(p)))

@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/ring"
 )
 
@@ -38,36 +37,7 @@ func udpPair(t *testing.T) (a, b int, aAddr, bAddr *unix.SockaddrInet4) {
 // sockaddrPort decodes a raw IPv4 sockaddr's port (network order).
 func sockaddrPort(name []byte) int { return int(name[2])<<8 | int(name[3]) }
 
-func TestRecvmsgSingleShot(t *testing.T) {
-	r := newRing(t, 8, nil)
-	a, b, aAddr, bAddr := udpPair(t)
-	buf := make([]byte, 8)
-	iov := unix.Iovec{Base: &buf[0]}
-	iov.SetLen(len(buf))
-	nameBuf := make([]byte, unix.SizeofSockaddrInet6)
-	msg := unix.Msghdr{Name: &nameBuf[0], Namelen: uint32(len(nameBuf)), Iov: &iov, Iovlen: 1}
-	sqe := getSQE(t, r)
-	sqe.PrepRecvmsg(b, &msg, unix.MSG_TRUNC)
-	sqe.UserData = 1
-	if _, err := r.Submit(); err != nil {
-		t.Fatal(err)
-	}
-	// 12 bytes into 8: truncated, and MSG_TRUNC makes the result the
-	// datagram's whole length.
-	if err := unix.Sendto(a, []byte("hello, there"), 0, bAddr); err != nil {
-		t.Fatal(err)
-	}
-	c := reapOne(t, r)
-	if c.Res != 12 || msg.Flags&unix.MSG_TRUNC == 0 || !bytes.Equal(buf, []byte("hello, t")) {
-		t.Fatalf("recvmsg = %d, flags %#x, %q: want 12, MSG_TRUNC, %q", c.Res, msg.Flags, buf, "hello, t")
-	}
-	if msg.Namelen != unix.SizeofSockaddrInet4 || sockaddrPort(nameBuf) != aAddr.Port {
-		t.Fatalf("source: namelen %d port %d, want %d and %d", msg.Namelen, sockaddrPort(nameBuf), unix.SizeofSockaddrInet4, aAddr.Port)
-	}
-}
-
 func TestRecvmsgMultishot(t *testing.T) {
-	testutil.RequireOp(t, ring.OpSendZC) // multishot RECVMSG arrived with 6.0, as SEND_ZC
 	r := newRing(t, 8, nil)
 	a, b, aAddr, bAddr := udpPair(t)
 	const (

@@ -28,9 +28,8 @@ const knownSetupFlags = SetupIOPoll | SetupSQPoll | SetupSQAff | SetupCQSize | S
 // REGISTERED_FD_ONLY require ring memory supplied by the caller.
 const unhandledSetupFlags = SetupSQE128 | SetupCQE32 | SetupNoMmap | SetupRegisteredFdOnly
 
-// Ring is one io_uring instance: its fd, the three shared mappings (SQ ring,
-// CQ ring, SQE array; one mapping for both rings with FeatSingleMmap) and
-// the user-space halves of the SQ and CQ indices.
+// Ring is one io_uring instance: its fd, the two shared mappings (SQ and CQ
+// rings, SQE array) and the user-space halves of the SQ and CQ indices.
 //
 // A Ring is not safe for concurrent use: one goroutine at a time may call
 // its methods (the event loop owns it). With SetupSingleIssuer the kernel
@@ -55,8 +54,8 @@ type Ring struct {
 	params      Params
 
 	// Mappings, released by Close.
-	sqMem, cqMem, sqeMem    unsafe.Pointer // cqMem is nil with FeatSingleMmap
-	sqSize, cqSize, sqeSize uintptr
+	ringMem, sqeMem   unsafe.Pointer
+	ringSize, sqeSize uintptr
 
 	bufRings []*BufRing // registered provided-buffer rings, released by Close
 
@@ -84,19 +83,19 @@ var sysSetupFn = sysSetup
 // SetupRegisteredFdOnly), are rejected before the system call.
 //
 // When io_uring_setup fails with ENOSYS, EPERM or ENOMEM the error is a
-// *SetupError matching both ErrNotSupported and the errno.
-// Safe for concurrent use.
+// *SetupError matching both ErrNotSupported and the errno; a kernel
+// without floorFeatures gives an *UnsupportedError. Safe for concurrent use.
 func New(entries uint32, p *Params) (*Ring, error) { return NewFor(Kernel{}, entries, p) }
 
+// floorFeatures are the IORING_FEAT_* bits this binding takes for granted:
+// one mapping for both rings, no dropped CQEs, timed waits.
+const floorFeatures = FeatSingleMmap | FeatNoDrop | FeatExtArg
+
 // NewFor is New for a kernel of profile k: the ring uses only what that
-// release offers (see Kernel). Setup flags k does not define are refused
-// as that kernel would refuse them (the error matches both
-// ErrNotSupported and unix.EINVAL), before k's first io_uring release
-// (5.1) io_uring_setup itself is (a *SetupError with ENOSYS), and the
-// ring reports only the feature bits k can have, so every path that
-// depends on one (waits with EXT_ARG, a single mapping) takes the older
-// way. Its Probe, RegisterRingFd, RegisterFilesSparse, NewBufRing and
-// NewBufRingInc answer as k would. The zero Kernel is New.
+// release offers (see Kernel). A profile below 6.1 is refused, setup flags
+// k does not define are refused as that kernel would refuse them (the
+// error matches both ErrNotSupported and unix.EINVAL), and the ring
+// reports only the feature bits k can have. The zero Kernel is New.
 func NewFor(k Kernel, entries uint32, p *Params) (*Ring, error) {
 	var params Params
 	if p != nil {
@@ -105,8 +104,8 @@ func NewFor(k Kernel, entries uint32, p *Params) (*Ring, error) {
 	if err := validateParams(entries, &params); err != nil {
 		return nil, err
 	}
-	if !k.HasFeature(FeatureRingSetup) {
-		return nil, &SetupError{Errno: unix.ENOSYS}
+	if !k.Has(floor) {
+		return nil, &UnsupportedError{Op: "io_uring on kernel profile " + k.String(), MinKernel: floor.String()}
 	}
 	if extra := params.Flags &^ k.SetupFlags(); extra != 0 {
 		return nil, profileRefusal(k, setupFlagName(extra))
@@ -114,6 +113,10 @@ func NewFor(k Kernel, entries uint32, p *Params) (*Ring, error) {
 	fd, err := sysSetupFn(entries, &params)
 	if err != nil {
 		return nil, &SetupError{Errno: errnoOf(err)}
+	}
+	if params.Features&floorFeatures != floorFeatures {
+		closeFd(fd)
+		return nil, &UnsupportedError{Op: "io_uring without FEAT_SINGLE_MMAP, FEAT_NODROP and FEAT_EXT_ARG", MinKernel: floor.String()}
 	}
 	params.Features &= k.FeatureBits()
 	r := &Ring{fd: fd, enterFd: fd, ringFdIndex: -1, kernel: k}
@@ -169,51 +172,36 @@ func validateParams(entries uint32, p *Params) error {
 	return nil
 }
 
-// mapRings maps the rings described by p and points r.sq and r.cq into them.
+// mapRings maps the rings described by p (one mapping for SQ and CQ rings,
+// one for the SQEs) and points r.sq and r.cq into them.
 func (r *Ring) mapRings(p *Params) error {
 	const sqeSize, cqeSize = unsafe.Sizeof(SQE{}), unsafe.Sizeof(CQE{})
-	sqSize := uintptr(p.SQOff.Array) + uintptr(p.SQEntries)*4
+	size := uintptr(p.SQOff.Array) + uintptr(p.SQEntries)*4
 	if p.Flags&SetupNoSQArray != 0 {
-		// No array: the ring ends after the flags and dropped words.
-		sqSize = uintptr(p.SQOff.Dropped) + 4
+		// No array: the SQ ring ends after the flags and dropped words.
+		size = uintptr(p.SQOff.Dropped) + 4
 	}
-	cqSize := uintptr(p.CQOff.CQEs) + uintptr(p.CQEntries)*cqeSize
-	single := p.Features&FeatSingleMmap != 0
-	if single {
-		sqSize = max(sqSize, cqSize)
-		cqSize = sqSize
-	}
-
+	size = max(size, uintptr(p.CQOff.CQEs)+uintptr(p.CQEntries)*cqeSize)
 	var err error
-	if r.sqMem, err = mmapRing(r.fd, offSQRing, sqSize); err != nil {
-		return wrapSyscall("mmap sq ring", err)
+	if r.ringMem, err = mmapRing(r.fd, offSQRing, size); err != nil {
+		return wrapSyscall("mmap rings", err)
 	}
-	r.sqSize = sqSize
-	cqMem := r.sqMem
-	if !single {
-		if r.cqMem, err = mmapRing(r.fd, offCQRing, cqSize); err != nil {
-			return wrapSyscall("mmap cq ring", err)
-		}
-		r.cqSize = cqSize
-		cqMem = r.cqMem
-	}
+	r.ringSize = size
 	sqes := uintptr(p.SQEntries) * sqeSize
 	if r.sqeMem, err = mmapRing(r.fd, offSQEs, sqes); err != nil {
 		return wrapSyscall("mmap sqes", err)
 	}
 	r.sqeSize = sqes
-
-	r.sq.init(r.sqMem, &p.SQOff, r.sqeMem, p.Flags&SetupNoSQArray == 0)
-	r.cq.init(cqMem, &p.CQOff)
+	r.sq.init(r.ringMem, &p.SQOff, r.sqeMem, p.Flags&SetupNoSQArray == 0)
+	r.cq.init(r.ringMem, &p.CQOff)
 	return nil
 }
 
 // unmapAll releases every ring mapping; safe to call on partial setups.
 func (r *Ring) unmapAll() {
 	munmap(r.sqeMem, r.sqeSize)
-	munmap(r.cqMem, r.cqSize)
-	munmap(r.sqMem, r.sqSize)
-	r.sqeMem, r.cqMem, r.sqMem = nil, nil, nil
+	munmap(r.ringMem, r.ringSize)
+	r.sqeMem, r.ringMem = nil, nil
 }
 
 // Close unregisters the ring fd and every provided-buffer ring, unmaps the
@@ -234,7 +222,7 @@ func (r *Ring) Close() error {
 		}
 	}
 	if r.ringFdIndex >= 0 {
-		keep(r.UnregisterRingFd())
+		keep(r.unregisterRingFd())
 	}
 	for len(r.bufRings) > 0 {
 		keep(r.bufRings[len(r.bufRings)-1].Close())
@@ -253,8 +241,8 @@ func (r *Ring) Close() error {
 // Kernel for New.
 func (r *Ring) Kernel() Kernel { return r.kernel }
 
-// Fd returns the ring's file descriptor (-1 after Close), for MSG_RING
-// targets and epoll. Safe for concurrent use with everything but Close.
+// Fd returns the ring's file descriptor (-1 after Close). Safe for
+// concurrent use with everything but Close.
 func (r *Ring) Fd() int { return r.fd }
 
 // Features returns the IORING_FEAT_* bits the kernel reported at setup.
@@ -265,12 +253,6 @@ func (r *Ring) Flags() uint32 { return r.flags }
 
 // Params returns a copy of the parameters the kernel filled in at setup.
 func (r *Ring) Params() Params { return r.params }
-
-// SQEntries returns the number of SQ entries the kernel granted.
-func (r *Ring) SQEntries() uint32 { return r.params.SQEntries }
-
-// CQEntries returns the number of CQ entries the kernel granted.
-func (r *Ring) CQEntries() uint32 { return r.params.CQEntries }
 
 // errnoOf extracts the errno of a system call error (EINVAL if it has none).
 func errnoOf(err error) unix.Errno {

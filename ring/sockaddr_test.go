@@ -119,8 +119,7 @@ func TestSockaddrErrors(t *testing.T) {
 // reaches the listener, and the peer address an ACCEPT wrote decodes to
 // what getsockname(2) and getpeername(2) report.
 func TestSockaddrKernel(t *testing.T) {
-	testutil.RequireOp(t, ring.OpAccept)
-	testutil.RequireOp(t, ring.OpConnect)
+	testutil.SkipIfNoUring(t)
 	dir := t.TempDir()
 	abstract := fmt.Sprintf("@ringloop-sockaddr-%d", os.Getpid())
 	for _, c := range []struct {

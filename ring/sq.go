@@ -20,7 +20,6 @@ type sqRing struct {
 	head    *uint32 // kernel-written; read with load-acquire
 	tail    *uint32 // user-written; published with store-release
 	flags   *uint32 // IORING_SQ_*: kernel-written
-	dropped *uint32 // invalid SQEs the kernel skipped
 	sqes    []SQE
 	mask    uint32
 	entries uint32
@@ -32,7 +31,6 @@ func (sq *sqRing) init(mem unsafe.Pointer, off *SQRingOffsets, sqeMem unsafe.Poi
 	sq.head = (*uint32)(unsafe.Add(mem, off.Head))
 	sq.tail = (*uint32)(unsafe.Add(mem, off.Tail))
 	sq.flags = (*uint32)(unsafe.Add(mem, off.Flags))
-	sq.dropped = (*uint32)(unsafe.Add(mem, off.Dropped))
 	sq.mask = *(*uint32)(unsafe.Add(mem, off.RingMask))
 	sq.entries = *(*uint32)(unsafe.Add(mem, off.RingEntries))
 	sq.sqes = unsafe.Slice((*SQE)(sqeMem), sq.entries)
@@ -49,7 +47,7 @@ func (sq *sqRing) init(mem unsafe.Pointer, off *SQRingOffsets, sqeMem unsafe.Poi
 // kill points the ring at dead, a zeroed pair of words in the Ring, so that
 // GetSQE reports the ring full (and then closed) after Close.
 func (sq *sqRing) kill(dead *[2]uint32) {
-	sq.head, sq.tail, sq.flags, sq.dropped = &dead[0], &dead[1], &dead[0], &dead[0]
+	sq.head, sq.tail, sq.flags = &dead[0], &dead[1], &dead[0]
 	sq.sqes = nil
 	sq.mask, sq.entries, sq.sqeHead, sq.sqeTail = 0, 0, 0, 0
 }
@@ -82,23 +80,6 @@ func (r *Ring) sqFullErr() error {
 	}
 	return ErrSQFull
 }
-
-// SQSpaceLeft returns how many more SQEs GetSQE can hand out before Submit.
-// Must be called by the goroutine that owns the ring.
-func (r *Ring) SQSpaceLeft() uint32 {
-	return r.sq.entries - (r.sq.sqeTail - atomic.LoadUint32(r.sq.head))
-}
-
-// SQReady returns how many SQEs were handed out and not yet consumed by the
-// kernel (prepared, or published but not yet taken by SQPOLL).
-// Must be called by the goroutine that owns the ring.
-func (r *Ring) SQReady() uint32 {
-	return r.sq.sqeTail - atomic.LoadUint32(r.sq.head)
-}
-
-// Dropped returns the kernel's count of invalid SQEs it skipped
-// (sq_ring->dropped). Safe for concurrent use with everything but Close.
-func (r *Ring) Dropped() uint32 { return atomic.LoadUint32(r.sq.dropped) }
 
 // flushSQ publishes the prepared SQEs to the kernel and returns how many
 // entries are waiting to be consumed.

@@ -47,7 +47,7 @@ func (e *SQE) PrepAccept(fd int, addr *unix.RawSockaddrAny, addrLen *uint32, fla
 	e.OpFlags = flags
 }
 
-// PrepMultishotAccept prepares a multishot IORING_OP_ACCEPT (Linux 5.19): one
+// PrepMultishotAccept prepares a multishot IORING_OP_ACCEPT: one
 // CQE per accepted connection, each with CQEFMore while the op stays armed.
 // addr and addrLen are shared by every completion, so pass nil unless only
 // the latest peer address matters.
@@ -70,7 +70,7 @@ func (e *SQE) PrepRecv(fd int, buf []byte, flags uint32) {
 	e.OpFlags = flags
 }
 
-// PrepRecvMultishot prepares a multishot IORING_OP_RECV (Linux 6.0). It must
+// PrepRecvMultishot prepares a multishot IORING_OP_RECV. It must
 // be used with a provided-buffer group: call SetBufferGroup after it. Each
 // CQE names the buffer it filled (CQE.BufferID) and carries CQEFMore while
 // the op stays armed.
@@ -92,17 +92,6 @@ func (e *SQE) PrepSend(fd int, buf []byte, flags uint32) {
 	e.OpFlags = flags
 }
 
-// PrepSendZC prepares IORING_OP_SEND_ZC (Linux 6.0): a zero-copy send. It
-// posts two CQEs: the result (with CQEFMore) and, once the kernel no longer
-// reads buf, a notification with CQEFNotif. buf must stay untouched and
-// reachable until the notification. zcFlags are IORING_RECVSEND_* /
-// SendZCReportUsage bits.
-func (e *SQE) PrepSendZC(fd int, buf []byte, flags uint32, zcFlags uint16) {
-	e.prepRW(OpSendZC, int32(fd), bufAddr(buf), uint32(len(buf)), 0)
-	e.OpFlags = flags
-	e.IoPrio = zcFlags
-}
-
 // PrepSendmsg prepares IORING_OP_SENDMSG of msg with sendmsg(2) flags. msg,
 // its iovec array and every buffer it points at must stay reachable until
 // the CQE.
@@ -111,17 +100,7 @@ func (e *SQE) PrepSendmsg(fd int, msg *unix.Msghdr, flags uint32) {
 	e.OpFlags = flags
 }
 
-// PrepRecvmsg prepares IORING_OP_RECVMSG into msg with recvmsg(2) flags.
-// As recvmsg(2) does, the kernel writes the source address into
-// msg.Name (its length into msg.Namelen) and the message flags (MSG_TRUNC,
-// …) into msg.Flags. msg, its iovecs, name and control buffers must stay
-// reachable until the CQE.
-func (e *SQE) PrepRecvmsg(fd int, msg *unix.Msghdr, flags uint32) {
-	e.prepRW(OpRecvmsg, int32(fd), ptrAddr(msg), 1, 0)
-	e.OpFlags = flags
-}
-
-// PrepRecvmsgMultishot prepares a multishot IORING_OP_RECVMSG (Linux 6.0)
+// PrepRecvmsgMultishot prepares a multishot IORING_OP_RECVMSG
 // from a provided-buffer group: call SetBufferGroup after it. msg gives
 // only the sizes reserved in each buffer for the source address
 // (msg.Namelen) and control messages (msg.Controllen); it has no iovecs.
@@ -129,30 +108,15 @@ func (e *SQE) PrepRecvmsg(fd int, msg *unix.Msghdr, flags uint32) {
 // counts every byte used in the buffer. msg must stay reachable until the
 // final CQE.
 func (e *SQE) PrepRecvmsgMultishot(fd int, msg *unix.Msghdr, flags uint32) {
-	e.PrepRecvmsg(fd, msg, flags)
-	e.IoPrio |= RecvMultishot
+	e.prepRW(OpRecvmsg, int32(fd), ptrAddr(msg), 1, 0)
+	e.OpFlags = flags
+	e.IoPrio = RecvMultishot
 }
 
 // PrepRead prepares IORING_OP_READ of up to len(buf) bytes at offset (use
 // ^uint64(0) for the file's current position).
 func (e *SQE) PrepRead(fd int, buf []byte, offset uint64) {
 	e.prepRW(OpRead, int32(fd), bufAddr(buf), uint32(len(buf)), offset)
-}
-
-// PrepWrite prepares IORING_OP_WRITE of buf at offset (^uint64(0) for the
-// file's current position).
-func (e *SQE) PrepWrite(fd int, buf []byte, offset uint64) {
-	e.prepRW(OpWrite, int32(fd), bufAddr(buf), uint32(len(buf)), offset)
-}
-
-// PrepReadv prepares IORING_OP_READV into the buffers described by iovecs.
-func (e *SQE) PrepReadv(fd int, iovecs []unix.Iovec, offset uint64) {
-	e.prepRW(OpReadv, int32(fd), iovecAddr(iovecs), uint32(len(iovecs)), offset)
-}
-
-// PrepWritev prepares IORING_OP_WRITEV of the buffers described by iovecs.
-func (e *SQE) PrepWritev(fd int, iovecs []unix.Iovec, offset uint64) {
-	e.prepRW(OpWritev, int32(fd), iovecAddr(iovecs), uint32(len(iovecs)), offset)
 }
 
 // PrepClose prepares IORING_OP_CLOSE of fd.
@@ -172,21 +136,6 @@ func (e *SQE) PrepShutdown(fd int, how int) {
 // until the CQE.
 func (e *SQE) PrepTimeout(ts *Timespec, count uint32, flags uint32) {
 	e.prepRW(OpTimeout, -1, ptrAddr(ts), 1, uint64(count))
-	e.OpFlags = flags
-}
-
-// PrepTimeoutRemove prepares IORING_OP_TIMEOUT_REMOVE of the timeout whose
-// user_data is userData.
-func (e *SQE) PrepTimeoutRemove(userData uint64, flags uint32) {
-	e.prepRW(OpTimeoutRemove, -1, userData, 0, 0)
-	e.OpFlags = flags
-}
-
-// PrepLinkTimeout prepares IORING_OP_LINK_TIMEOUT: placed right after an SQE
-// flagged SQEIOLink, it cancels that op if ts elapses first. ts must stay
-// reachable until the CQE.
-func (e *SQE) PrepLinkTimeout(ts *Timespec, flags uint32) {
-	e.prepRW(OpLinkTimeout, -1, ptrAddr(ts), 1, 0)
 	e.OpFlags = flags
 }
 
@@ -212,17 +161,11 @@ func poll32Events(mask uint32) uint32 {
 // bigEndian reports whether this machine stores the high byte first.
 var bigEndian = binary.NativeEndian.Uint16([]byte{0, 1}) == 1
 
-// PrepPollMultishot prepares a multishot IORING_OP_POLL_ADD (Linux 5.13):
+// PrepPollMultishot prepares a multishot IORING_OP_POLL_ADD:
 // one CQE with CQEFMore per readiness event until removed.
 func (e *SQE) PrepPollMultishot(fd int, mask uint32) {
 	e.PrepPollAdd(fd, mask)
 	e.Len = PollAddMulti
-}
-
-// PrepPollRemove prepares IORING_OP_POLL_REMOVE of the poll whose user_data
-// is userData.
-func (e *SQE) PrepPollRemove(userData uint64) {
-	e.prepRW(OpPollRemove, -1, userData, 0, 0)
 }
 
 // PrepCancel64 prepares IORING_OP_ASYNC_CANCEL of the request whose
@@ -235,32 +178,10 @@ func (e *SQE) PrepCancel64(userData uint64, flags uint32) {
 	e.OpFlags = flags
 }
 
-// PrepCancelFd prepares IORING_OP_ASYNC_CANCEL of requests on fd
-// (AsyncCancelFd is added; add AsyncCancelAll to cancel every one of them).
-func (e *SQE) PrepCancelFd(fd int, flags uint32) {
-	e.prepRW(OpAsyncCancel, int32(fd), 0, 0, 0)
-	e.OpFlags = flags | AsyncCancelFd
-}
-
 // PrepCancelAll prepares IORING_OP_ASYNC_CANCEL of every request in flight
-// on the ring (AsyncCancelAny, Linux 5.19). The CQE's res is the number of
+// on the ring (AsyncCancelAny). The CQE's res is the number of
 // requests canceled.
 func (e *SQE) PrepCancelAll() {
 	e.prepRW(OpAsyncCancel, -1, 0, 0, 0)
 	e.OpFlags = AsyncCancelAny
-}
-
-// PrepMsgRing prepares IORING_OP_MSG_RING (Linux 5.18): post a CQE on the
-// ring whose fd is ringFd, with res = res and user_data = userData. flags
-// are MsgRing* bits.
-func (e *SQE) PrepMsgRing(ringFd int, res uint32, userData uint64, flags uint32) {
-	e.prepRW(OpMsgRing, int32(ringFd), MsgData, res, userData)
-	e.OpFlags = flags
-}
-
-// PrepSocket prepares IORING_OP_SOCKET (Linux 5.19): socket(2) with domain,
-// typ and proto; flags must be 0 today. The CQE's res is the new fd.
-func (e *SQE) PrepSocket(domain, typ, proto int, flags uint32) {
-	e.prepRW(OpSocket, int32(domain), 0, uint32(proto), uint64(typ))
-	e.OpFlags = flags
 }

@@ -11,26 +11,18 @@ import (
 // failure, the bare errno (boxed without allocation by errnoErr).
 //
 // io_uring_setup and io_uring_register use unix.Syscall / unix.Syscall6,
-// which tell the Go scheduler the thread may block so it can hand the P to
-// another thread: they allocate, pin pages and may wait for the ring to
-// quiesce (file and buffer updates).
+// which let the Go scheduler hand the P to another thread: they allocate,
+// pin pages and may wait for the ring to go idle.
 //
-// io_uring_enter enters as a blocking call only when it may sleep
-// (IORING_ENTER_GETEVENTS with min_complete > 0): through unix.Syscall6, or
-// when asked through blockingSyscall6, which hands the P off first (see
-// Ring.SetHandOff). An enter that only
-// submits, or runs deferred task work without waiting, does not wait for
-// I/O: an operation that would block is punted to io-wq or armed on poll
-// (the kernel may still sleep briefly on a lock or an allocation). It does
-// inline work (the whole send and receive path of each socket op), often for
-// tens of microseconds, and while a thread is inside unix.Syscall6 for more
-// than one sysmon tick (20 us) the runtime retakes its P and starts another
-// thread to run it; with GOMAXPROCS=1 and a locked loop thread that means
-// sysmon polling every 20 us and a spinning thread taking turns with the
-// loop on its CPU, then handing the P back. Those enters use
-// unix.RawSyscall6 instead, and the waiting calls in enter.go submit first
-// without waiting, so the P is handed off only while the thread really
-// sleeps.
+// io_uring_enter is a blocking call only when it may sleep (GETEVENTS with
+// min_complete > 0): through unix.Syscall6, or blockingSyscall6 with
+// SetHandOff. An enter that only submits, or runs task work without
+// waiting, does inline work (a socket op's whole send or receive path) but
+// never waits for I/O, so it uses unix.RawSyscall6: inside unix.Syscall6
+// for longer than a sysmon tick the thread would lose its P to a spinning
+// thread on a loop whose work all runs on it. The waiting calls in enter.go
+// submit first without waiting, so the P is handed off only while the
+// thread really sleeps.
 
 // sysSetup is io_uring_setup(2). p is read and written by the kernel during
 // the call only.
@@ -114,19 +106,13 @@ func EpollWait(epfd int, events []unix.EpollEvent, msec int, handOff bool) (int,
 	return int(n), nil
 }
 
-// Handing the P off. A waiting system call of a loop thread (an
-// io_uring_enter that waits for completions, an epoll_wait with a timeout)
-// normally enters the kernel the way unix.Syscall6 does: the thread keeps
-// its P, and only when the call has lasted longer than a sysmon tick does
-// the runtime take the P back and give it to another thread. That is the
-// cheapest wait for a loop whose work all runs on it. But a goroutine the
-// loop made runnable just before (a channel send to a reader of a net.Conn
-// adapter) sits on that P's run queue, and when every P is held by a
-// waiting loop it runs only once sysmon retakes one: 20 µs to 10 ms later.
-// With handOff the call gives the P back before it sleeps instead, as the
-// runtime does for calls it knows to block; that costs a thread wakeup for
-// the goroutine, so the loop asks for it only after a turn that readied
-// one (see Ring.SetHandOff).
+// Handing the P off. A waiting loop thread normally keeps its P until
+// sysmon retakes it, the cheapest wait when all the work runs on the loop.
+// But a goroutine the loop made runnable just before (a reader of a
+// net.Conn adapter) waits on that P's run queue until then. With handOff
+// the call gives the P back before it sleeps, as the runtime does for calls
+// it knows to block, at the cost of a thread wakeup; the loop asks for it
+// only after a turn that readied one (see Ring.SetHandOff).
 
 //go:linkname entersyscallblock runtime.entersyscallblock
 func entersyscallblock()

@@ -76,6 +76,6 @@ func TestLoopbackHelpers(t *testing.T) {
 
 func TestSkipAndRequire(t *testing.T) {
 	testutil.SkipIfNoUring(t)
-	testutil.RequireOp(t, ring.OpNop)
+	testutil.RequireKernel(t, "6.1")
 	testutil.RequireSetupFlags(t, ring.SetupCoopTaskrun)
 }

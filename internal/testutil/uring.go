@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ringloop/ringloop/ring"
+	"golang.org/x/sys/unix"
 )
 
 var uringState struct {
@@ -43,20 +44,18 @@ func SkipIfNoUring(tb testing.TB) {
 	}
 }
 
-// RequireOp skips tb unless the running kernel supports op, according to
-// IORING_REGISTER_PROBE (cached once per process).
-func RequireOp(tb testing.TB, op ring.Opcode) {
+// RequireKernel skips tb unless the running kernel's release is v or
+// later (uname(2)), for features a kernel has from a release on.
+func RequireKernel(tb testing.TB, v string) {
 	tb.Helper()
 	SkipIfNoUring(tb)
-	p, err := ring.GetProbe()
-	if err != nil {
-		if errors.Is(err, ring.ErrNotSupported) {
-			tb.Skipf("opcode probe unavailable: %v", err)
-		}
-		tb.Fatalf("opcode probe: %v", err)
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return
 	}
-	if !p.Supported(op) {
-		tb.Skipf("kernel lacks io_uring opcode %d", op)
+	rel := unix.ByteSliceToString(u.Release[:])
+	if k, err := ring.ParseKernel(rel); err == nil && !k.Has(ring.MustKernel(v)) {
+		tb.Skipf("kernel %s predates %s", rel, v)
 	}
 }
 
