@@ -120,12 +120,6 @@ type uringDriver struct {
 	// cqes receives PeekBatch copies; reaping never allocates.
 	cqes [uringCQEBatch]ring.CQE
 
-	// Timeout deadlines by slot, in nanoseconds since timeBase, so a
-	// rebuild resubmits a TIMEOUT with the time it has left rather than
-	// its full duration. Grown with the op table, never shrunk.
-	timeBase  time.Time
-	deadlines []int64
-
 	// connWait holds the connects a rebuild continued as a POLL_ADD for
 	// POLLOUT (user_data → fd): re-issuing CONNECT on a socket whose
 	// connect is under way fails with EALREADY, so the new ring waits for
@@ -252,7 +246,6 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		cfg:            cfg,
 		entries:        entries,
 		efd:            -1,
-		timeBase:       time.Now(),
 		rebuildTimeout: uringRebuildTimeout,
 	}
 	r, err := d.newRing(true)
@@ -536,7 +529,7 @@ func (d *uringDriver) submit(o *op) error {
 func (d *uringDriver) check(o *op) error {
 	switch o.tag {
 	case tagAccept, tagRecv, tagSend, tagSendmsg, tagConnect, tagClose,
-		tagShutdown, tagPoll, tagTimeout, tagNop:
+		tagShutdown, tagNop:
 		return nil
 	case tagRecvBuf:
 		if d.br == nil {
@@ -608,15 +601,6 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		sqe.PrepClose(fd)
 	case tagShutdown:
 		sqe.PrepShutdown(fd, int(o.arg))
-	case tagPoll:
-		if o.multishot {
-			sqe.PrepPollMultishot(fd, o.arg)
-		} else {
-			sqe.PrepPollAdd(fd, o.arg)
-		}
-	case tagTimeout:
-		d.setDeadline(o.slot, int64(time.Since(d.timeBase))+timespecNanos(o.x().ts))
-		sqe.PrepTimeout(&o.x().ts, 0, 0)
 	case tagNop:
 		sqe.PrepNop()
 	}
@@ -645,22 +629,6 @@ func buildMsg(o *op) {
 	if x.nameLen > 0 {
 		x.msg.Name, x.msg.Namelen = &x.name[0], x.nameLen
 	}
-}
-
-// timespecNanos converts a relative kernel timespec to nanoseconds.
-func timespecNanos(ts ring.Timespec) int64 {
-	if ts.Sec >= math.MaxInt64/int64(time.Second) {
-		return math.MaxInt64 / 2
-	}
-	return ts.Sec*int64(time.Second) + ts.Nsec
-}
-
-// setDeadline records a timeout's deadline for rebuild.
-func (d *uringDriver) setDeadline(slot uint32, at int64) {
-	if int(slot) >= len(d.deadlines) {
-		d.deadlines = append(d.deadlines, make([]int64, int(slot)+opChunk-len(d.deadlines))...)
-	}
-	d.deadlines[slot] = at
 }
 
 // cancel implements driver: an ASYNC_CANCEL keyed by o's user_data. Its own

@@ -332,14 +332,6 @@ func (d *uringDriver) resubmit(o *op) error {
 		}
 		d.connWait[ud] = o.fd
 		return nil
-	case tagTimeout:
-		if int(o.slot) < len(d.deadlines) {
-			left := max(d.deadlines[o.slot]-int64(time.Since(d.timeBase)), 0)
-			o.x().ts = ring.Timespec{Sec: left / int64(time.Second), Nsec: left % int64(time.Second)}
-			sqe.PrepTimeout(&o.x().ts, 0, 0)
-			sqe.UserData = ud
-			return nil
-		}
 	}
 	d.prep(sqe, o)
 	return nil

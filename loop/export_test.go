@@ -160,3 +160,20 @@ func (l *Loop) LoseCancel(id OpID) {
 		o.state = opCanceling
 	}
 }
+
+// Nop starts an op that completes with Res 0 at the next poll: a round trip
+// through the op table and the backend. Must be called on the loop goroutine.
+func (l *Loop) Nop(c Completer) (OpID, error) {
+	o, err := l.newOp(tagNop, 0, c)
+	if err != nil {
+		return 0, err
+	}
+	return l.startOp(o)
+}
+
+// OpsInFlight returns the number of ops not yet at their final completion.
+// Must be called on the loop goroutine.
+func (l *Loop) OpsInFlight() int {
+	l.assertLoop()
+	return l.ops.inFlight
+}

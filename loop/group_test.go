@@ -220,9 +220,6 @@ func TestBadInput(t *testing.T) {
 		if err := l.Execute(nil); !errors.Is(err, loop.ErrNilTask) {
 			t.Fatalf("Execute(nil) = %v", err)
 		}
-		if err := l.LazyExecute(nil); !errors.Is(err, loop.ErrNilTask) {
-			t.Fatalf("LazyExecute(nil) = %v", err)
-		}
 		if err := l.ExecuteAfterTurn(nil); !errors.Is(err, loop.ErrNilTask) {
 			t.Fatalf("ExecuteAfterTurn(nil) = %v", err)
 		}
@@ -277,7 +274,6 @@ func TestBadInput(t *testing.T) {
 				{"nil sockaddr", second(l.Connect(0, nil, nop)), loop.ErrInvalidArgument},
 				{"bad port", second(l.Connect(0, &unix.SockaddrInet4{Port: 70000}, nop)), loop.ErrInvalidArgument},
 				{"bad shutdown how", second(l.Shutdown(0, 7, nop)), loop.ErrInvalidArgument},
-				{"empty poll mask", second(l.Poll(0, 0, false, nop)), loop.ErrInvalidArgument},
 				{"unknown op", l.Cancel(loop.OpID(12345)), loop.ErrUnknownOp},
 			}
 			for _, c := range checks {

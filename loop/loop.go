@@ -245,17 +245,7 @@ func (l *Loop) Execute(f func()) error {
 	if f == nil {
 		return ErrNilTask
 	}
-	return l.submit(l.tasks, sched.TaskFunc(f), true)
-}
-
-// LazyExecute queues f like Execute but never wakes the loop: f runs when
-// the loop next wakes for another reason (I/O, a timer, an Execute, or its
-// idle timeout of at most one second). Safe for concurrent use.
-func (l *Loop) LazyExecute(f func()) error {
-	if f == nil {
-		return ErrNilTask
-	}
-	return l.submit(l.tasks, sched.TaskFunc(f), false)
+	return l.submit(l.tasks, sched.TaskFunc(f))
 }
 
 // ExecuteAfterTurn queues f as a tail task: it runs once, at the end of the
@@ -266,7 +256,7 @@ func (l *Loop) ExecuteAfterTurn(f func()) error {
 	if f == nil {
 		return ErrNilTask
 	}
-	return l.submit(l.tail, sched.TaskFunc(f), true)
+	return l.submit(l.tail, sched.TaskFunc(f))
 }
 
 // ExecuteTask queues t as Execute queues a function. A caller that keeps
@@ -276,7 +266,7 @@ func (l *Loop) ExecuteTask(t sched.Task) error {
 	if nilTask(t) {
 		return ErrNilTask
 	}
-	return l.submit(l.tasks, t, true)
+	return l.submit(l.tasks, t)
 }
 
 // ExecuteTaskAfterTurn queues t as a tail task, as ExecuteAfterTurn queues
@@ -285,7 +275,7 @@ func (l *Loop) ExecuteTaskAfterTurn(t sched.Task) error {
 	if nilTask(t) {
 		return ErrNilTask
 	}
-	return l.submit(l.tail, t, true)
+	return l.submit(l.tail, t)
 }
 
 // nilTask reports whether t is nil or a nil function.
@@ -373,7 +363,7 @@ func (l *Loop) IORatio() int { return int(l.ioRatio.Load()) }
 // which returns once it is queued. It is counted in Stats.Rebuilds.
 // Safe for concurrent use.
 func (l *Loop) RebuildRing() error {
-	return l.submit(l.tasks, sched.TaskFunc(l.rebuildRequested), true)
+	return l.submit(l.tasks, sched.TaskFunc(l.rebuildRequested))
 }
 
 func (l *Loop) rebuildRequested() { l.rebuild("requested") }
@@ -443,7 +433,7 @@ func (l *Loop) Stats() Stats {
 	return s
 }
 
-// submit is the common path of Execute, LazyExecute, ExecuteAfterTurn and
+// submit is the common path of Execute, ExecuteAfterTurn and
 // the posting of timers and internal tasks.
 //
 // The submitters count brackets the state check, the push, the start and the
@@ -453,7 +443,7 @@ func (l *Loop) Stats() Stats {
 // no eventfd write can race with the eventfd's close (the Dekker pattern:
 // producer increments then reads the state, the loop writes the state then
 // reads the count; sequentially consistent atomics make one see the other).
-func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
+func (l *Loop) submit(q *sched.Queue, t sched.Task) error {
 	l.submitters.Add(1)
 	if State(l.state.Load()) >= StateShutdown {
 		l.submitters.Add(-1)
@@ -465,7 +455,7 @@ func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
 		return errRejectedFull
 	}
 	err := l.ensureStarted()
-	if wake && err == nil {
+	if err == nil {
 		l.wakeup()
 	}
 	l.submitters.Add(-1)
@@ -474,7 +464,7 @@ func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
 
 // rejectedFull ends a submission refused by a full queue: counted, and the
 // loop woken if it waits. A full queue can be made of tasks that did not
-// wake it (LazyExecute, timers due after its wait ends); without this wakeup
+// wake it (timers due after its wait ends); without this wakeup
 // every producer would be refused until that wait ended on its own (up to a
 // second), since a refused task wakes nothing. Called with submitters held,
 // so the eventfd is still open.
