@@ -48,8 +48,8 @@
 //
 // # Backends
 //
-// [BackendAuto] (the default) uses io_uring from Linux 6.1, where it
-// measured ahead of epoll, and falls back to epoll, with one log line
+// [BackendAuto] (the default) uses io_uring from Linux 6.1, where it is
+// ahead of epoll (docs/kernel-support.md), and falls back to epoll, with one log line
 // naming the reason, on older kernels and where io_uring is unusable
 // (ENOSYS, EPERM, ENOMEM); [BackendUring] returns that error instead, one
 // that names the kernel and what it lacks on a kernel before 6.1.

@@ -167,7 +167,7 @@ type uringDriver struct {
 
 // uringFloor is the first release the uring backend runs on, and
 // uringNeeds what it takes for granted from it (kernel table names, and how
-// an error says them). Below it io_uring measured slower than epoll
+// an error says them). Below it epoll is the faster backend
 // (docs/kernel-support.md).
 var (
 	uringFloor = ring.MustKernel("6.1")
