@@ -160,11 +160,3 @@ type Features struct {
 	SharedThread   bool    // the loop runs as a shared-thread goroutine (WithSharedThread)
 	Kernel         string  // the kernel profile in use (RINGLOOP=kernel=), "" for the running kernel
 }
-
-// profileSuffix names a kernel profile in an error, if there is one.
-func profileSuffix(k ring.Kernel) string {
-	if k.IsZero() {
-		return ""
-	}
-	return " (kernel profile " + k.String() + ")"
-}

@@ -3,7 +3,6 @@
 package loop
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -135,13 +134,6 @@ const (
 
 // errEpollClosed is returned by an epoll driver used after close.
 var errEpollClosed = errors.New("loop: epoll driver closed")
-
-// epollWakeValue is the 8-byte counter increment wake writes to the
-// eventfd (eventfd(2): a host-order uint64). Only ever read.
-var epollWakeValue = func() (b [8]byte) {
-	binary.NativeEndian.PutUint64(b[:], 1)
-	return b
-}()
 
 // newEpollDriver creates the epoll instance, the wake eventfd and the wait
 // timerfd, and registers both (level-triggered EPOLLIN, data epollWakeTag
@@ -545,7 +537,7 @@ func (d *epollDriver) wake() error {
 		return errEpollClosed
 	}
 	for {
-		_, err := unix.Write(d.wakeFd, epollWakeValue[:])
+		_, err := unix.Write(d.wakeFd, eventfdOne[:])
 		switch err {
 		case nil, unix.EAGAIN:
 			return nil

@@ -60,9 +60,9 @@ var hiddenFeatures struct {
 	multishotLen bool // a length on multishot receives (6.17)
 }
 
-// eventfdOne is the 8-byte value wake writes: a counter increment of 1 in
-// the machine's byte order, as eventfd(2) requires. It is never written
-// after init, so concurrent wake calls may share it.
+// eventfdOne is the 8-byte value both drivers' wake writes: a counter
+// increment of 1 in the machine's byte order, as eventfd(2) requires. It
+// is never written after init, so concurrent wake calls may share it.
 var eventfdOne = func() (b [8]byte) {
 	binary.NativeEndian.PutUint64(b[:], 1)
 	return b
@@ -827,14 +827,6 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	sink.complete(ud, res, flags, nil)
 }
 
-// op returns the live op ud names in the loop's table, or nil.
-func (d *uringDriver) op(ud uint64) *op {
-	if d.cfg.ops == nil {
-		return nil
-	}
-	return d.cfg.ops.lookup(ud)
-}
-
 // deliverBundle passes a provided-buffer completion that may carry several
 // buffers (IORING_RECVSEND_BUNDLE): the bytes as one Data when the buffers
 // lie together, else one completion per buffer, in order, all but the last
@@ -918,9 +910,7 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 	switch internalID(uint32(c.UserData)) {
 	case internalWake:
 		d.wakeArmed = false
-		if d.wakeDone(c.Res) {
-			res.woken = true
-		}
+		res.woken = c.Res >= 0 // else canceled (rebuild, close)
 		// Re-armed before poll returns (see poll), so a wake written
 		// from now on completes the next READ at once: the counter is
 		// sticky.
@@ -929,12 +919,6 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 	case internalProbe:
 		// A probe's completions are reaped by the probe; nothing to do.
 	}
-}
-
-// wakeDone interprets the result of the armed wake op and reports whether
-// a wakeup was consumed.
-func (d *uringDriver) wakeDone(res int32) bool {
-	return res >= 0 // else canceled (rebuild, close)
 }
 
 // wake implements driver: it adds 1 to the eventfd counter, which completes

@@ -149,9 +149,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 			if tag == tagInternal {
 				if internalID(uint32(c.UserData)) == internalWake && wakeOut {
 					wakeOut = false
-					if d.wakeDone(c.Res) {
-						d.pendingWoken = true
-					}
+					d.pendingWoken = c.Res >= 0 // else canceled
 				}
 				continue
 			}
@@ -223,12 +221,11 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	for _, m := range lost {
 		ud := m.o.userData()
 		delete(d.connWait, ud)
-		res, flags := givenUpResult(m.o)
 		var extra uint64
 		if m.o.tag.providedRecv() {
 			extra, brBytes = brBytes, 0
 		}
-		sink.abandon(ud, res, flags, extra)
+		sink.abandon(ud, rebuildLostRes, 0, extra)
 	}
 	if len(lost) > 0 {
 		d.cfg.logger.Error("io_uring rebuild: ops given up without a final completion; their memory is quarantined",

@@ -59,7 +59,7 @@ func (l *Loop) Tid() int { return int(l.tid.Load()) }
 func (g *Group) SetChooserCounter(v uint64) { g.chooser.idx.Store(v) }
 
 // ChooserUsesMask reports whether Next uses the power-of-two mask.
-func (g *Group) ChooserUsesMask() bool { return g.chooser.powerOfTwo() }
+func (g *Group) ChooserUsesMask() bool { return g.chooser.mask != 0 || g.chooser.n == 1 }
 
 // UringUnusable exposes the fallback classification.
 func UringUnusable(err error) bool { return uringUnusable(err) }

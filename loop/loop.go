@@ -344,19 +344,6 @@ func (l *Loop) deadline(d time.Duration) int64 {
 	return now + int64(d)
 }
 
-// SetIORatio sets the percentage of loop time given to I/O (1..100); it
-// takes effect from the next turn. Safe for concurrent use.
-func (l *Loop) SetIORatio(r int) error {
-	if err := checkIORatio(r); err != nil {
-		return err
-	}
-	l.ioRatio.Store(int32(r))
-	return nil
-}
-
-// IORatio returns the loop's current ioRatio. Safe for concurrent use.
-func (l *Loop) IORatio() int { return int(l.ioRatio.Load()) }
-
 // RebuildRing asks the loop to replace its ring (or epoll instance) and
 // migrate every live op to the new one, as the stalled-ring detector does.
 // The work always runs on the loop goroutine, as a task queued by this call,

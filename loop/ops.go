@@ -310,5 +310,3 @@ func (l *Loop) deliverCompletion(c Completer) {
 	}()
 	c.Complete(&l.cpl)
 }
-
-func isEINTR(err error) bool { return errors.Is(err, unix.EINTR) }
