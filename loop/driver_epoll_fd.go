@@ -29,18 +29,13 @@ func (d *epollDriver) internalFd(fd int) bool {
 // directions, and makes it non-blocking (io_uring needs neither, so the
 // fds the loop is given may be blocking).
 //
-// An fd is normally registered once, and loop.Close (closeFd) forgets it.
-// But an fd closed with close(2) behind the loop's back leaves its entry
-// marked registered while epoll itself dropped the file, and a new file
-// that gets the same number would never be added: its ops would wait
-// forever. So when an op arrives for a registered fd on which no op waits
-// (the only time such a close can have happened without breaking the op
-// contract), register asks the kernel again with EPOLL_CTL_ADD: EEXIST
-// means the same file is still registered; success means a new file took
-// the number, now registered and made non-blocking like any other. An fd
-// with waiters, the hot path (a connection's armed receive or accept),
-// costs nothing extra; an op on an otherwise idle fd costs one
-// epoll_ctl(2).
+// An fd closed with close(2) behind the loop's back leaves its entry
+// marked registered while epoll dropped the file, and a new file under
+// the same number would never be added. So an op for a registered fd on
+// which no op waits (the only time such a close can have happened within
+// the op contract) asks again with EPOLL_CTL_ADD: EEXIST means the same
+// file; success means a new one, now registered and made non-blocking. An
+// fd with waiters, the hot path, costs nothing extra.
 func (d *epollDriver) register(fd int) error {
 	if fd < 0 || d.internalFd(fd) {
 		return unix.EBADF

@@ -659,34 +659,19 @@ var (
 )
 
 // poll implements driver. It flushes the SQ and waits in one
-// io_uring_enter: with IORING_ENTER_EXT_ARG for timeout > 0, without a bound for timeout < 0,
-// and not at all for timeout == 0, in which case the enter carries GETEVENTS
-// whenever the kernel flags deferred task work (TASKRUN_FLAG), which is what
-// makes DEFER_TASKRUN post completions. Then it reaps: internal completions
-// (the eventfd read, which is re-armed before poll returns, and cancels) are
-// handled here; the others go to sink, at most max of them (max <= 0: no
-// limit); what is left stays in the CQ for the next poll.
+// io_uring_enter (EXT_ARG for timeout > 0, unbounded for timeout < 0, no
+// wait for timeout 0, where the enter still carries GETEVENTS when the
+// kernel flags deferred task work: that is what makes DEFER_TASKRUN post
+// completions), or on the netpoller for a shared-thread loop. Then it reaps:
+// internal completions are handled here, at most max others go to sink
+// (max <= 0: no limit), and the rest stay in the CQ for the next poll.
 //
-// Results worth knowing:
-//   - -ETIME from the wait is a timeout: timedOut, not an error. A poll
-//     with timeout 0 that finds nothing also reports timedOut: it ran its
-//     full (zero) length.
-//   - EINTR never surfaces: the ring retries with the time left.
-//   - A provided-buffer receive passes the bytes to sink, then its buffer
-//     goes straight back to the buffer ring.
-//   - -ENOBUFS on a multishot receive (the buffer ring ran dry) ends that
-//     receive (no F_MORE) and is delivered like any final completion: the
-//     conn layer re-arms it once it has consumed what it holds.
-//   - CQ overflow: with IORING_FEAT_NODROP (5.5) the kernel parks surplus
-//     CQEs and PeekBatch flushes them when the CQ runs empty, so none is
-//     lost; the kernel's dropped-CQE counter is checked on every poll and
-//     any increase (only possible without NODROP or under kernel memory
-//     pressure) is counted and logged as an error.
-//   - Other enter errors (EBUSY, EAGAIN: kernel short of resources) are
-//     returned after reaping what is there, so the loop can count
-//     persistent ones as a stall signal.
-//
-// The path allocates nothing.
+// -ETIME from the wait, and a poll(0) that finds nothing, report timedOut;
+// EINTR reports interrupted. Other enter errors (EBUSY, EAGAIN) are
+// returned after reaping, so the loop counts persistent ones as a stall.
+// Surplus CQEs the kernel parked on its overflow list (NODROP) are moved
+// in by PeekBatch; an increase of its dropped-CQE counter is counted and
+// logged as an error. The path allocates nothing.
 func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) (pollResult, error) {
 	var res pollResult
 	if d.stall.Load() > 0 && d.stall.Add(-1) >= 0 {

@@ -149,14 +149,10 @@ func (l *Loop) Features() Features {
 	return f
 }
 
-// InLoop reports whether the caller runs on this loop's goroutine.
-//
-// Go has no goroutine identity, but a loop goroutine is locked to its OS
-// thread for life and no other goroutine ever runs on a locked thread, so
-// the thread id identifies it: InLoop compares gettid(2) with the id the
-// loop recorded when it started (one system call, tens of nanoseconds).
-// Callbacks that already know they run on the loop need not ask. Safe for
-// concurrent use.
+// InLoop reports whether the caller runs on this loop's goroutine. Go has
+// no goroutine identity, but a locked loop goroutine is the only one that
+// ever runs on its OS thread, so InLoop compares gettid(2) with the id the
+// loop recorded when it started. Safe for concurrent use.
 func (l *Loop) InLoop() bool {
 	if l.cfg.sharedThread {
 		return l.onThreadPinned()
@@ -180,16 +176,14 @@ func (l *Loop) onThreadPinned() bool {
 }
 
 // HandOffNextWait makes the loop's next wait give its thread's P back to
-// the Go scheduler before it sleeps. Code running on the loop calls it after
-// making a goroutine runnable (a channel send to a waiting reader, a closed
-// channel, a completed future with a waiter): that goroutine is queued on
-// the loop's P, and with a locked thread waiting in the kernel, when every P is held
-// by a waiting loop, it would run only once the runtime's monitor retakes a
-// P, 20 µs to 10 ms later. Handing the P off costs a thread wakeup, so the
-// loop does it only when asked, for one wait. A shared-thread loop always
-// leaves the P free and ignores it. It costs one atomic store
-// and checks no thread: called off the loop it asks the same of the loop's
-// next wait, which is harmless. Safe for concurrent use.
+// the Go scheduler before it sleeps. Code running on the loop calls it
+// after making a goroutine runnable (a channel send, a completed future
+// with a waiter): on a locked thread that goroutine would otherwise wait
+// for a P until sysmon retakes one (docs/loop.md, "Waiting"). Handing the
+// P off costs a thread wakeup, so the loop does it only when asked, for one
+// wait; a shared-thread loop always leaves the P free and ignores it.
+// Safe for concurrent use (called off the loop it applies to the loop's
+// next wait, which is harmless).
 func (l *Loop) HandOffNextWait() { l.handOff.Store(true) }
 
 // running maps the OS thread id of every running loop to its Loop.
@@ -504,16 +498,11 @@ func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
 // has locked its thread and started the backend, so a start failure is
 // reported to that caller.
 //
-// A failed start is final, unlike Netty's, which puts the state back to
-// NotStarted so a later execute tries again. Here a retry would run on a
-// half-set-up backend: the io_uring ring was enabled by (and, with
-// SINGLE_ISSUER, bound to) the thread that failed, which exits with its
-// goroutine, and the registered ring fd and buffer ring may be in place. So
-// the loop terminates instead: the caller that started it gets an error
-// wrapping ErrRejected and the cause (errno kept), the tasks accepted until
-// then, including that caller's, run on the loop goroutine as it terminates
-// (as on any termination: accepted tasks are never dropped), its backend is
-// closed, Done is closed, and later submissions return ErrRejected.
+// A failed start is final (Netty's is not): the ring was enabled by, and
+// with SINGLE_ISSUER bound to, the thread that failed, so a retry would run
+// on a half-set-up backend. The loop terminates instead: the caller gets an
+// error wrapping ErrRejected and the cause, the tasks accepted until then
+// run as it terminates, and later submissions return ErrRejected.
 func (l *Loop) ensureStarted() error {
 	if State(l.state.Load()) != StateNotStarted {
 		return nil

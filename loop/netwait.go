@@ -14,15 +14,9 @@ import (
 
 // netWaiter parks the loop goroutine on the Go runtime's netpoller until a
 // file descriptor becomes readable or a deadline passes: the uring driver's
-// registered eventfd, or the epoll driver's epoll instance.
-//
-// Why not block in io_uring_enter or epoll_wait: a goroutine blocked in a
-// system call keeps its P (the runtime's processor slot) until sysmon notices,
-// 20 µs to 10 ms later, and only then can another goroutine run on it. With
-// GOMAXPROCS=1 that is every client goroutine of the process; with more Ps it
-// is one P fewer for them. Parked on the netpoller, the loop goroutine gives
-// its P back at once, and the runtime hands it back as soon as the fd is
-// readable (docs/loop.md, "Waiting").
+// registered eventfd, or the epoll driver's epoll instance. Parked there, a
+// shared-thread loop gives its P back at once instead of holding it in a
+// system call (docs/loop.md, "Waiting").
 //
 // The waiter owns a duplicate of the fd (the same open file description, so
 // the same readiness), which it closes in close; the driver keeps its own.
