@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -255,7 +256,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		r.Close()
-		return nil, fmt.Errorf("loop: uring backend: %w", wrapSyscallErr("eventfd", err))
+		return nil, fmt.Errorf("loop: uring backend: %w", os.NewSyscallError("eventfd", err))
 	}
 	d.r = r
 	d.efd = efd
@@ -927,22 +928,9 @@ func (d *uringDriver) wake() error {
 		case unix.EINTR:
 			continue
 		}
-		return fmt.Errorf("loop: uring backend: %w", wrapSyscallErr("write eventfd", err))
+		return fmt.Errorf("loop: uring backend: %w", os.NewSyscallError("write eventfd", err))
 	}
 }
-
-// wrapSyscallErr names the call that failed, keeping the errno.
-func wrapSyscallErr(call string, err error) error {
-	return &syscallErr{call: call, err: err}
-}
-
-type syscallErr struct {
-	call string
-	err  error
-}
-
-func (e *syscallErr) Error() string { return e.call + ": " + e.err.Error() }
-func (e *syscallErr) Unwrap() error { return e.err }
 
 // close implements driver: it closes the ring (which unregisters the ring
 // fd and the provided-buffer ring and unmaps everything; the kernel cancels

@@ -35,7 +35,7 @@ type netWaiter struct {
 func newNetWaiter(fd int, name string, check func() bool, hooks *parkHooks) (*netWaiter, error) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, wrapSyscallErr("fcntl(F_DUPFD_CLOEXEC)", err)
+		return nil, os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", err)
 	}
 	// Non-blocking, or os.NewFile does not register the fd with the
 	// netpoller. The flag belongs to the shared file description; neither
@@ -43,7 +43,7 @@ func newNetWaiter(fd int, name string, check func() bool, hooks *parkHooks) (*ne
 	// affected otherwise.
 	if err := unix.SetNonblock(dup, true); err != nil {
 		unix.Close(dup)
-		return nil, wrapSyscallErr("fcntl(O_NONBLOCK)", err)
+		return nil, os.NewSyscallError("fcntl(O_NONBLOCK)", err)
 	}
 	f := os.NewFile(uintptr(dup), name)
 	rc, err := f.SyscallConn()
