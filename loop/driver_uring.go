@@ -552,13 +552,12 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	fd := int(o.fd)
 	switch o.tag {
 	case tagAccept:
+		// No peer address: one buffer would be shared by every completion
+		// of a multishot accept; the conn layer asks getpeername.
 		if o.multishot {
-			// One peer address buffer would be shared by every
-			// completion; the conn layer asks for it with getpeername.
 			sqe.PrepMultishotAccept(fd, nil, nil, acceptFlags)
 		} else {
-			o.x().saLen = unix.SizeofSockaddrAny
-			sqe.PrepAccept(fd, &o.x().sa, &o.x().saLen, acceptFlags)
+			sqe.PrepAccept(fd, nil, nil, acceptFlags)
 		}
 	case tagRecv:
 		sqe.PrepRecv(fd, o.buf, o.arg)

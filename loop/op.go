@@ -129,8 +129,8 @@ const (
 	markYield opMarks = 1 << iota // a provided-buffer receive the loop canceled to rotate it (starved.go)
 )
 
-// opExt holds what only some ops hand the kernel: a sendmsg's header, an
-// accept's or a connect's address. Most records only ever receive and
+// opExt holds what only some ops hand the kernel: a sendmsg's header, a
+// connect's or a datagram's address. Most records only ever receive and
 // send a buffer, and a connection's receive holds its record for the
 // connection's life, so keeping these out of op makes every idle
 // connection smaller.
@@ -138,7 +138,7 @@ type opExt struct {
 	bufs  [][]byte // sendmsg buffers
 	iov   []unix.Iovec
 	msg   unix.Msghdr
-	sa    unix.RawSockaddrAny // connect target / accept peer
+	sa    unix.RawSockaddrAny // connect target
 	saLen uint32
 	// name is a datagram's destination (SendTo), nameLen its length
 	// (0: none, the connected peer).
