@@ -144,7 +144,8 @@ func TestPacketRearmRetry(t *testing.T) {
 		testutil.CheckLeaks(t)
 		g := ctGroup(t, b, 1, append([]loop.Option{testknobs.MaxOps(4).(loop.Option)}, opts...)...)
 		addr := ctGoneUDPAddr(t).String()
-		h := &hogOnRefused{packetRecorder: newPacketRecorder(false)}
+		idle, _ := testutil.SocketPair(t)
+		h := &hogOnRefused{packetRecorder: newPacketRecorder(false), fd: idle}
 		pc, err := conn.DialPacket(context.Background(), g, "udp4", addr, h)
 		if err != nil {
 			t.Fatal(err)
@@ -173,9 +174,12 @@ func TestPacketRearmRetry(t *testing.T) {
 }
 
 // hogOnRefused records errors and, at the first ECONNREFUSED, fills the
-// loop's op table with timeouts until release cancels them.
+// loop's op table with receives on an idle socket (fd, which the test
+// sets) until release cancels them.
 type hogOnRefused struct {
 	*packetRecorder
+	fd      int
+	buf     [1]byte
 	mu      sync.Mutex
 	hogs    []loop.OpID
 	hogged  bool
@@ -199,7 +203,7 @@ func (h *hogOnRefused) OnPacketError(pc *conn.PacketConn, err error) {
 	}
 	h.hogged = true
 	for {
-		id, err := pc.Loop().Timeout(time.Minute, nopCompleter{})
+		id, err := pc.Loop().Recv(h.fd, h.buf[:], 0, nopCompleter{})
 		if err != nil {
 			return
 		}

@@ -31,6 +31,3 @@ func (c *chooser) next() int {
 	}
 	return int(i % c.n)
 }
-
-// powerOfTwo reports whether next uses the mask.
-func (c *chooser) powerOfTwo() bool { return c.n&(c.n-1) == 0 }

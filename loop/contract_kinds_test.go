@@ -28,10 +28,7 @@ func epollKind() driverKind {
 		handle:        func(d driver) int { return d.(*epollDriver).epfd },
 		idle: func(d driver) string {
 			e := d.(*epollDriver)
-			switch {
-			case len(e.timers.h) != 0:
-				return fmt.Sprintf("%d timers", len(e.timers.h))
-			case e.pool.mem != nil && len(e.pool.free) != e.pool.count:
+			if e.pool.mem != nil && len(e.pool.free) != e.pool.count {
 				return fmt.Sprintf("%d of %d receive buffers", e.pool.count-len(e.pool.free), e.pool.count)
 			}
 			return ""

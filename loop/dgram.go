@@ -12,9 +12,8 @@ import (
 // starts with the header and source address a multishot RECVMSG lays out
 // (ring.ParseRecvmsgOut), so a datagram is whole when it fits in the
 // buffer's size less dgramHead bytes (MaxDatagram); a longer one arrives
-// truncated, with MSG_TRUNC, never as if it were whole. The epoll backend,
-// and io_uring where a multishot RECVMSG cannot be had, read with
-// recvmmsg(2) into the same layout.
+// truncated, with MSG_TRUNC, never as if it were whole. The epoll backend
+// reads with recvmmsg(2) into the same layout.
 
 const (
 	// dgramNameLen is the room reserved for a datagram's source address:

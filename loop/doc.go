@@ -16,11 +16,11 @@
 // # Affinity
 //
 // Every exported method says whether it is "Safe for concurrent use" or
-// "Must be called on the loop goroutine". Execute*, LazyExecute,
-// ExecuteAfterTurn, Schedule*, RebuildRing, Stats and the shutdown methods
-// may be called from anywhere. The op API (Accept, Recv, RecvProvided,
-// RecvProvidedOnce, Send, Sendmsg, Connect, Close, Shutdown, Poll,
-// Timeout, Nop, Cancel) is loop-only: call it from a task or a callback. [Loop.InLoop]
+// "Must be called on the loop goroutine". Execute*, ExecuteAfterTurn,
+// Schedule*, RebuildRing, Stats and the shutdown methods may be called
+// from anywhere. The op API (Accept, Recv, RecvProvided, RecvProvidedOnce,
+// RecvmsgProvided, Send, Sendmsg, SendTo, Connect, Close, Shutdown,
+// Cancel) is loop-only: call it from a task or a callback. [Loop.InLoop]
 // tells code where it runs (it compares gettid(2) with the loop thread's
 // id); builds with the uringdebug tag check loop-only calls this way and
 // panic on stale completions.
@@ -48,8 +48,8 @@
 //
 // # Backends
 //
-// [BackendAuto] (the default) uses io_uring from Linux 6.1, where it
-// measured ahead of epoll, and falls back to epoll, with one log line
+// [BackendAuto] (the default) uses io_uring from Linux 6.1, where it is
+// ahead of epoll (docs/kernel-support.md), and falls back to epoll, with one log line
 // naming the reason, on older kernels and where io_uring is unusable
 // (ENOSYS, EPERM, ENOMEM); [BackendUring] returns that error instead, one
 // that names the kernel and what it lacks on a kernel before 6.1.

@@ -16,17 +16,14 @@ type driver interface {
 	// backend names the implementation.
 	backend() Backend
 
-	// start runs once on the loop goroutine, after it locked its OS
-	// thread and before the first turn: the uring driver enables its ring
-	// there (the enabling thread becomes the single issuer) and arms the
-	// eventfd read.
+	// start runs once on the loop goroutine before the first turn: the
+	// uring driver enables its ring there (that thread becomes the single
+	// issuer) and arms the eventfd read.
 	start() error
 
-	// submit hands a prepared op (state opQueued, every field the op
-	// needs already set in the record) to the backend. The uring driver
-	// writes the SQE (flushing the SQ when it is full); the epoll driver
-	// registers a waiter and may perform the syscall at once. A non-nil
-	// error means the op was not accepted and no completion will follow.
+	// submit hands a prepared op (opQueued, its fields set) to the
+	// backend. A non-nil error means the op was not accepted and no
+	// completion will follow.
 	submit(o *op) error
 
 	// cancel asks the backend to stop o. o's final completion still
@@ -69,9 +66,8 @@ type driver interface {
 	// features reports what the backend found in the kernel.
 	features() Features
 
-	// injectStall is a test seam: the next n polls return at once with
-	// nothing delivered and timedOut false, as a stalled ring would. The
-	// stalled-ring detector must then fire. Safe for concurrent use.
+	// injectStall (a test seam) makes the next n polls return at once
+	// with nothing, as a stalled ring would. Safe for concurrent use.
 	injectStall(n int)
 }
 
@@ -159,12 +155,4 @@ type Features struct {
 	FallbackReason string  // why auto fell back to epoll, if it did
 	SharedThread   bool    // the loop runs as a shared-thread goroutine (WithSharedThread)
 	Kernel         string  // the kernel profile in use (RINGLOOP=kernel=), "" for the running kernel
-}
-
-// profileSuffix names a kernel profile in an error, if there is one.
-func profileSuffix(k ring.Kernel) string {
-	if k.IsZero() {
-		return ""
-	}
-	return " (kernel profile " + k.String() + ")"
 }

@@ -3,7 +3,6 @@
 package loop
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -24,11 +23,10 @@ import (
 // completion flags (ring.CQEFMore for multishot ops) and provided-buffer
 // receives whose bytes are valid only during the Completer call.
 //
-// Per fd, waiting ops sit in three FIFO lists kept in a slice indexed by fd:
+// Per fd, waiting ops sit in two FIFO lists kept in a table indexed by fd:
 //
-//	read   accept, recv, recv-provided
-//	write  send, sendmsg, send-zc, connect (after EINPROGRESS)
-//	poll   poll (notified of every readiness event, any mask)
+//	read   accept, recv, recv-provided, recvmsg-provided
+//	write  send, sendmsg, connect (after EINPROGRESS)
 //
 // The links live in a side array indexed by op slot (epollOp), so waiting
 // costs no allocation. Edge-triggered readiness is reported once per change,
@@ -72,7 +70,6 @@ type epollDriver struct {
 	ready     epollQueue        // completions waiting for poll
 	pool      epollBufPool      // receive buffers for recv-provided
 	dgrams    dgramReader       // recvmmsg(2) batches of datagram receives
-	timers    epollTimerHeap    // op timeouts
 	retry     []int32           // fds to serve again next poll
 	retry2    []int32           // spare backing array for retry
 	epoch     time.Time         // origin of the driver's monotonic clock
@@ -86,8 +83,7 @@ type epollDriver struct {
 type epollOp struct {
 	gen        uint32 // the op's gen when submitted: guards a reused slot
 	next, prev uint32 // links in the fd's list, noSlot at the ends
-	heap       int32  // index in the timer heap, -1 when not there
-	where      uint8  // epIdle, epRead, epWrite, epPoll or epTimer
+	where      uint8  // epIdle, epRead or epWrite
 }
 
 // Where an op waits. epIdle: not waiting, either never submitted or its
@@ -96,8 +92,6 @@ const (
 	epIdle uint8 = iota
 	epRead
 	epWrite
-	epPoll
-	epTimer
 )
 
 // epollWaitList is a FIFO of op slots linked through epollOp.next/prev.
@@ -105,7 +99,7 @@ type epollWaitList struct{ head, tail uint32 }
 
 // epollFd is the driver's state for one fd.
 type epollFd struct {
-	lists      [3]epollWaitList // indexed by where-1: read, write, poll
+	lists      [2]epollWaitList // indexed by where-1: read, write
 	registered bool             // added to the epoll instance
 	retry      bool             // on the retry list
 }
@@ -140,13 +134,6 @@ const (
 
 // errEpollClosed is returned by an epoll driver used after close.
 var errEpollClosed = errors.New("loop: epoll driver closed")
-
-// epollWakeValue is the 8-byte counter increment wake writes to the
-// eventfd (eventfd(2): a host-order uint64). Only ever read.
-var epollWakeValue = func() (b [8]byte) {
-	binary.NativeEndian.PutUint64(b[:], 1)
-	return b
-}()
 
 // newEpollDriver creates the epoll instance, the wake eventfd and the wait
 // timerfd, and registers both (level-triggered EPOLLIN, data epollWakeTag
@@ -305,17 +292,17 @@ func (d *epollDriver) takeStall() bool {
 func (d *epollDriver) now() int64 { return int64(time.Since(d.epoch)) }
 
 // track prepares o's side entry.
-func (d *epollDriver) track(o *op) (*epollOp, error) {
+func (d *epollDriver) track(o *op) error {
 	d.side.grow(o.slot)
 	e := d.side.at(o.slot)
 	if e.gen == o.gen && e.where != epIdle {
-		return nil, fmt.Errorf("loop: epoll: %v op in slot %d submitted twice", o.tag, o.slot)
+		return fmt.Errorf("loop: epoll: %v op in slot %d submitted twice", o.tag, o.slot)
 	}
-	*e = epollOp{gen: o.gen, next: noSlot, prev: noSlot, heap: -1}
-	return e, nil
+	*e = epollOp{gen: o.gen, next: noSlot, prev: noSlot}
+	return nil
 }
 
-// submit starts o. An op that can finish at once (nop, close, shutdown, a
+// submit starts o. An op that can finish at once (close, shutdown, a
 // recv with data waiting, …) gets its completion queued for the next poll.
 func (d *epollDriver) submit(o *op) error {
 	if d.closed {
@@ -323,12 +310,11 @@ func (d *epollDriver) submit(o *op) error {
 	}
 	switch o.tag {
 	case tagAccept, tagRecv, tagRecvBuf, tagRecvmsgBuf, tagSend, tagSendmsg,
-		tagConnect, tagClose, tagShutdown, tagPoll, tagTimeout, tagNop:
+		tagConnect, tagClose, tagShutdown, tagNop:
 	default:
 		return fmt.Errorf("loop: epoll: cannot submit a %v op", o.tag)
 	}
-	e, err := d.track(o)
-	if err != nil {
+	if err := d.track(o); err != nil {
 		return err
 	}
 	o.state = opInFlight // as on io_uring: the backend owns it now
@@ -338,9 +324,6 @@ func (d *epollDriver) submit(o *op) error {
 	switch o.tag {
 	case tagNop:
 		d.final(o, 0)
-	case tagTimeout:
-		e.where = epTimer
-		d.timers.push(d.now()+epollTimeoutNanos(o.x().ts), o.slot, &d.side)
 	case tagClose:
 		d.closeFd(o)
 	case tagShutdown:
@@ -351,8 +334,6 @@ func (d *epollDriver) submit(o *op) error {
 		d.wait(o, epWrite)
 	case tagConnect:
 		d.connect(o)
-	case tagPoll:
-		d.pollAdd(o)
 	}
 	return nil
 }
@@ -368,7 +349,7 @@ func (d *epollDriver) cancel(o *op) error {
 	return nil
 }
 
-// withdraw takes o off its list or the timer heap and queues -ECANCELED.
+// withdraw takes o off its list and queues -ECANCELED.
 func (d *epollDriver) withdraw(o *op) bool {
 	if int(o.slot) >= d.side.len() {
 		return false
@@ -377,15 +358,10 @@ func (d *epollDriver) withdraw(o *op) bool {
 	if e.gen != o.gen {
 		return false
 	}
-	switch e.where {
-	case epRead, epWrite, epPoll:
-		d.unlist(d.fds.at(int(o.fd)), o.slot)
-	case epTimer:
-		d.timers.remove(int(e.heap), &d.side)
-		e.where = epIdle
-	default:
+	if e.where == epIdle {
 		return false
 	}
+	d.unlist(d.fds.at(int(o.fd)), o.slot)
 	d.final(o, -int32(unix.ECANCELED))
 	return true
 }
@@ -402,9 +378,9 @@ func (d *epollDriver) more(o *op, res int32, flags uint32, buf int32) {
 }
 
 // poll delivers queued completions, waits for readiness (not at all when
-// something is already queued or due for a retry, never past the earliest
-// op timeout), performs the system calls of the ops whose fds became ready,
-// expires op timeouts and delivers at most max completions in all.
+// something is already queued or due for a retry), performs the system
+// calls of the ops whose fds became ready and delivers at most max
+// completions in all.
 func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) (pollResult, error) {
 	var r pollResult
 	if d.takeStall() {
@@ -434,7 +410,7 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	}
 	d.runRetries()
 	for round := 0; ; round++ {
-		n, err := d.waitEvents(d.capWait(wait))
+		n, err := d.waitEvents(wait)
 		if err != nil {
 			if err != unix.EINTR {
 				return r, os.NewSyscallError("epoll_wait", err)
@@ -456,7 +432,6 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 				d.onEvent(int(ev.Fd), ev.Events)
 			}
 		}
-		d.expireTimers()
 		if fdEvents == 0 || r.woken || r.interrupted || d.ready.n > 0 || len(d.retry) > 0 || wait == 0 {
 			// With no fd event, no wakeup and no signal, the wait (or
 			// the timerfd) ran its length.
@@ -512,18 +487,6 @@ func (d *epollDriver) drainTimer() {
 	}
 }
 
-// capWait shortens a wait so it ends by the earliest op timeout.
-func (d *epollDriver) capWait(wait time.Duration) time.Duration {
-	if len(d.timers.h) == 0 || wait == 0 {
-		return wait
-	}
-	due := max(time.Duration(d.timers.h[0].when-d.now()), 0)
-	if wait < 0 || due < wait {
-		return due
-	}
-	return wait
-}
-
 // epollWaitMillis converts a wait to epoll_wait's milliseconds, rounding up so a
 // timer is never reported early; negative means no limit.
 func epollWaitMillis(wait time.Duration) int {
@@ -565,31 +528,6 @@ func (d *epollDriver) drainWake() {
 	}
 }
 
-// expireTimers completes every op timeout that is due with -ETIME.
-func (d *epollDriver) expireTimers() {
-	if len(d.timers.h) == 0 {
-		return
-	}
-	now := d.now()
-	for len(d.timers.h) > 0 && d.timers.h[0].when <= now {
-		slot := d.timers.h[0].slot
-		d.timers.remove(0, &d.side)
-		d.final(d.cfg.ops.at(slot), -int32(unix.ETIME))
-	}
-}
-
-// epollTimeoutNanos converts a relative timeout to nanoseconds, saturating;
-// a negative one is due at once.
-func epollTimeoutNanos(ts ring.Timespec) int64 {
-	if ts.Sec < 0 || ts.Sec == 0 && ts.Nsec <= 0 {
-		return 0
-	}
-	if ts.Sec >= math.MaxInt64/int64(time.Second)-1 {
-		return math.MaxInt64 / 2
-	}
-	return ts.Sec*int64(time.Second) + ts.Nsec
-}
-
 // wake makes the current or next poll return. A full counter (EAGAIN)
 // means a wakeup is already pending. Safe for concurrent use.
 func (d *epollDriver) wake() error {
@@ -599,7 +537,7 @@ func (d *epollDriver) wake() error {
 		return errEpollClosed
 	}
 	for {
-		_, err := unix.Write(d.wakeFd, epollWakeValue[:])
+		_, err := unix.Write(d.wakeFd, eventfdOne[:])
 		switch err {
 		case nil, unix.EAGAIN:
 			return nil
@@ -612,8 +550,8 @@ func (d *epollDriver) wake() error {
 
 // rebuild is Netty's selector rebuild: a new epoll instance gets the
 // eventfd and every fd that has waiters, with the same interest; the old
-// one is closed. Nothing of an op lives in the kernel, so every waiter and
-// timer simply stays. Readiness the old instance reported but nobody
+// one is closed. Nothing of an op lives in the kernel, so every waiter
+// simply stays. Readiness the old instance reported but nobody
 // consumed would be lost, so every waiter is tried once more; the results
 // are queued for the next poll (sink is not used). An fd that cannot be
 // registered again (closed behind the loop's back) fails its waiters with
@@ -660,12 +598,10 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	if err := unix.Close(old); err != nil {
 		d.cfg.logger.Warn("failed to close the old epoll instance", "loop", d.cfg.name, "err", err)
 	}
-	migrated += len(d.timers.h)
 	for fd := range d.fds.len() {
 		if d.fds.at(fd).registered {
 			d.runWrite(fd)
 			d.runRead(fd)
-			d.recheckPoll(fd)
 		}
 	}
 	return migrated, nil
@@ -701,7 +637,7 @@ func (d *epollDriver) close() error {
 		}
 	}
 	d.pool.release()
-	d.fds, d.side, d.timers.h = fdTable{}, sideTable{}, nil
+	d.fds, d.side = fdTable{}, sideTable{}
 	return first
 }
 

@@ -29,18 +29,13 @@ func (d *epollDriver) internalFd(fd int) bool {
 // directions, and makes it non-blocking (io_uring needs neither, so the
 // fds the loop is given may be blocking).
 //
-// An fd is normally registered once, and loop.Close (closeFd) forgets it.
-// But an fd closed with close(2) behind the loop's back leaves its entry
-// marked registered while epoll itself dropped the file, and a new file
-// that gets the same number would never be added: its ops would wait
-// forever. So when an op arrives for a registered fd on which no op waits
-// (the only time such a close can have happened without breaking the op
-// contract), register asks the kernel again with EPOLL_CTL_ADD: EEXIST
-// means the same file is still registered; success means a new file took
-// the number, now registered and made non-blocking like any other. An fd
-// with waiters, the hot path (a connection's armed receive or accept),
-// costs nothing extra; an op on an otherwise idle fd costs one
-// epoll_ctl(2).
+// An fd closed with close(2) behind the loop's back leaves its entry
+// marked registered while epoll dropped the file, and a new file under
+// the same number would never be added. So an op for a registered fd on
+// which no op waits (the only time such a close can have happened within
+// the op contract) asks again with EPOLL_CTL_ADD: EEXIST means the same
+// file; success means a new one, now registered and made non-blocking. An
+// fd with waiters, the hot path, costs nothing extra.
 func (d *epollDriver) register(fd int) error {
 	if fd < 0 || d.internalFd(fd) {
 		return unix.EBADF
@@ -188,7 +183,7 @@ func (d *epollDriver) runRetries() {
 }
 
 // onEvent serves fd after epoll reported events on it: the write side
-// first (it may free memory, as in Netty), then the read side, then pollers.
+// first (it may free memory, as in Netty), then the read side.
 func (d *epollDriver) onEvent(fd int, events uint32) {
 	if fd < 0 || fd >= d.fds.len() || !d.fds.at(fd).registered {
 		return
@@ -200,9 +195,6 @@ func (d *epollDriver) onEvent(fd int, events uint32) {
 		d.edge = events
 		d.runRead(fd)
 		d.edge = 0
-	}
-	if d.fds.at(fd).lists[epPoll-1].head != noSlot {
-		d.notifyPoll(fd, events)
 	}
 }
 
@@ -437,8 +429,7 @@ func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 const epollSendFlags = unix.MSG_NOSIGNAL | unix.MSG_DONTWAIT
 
 // trySend makes one send(2): its byte count, short or not, is the op's
-// result, as on io_uring. A zero-copy send is a plain send here; final adds
-// its notification.
+// result, as on io_uring.
 func (d *epollDriver) trySend(fd int, o *op) epStep {
 	for {
 		buf := o.buf
@@ -539,58 +530,6 @@ func (d *epollDriver) pollNow(fd int, mask uint32) uint32 {
 			return 0
 		}
 		return uint32(uint16(d.pfd[0].Revents))
-	}
-}
-
-// pollAdd starts a poll op. The fd's readiness is checked at once (as
-// io_uring does on submission); a multishot poll then waits for every
-// later event matching its mask.
-func (d *epollDriver) pollAdd(o *op) {
-	fd := int(o.fd)
-	if err := d.register(fd); err != nil {
-		d.final(o, epollRes(err))
-		return
-	}
-	if rev := d.pollNow(fd, o.arg); rev != 0 {
-		if !o.multishot {
-			d.final(o, int32(rev))
-			return
-		}
-		d.more(o, int32(rev), 0, -1)
-	}
-	d.enlist(fd, epPoll, o.slot)
-}
-
-// notifyPoll reports events to fd's pollers whose mask they match.
-func (d *epollDriver) notifyPoll(fd int, events uint32) {
-	for s := d.fds.at(fd).lists[epPoll-1].head; s != noSlot; {
-		o := d.cfg.ops.at(s)
-		next := d.side.at(s).next
-		if m := events & (o.arg | unix.POLLERR | unix.POLLHUP); m != 0 {
-			if o.multishot {
-				d.more(o, int32(m), 0, -1)
-			} else {
-				d.finish(fd, o, int32(m))
-			}
-		}
-		s = next
-	}
-}
-
-// recheckPoll asks poll(2) for the readiness of each poller of fd (after a
-// rebuild, when events may have been lost with the old instance).
-func (d *epollDriver) recheckPoll(fd int) {
-	for s := d.fds.at(fd).lists[epPoll-1].head; s != noSlot; {
-		o := d.cfg.ops.at(s)
-		next := d.side.at(s).next
-		if rev := d.pollNow(fd, o.arg); rev != 0 {
-			if o.multishot {
-				d.more(o, int32(rev), 0, -1)
-			} else {
-				d.finish(fd, o, int32(rev))
-			}
-		}
-		s = next
 	}
 }
 

@@ -6,7 +6,7 @@ import "golang.org/x/sys/unix"
 
 // The epoll driver's bookkeeping structures: the queue of completions
 // waiting for poll, the receive-buffer pool that stands in for io_uring's
-// provided-buffer ring, and the min-heap of op timeouts. All of them are
+// provided-buffer ring. Both are
 // owned by the loop goroutine and grow by doubling, so a steady state
 // allocates nothing.
 
@@ -111,83 +111,4 @@ func (p *epollBufPool) release() {
 		_ = unix.Munmap(p.mem)
 	}
 	*p = epollBufPool{}
-}
-
-// epollTimer is a heap entry: an op timeout due at when (nanoseconds on the
-// driver's monotonic clock). seq orders equal deadlines by submission.
-type epollTimer struct {
-	when int64
-	seq  uint64
-	slot uint32
-}
-
-// epollTimerHeap is a binary min-heap of op timeouts. Each op's position is kept
-// in its epollOp.heap so a cancel removes it in O(log n).
-type epollTimerHeap struct {
-	h   []epollTimer
-	seq uint64
-}
-
-func (t *epollTimerHeap) less(i, j int) bool {
-	a, b := &t.h[i], &t.h[j]
-	return a.when < b.when || a.when == b.when && a.seq < b.seq
-}
-
-func (t *epollTimerHeap) swap(i, j int, side *sideTable) {
-	t.h[i], t.h[j] = t.h[j], t.h[i]
-	side.at(t.h[i].slot).heap = int32(i)
-	side.at(t.h[j].slot).heap = int32(j)
-}
-
-func (t *epollTimerHeap) up(i int, side *sideTable) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !t.less(i, p) {
-			return
-		}
-		t.swap(i, p, side)
-		i = p
-	}
-}
-
-func (t *epollTimerHeap) down(i int, side *sideTable) {
-	n := len(t.h)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && t.less(r, l) {
-			m = r
-		}
-		if !t.less(m, i) {
-			return
-		}
-		t.swap(i, m, side)
-		i = m
-	}
-}
-
-func (t *epollTimerHeap) push(when int64, slot uint32, side *sideTable) {
-	t.seq++
-	t.h = append(t.h, epollTimer{when: when, seq: t.seq, slot: slot})
-	i := len(t.h) - 1
-	side.at(slot).heap = int32(i)
-	t.up(i, side)
-}
-
-// remove takes entry i out of the heap.
-func (t *epollTimerHeap) remove(i int, side *sideTable) {
-	last := len(t.h) - 1
-	side.at(t.h[i].slot).heap = -1
-	if i != last {
-		t.h[i] = t.h[last]
-		side.at(t.h[i].slot).heap = int32(i)
-	}
-	t.h = t.h[:last]
-	if i != last {
-		t.down(i, side)
-		t.up(i, side)
-	}
 }

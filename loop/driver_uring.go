@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,9 +61,9 @@ var hiddenFeatures struct {
 	multishotLen bool // a length on multishot receives (6.17)
 }
 
-// eventfdOne is the 8-byte value wake writes: a counter increment of 1 in
-// the machine's byte order, as eventfd(2) requires. It is never written
-// after init, so concurrent wake calls may share it.
+// eventfdOne is the 8-byte value both drivers' wake writes: a counter
+// increment of 1 in the machine's byte order, as eventfd(2) requires. It
+// is never written after init, so concurrent wake calls may share it.
 var eventfdOne = func() (b [8]byte) {
 	binary.NativeEndian.PutUint64(b[:], 1)
 	return b
@@ -120,12 +121,6 @@ type uringDriver struct {
 	// cqes receives PeekBatch copies; reaping never allocates.
 	cqes [uringCQEBatch]ring.CQE
 
-	// Timeout deadlines by slot, in nanoseconds since timeBase, so a
-	// rebuild resubmits a TIMEOUT with the time it has left rather than
-	// its full duration. Grown with the op table, never shrunk.
-	timeBase  time.Time
-	deadlines []int64
-
 	// connWait holds the connects a rebuild continued as a POLL_ADD for
 	// POLLOUT (user_data → fd): re-issuing CONNECT on a socket whose
 	// connect is under way fails with EALREADY, so the new ring waits for
@@ -173,7 +168,7 @@ type uringDriver struct {
 
 // uringFloor is the first release the uring backend runs on, and
 // uringNeeds what it takes for granted from it (kernel table names, and how
-// an error says them). Below it io_uring measured slower than epoll
+// an error says them). Below it epoll is the faster backend
 // (docs/kernel-support.md).
 var (
 	uringFloor = ring.MustKernel("6.1")
@@ -252,7 +247,6 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		cfg:            cfg,
 		entries:        entries,
 		efd:            -1,
-		timeBase:       time.Now(),
 		rebuildTimeout: uringRebuildTimeout,
 	}
 	r, err := d.newRing(true)
@@ -262,7 +256,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		r.Close()
-		return nil, fmt.Errorf("loop: uring backend: %w", wrapSyscallErr("eventfd", err))
+		return nil, fmt.Errorf("loop: uring backend: %w", os.NewSyscallError("eventfd", err))
 	}
 	d.r = r
 	d.efd = efd
@@ -536,7 +530,7 @@ func (d *uringDriver) submit(o *op) error {
 func (d *uringDriver) check(o *op) error {
 	switch o.tag {
 	case tagAccept, tagRecv, tagSend, tagSendmsg, tagConnect, tagClose,
-		tagShutdown, tagPoll, tagTimeout, tagNop:
+		tagShutdown, tagNop:
 		return nil
 	case tagRecvBuf:
 		if d.br == nil {
@@ -558,13 +552,12 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	fd := int(o.fd)
 	switch o.tag {
 	case tagAccept:
+		// No peer address: one buffer would be shared by every completion
+		// of a multishot accept; the conn layer asks getpeername.
 		if o.multishot {
-			// One peer address buffer would be shared by every
-			// completion; the conn layer asks for it with getpeername.
 			sqe.PrepMultishotAccept(fd, nil, nil, acceptFlags)
 		} else {
-			o.x().saLen = unix.SizeofSockaddrAny
-			sqe.PrepAccept(fd, &o.x().sa, &o.x().saLen, acceptFlags)
+			sqe.PrepAccept(fd, nil, nil, acceptFlags)
 		}
 	case tagRecv:
 		sqe.PrepRecv(fd, o.buf, o.arg)
@@ -608,15 +601,6 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		sqe.PrepClose(fd)
 	case tagShutdown:
 		sqe.PrepShutdown(fd, int(o.arg))
-	case tagPoll:
-		if o.multishot {
-			sqe.PrepPollMultishot(fd, o.arg)
-		} else {
-			sqe.PrepPollAdd(fd, o.arg)
-		}
-	case tagTimeout:
-		d.setDeadline(o.slot, int64(time.Since(d.timeBase))+timespecNanos(o.x().ts))
-		sqe.PrepTimeout(&o.x().ts, 0, 0)
 	case tagNop:
 		sqe.PrepNop()
 	}
@@ -647,22 +631,6 @@ func buildMsg(o *op) {
 	}
 }
 
-// timespecNanos converts a relative kernel timespec to nanoseconds.
-func timespecNanos(ts ring.Timespec) int64 {
-	if ts.Sec >= math.MaxInt64/int64(time.Second) {
-		return math.MaxInt64 / 2
-	}
-	return ts.Sec*int64(time.Second) + ts.Nsec
-}
-
-// setDeadline records a timeout's deadline for rebuild.
-func (d *uringDriver) setDeadline(slot uint32, at int64) {
-	if int(slot) >= len(d.deadlines) {
-		d.deadlines = append(d.deadlines, make([]int64, int(slot)+opChunk-len(d.deadlines))...)
-	}
-	d.deadlines[slot] = at
-}
-
 // cancel implements driver: an ASYNC_CANCEL keyed by o's user_data. Its own
 // completion (0, -ENOENT when o already finished, -EALREADY when o is
 // running and cannot be stopped) is counted and otherwise ignored; o's
@@ -691,34 +659,19 @@ var (
 )
 
 // poll implements driver. It flushes the SQ and waits in one
-// io_uring_enter: with IORING_ENTER_EXT_ARG for timeout > 0, without a bound for timeout < 0,
-// and not at all for timeout == 0, in which case the enter carries GETEVENTS
-// whenever the kernel flags deferred task work (TASKRUN_FLAG), which is what
-// makes DEFER_TASKRUN post completions. Then it reaps: internal completions
-// (the eventfd read, which is re-armed before poll returns, and cancels) are
-// handled here; the others go to sink, at most max of them (max <= 0: no
-// limit); what is left stays in the CQ for the next poll.
+// io_uring_enter (EXT_ARG for timeout > 0, unbounded for timeout < 0, no
+// wait for timeout 0, where the enter still carries GETEVENTS when the
+// kernel flags deferred task work: that is what makes DEFER_TASKRUN post
+// completions), or on the netpoller for a shared-thread loop. Then it reaps:
+// internal completions are handled here, at most max others go to sink
+// (max <= 0: no limit), and the rest stay in the CQ for the next poll.
 //
-// Results worth knowing:
-//   - -ETIME from the wait is a timeout: timedOut, not an error. A poll
-//     with timeout 0 that finds nothing also reports timedOut: it ran its
-//     full (zero) length.
-//   - EINTR never surfaces: the ring retries with the time left.
-//   - A provided-buffer receive passes the bytes to sink, then its buffer
-//     goes straight back to the buffer ring.
-//   - -ENOBUFS on a multishot receive (the buffer ring ran dry) ends that
-//     receive (no F_MORE) and is delivered like any final completion: the
-//     conn layer re-arms it once it has consumed what it holds.
-//   - CQ overflow: with IORING_FEAT_NODROP (5.5) the kernel parks surplus
-//     CQEs and PeekBatch flushes them when the CQ runs empty, so none is
-//     lost; the kernel's dropped-CQE counter is checked on every poll and
-//     any increase (only possible without NODROP or under kernel memory
-//     pressure) is counted and logged as an error.
-//   - Other enter errors (EBUSY, EAGAIN: kernel short of resources) are
-//     returned after reaping what is there, so the loop can count
-//     persistent ones as a stall signal.
-//
-// The path allocates nothing.
+// -ETIME from the wait, and a poll(0) that finds nothing, report timedOut;
+// EINTR reports interrupted. Other enter errors (EBUSY, EAGAIN) are
+// returned after reaping, so the loop counts persistent ones as a stall.
+// Surplus CQEs the kernel parked on its overflow list (NODROP) are moved
+// in by PeekBatch; an increase of its dropped-CQE counter is counted and
+// logged as an error. The path allocates nothing.
 func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) (pollResult, error) {
 	var res pollResult
 	if d.stall.Load() > 0 && d.stall.Add(-1) >= 0 {
@@ -859,14 +812,6 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	sink.complete(ud, res, flags, nil)
 }
 
-// op returns the live op ud names in the loop's table, or nil.
-func (d *uringDriver) op(ud uint64) *op {
-	if d.cfg.ops == nil {
-		return nil
-	}
-	return d.cfg.ops.lookup(ud)
-}
-
 // deliverBundle passes a provided-buffer completion that may carry several
 // buffers (IORING_RECVSEND_BUNDLE): the bytes as one Data when the buffers
 // lie together, else one completion per buffer, in order, all but the last
@@ -950,9 +895,7 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 	switch internalID(uint32(c.UserData)) {
 	case internalWake:
 		d.wakeArmed = false
-		if d.wakeDone(c.Res) {
-			res.woken = true
-		}
+		res.woken = c.Res >= 0 // else canceled (rebuild, close)
 		// Re-armed before poll returns (see poll), so a wake written
 		// from now on completes the next READ at once: the counter is
 		// sticky.
@@ -961,12 +904,6 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 	case internalProbe:
 		// A probe's completions are reaped by the probe; nothing to do.
 	}
-}
-
-// wakeDone interprets the result of the armed wake op and reports whether
-// a wakeup was consumed.
-func (d *uringDriver) wakeDone(res int32) bool {
-	return res >= 0 // else canceled (rebuild, close)
 }
 
 // wake implements driver: it adds 1 to the eventfd counter, which completes
@@ -990,22 +927,9 @@ func (d *uringDriver) wake() error {
 		case unix.EINTR:
 			continue
 		}
-		return fmt.Errorf("loop: uring backend: %w", wrapSyscallErr("write eventfd", err))
+		return fmt.Errorf("loop: uring backend: %w", os.NewSyscallError("write eventfd", err))
 	}
 }
-
-// wrapSyscallErr names the call that failed, keeping the errno.
-func wrapSyscallErr(call string, err error) error {
-	return &syscallErr{call: call, err: err}
-}
-
-type syscallErr struct {
-	call string
-	err  error
-}
-
-func (e *syscallErr) Error() string { return e.call + ": " + e.err.Error() }
-func (e *syscallErr) Unwrap() error { return e.err }
 
 // close implements driver: it closes the ring (which unregisters the ring
 // fd and the provided-buffer ring and unmaps everything; the kernel cancels

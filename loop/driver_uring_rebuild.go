@@ -11,69 +11,43 @@ import (
 	"github.com/ringloop/ringloop/ring"
 )
 
-// Rebuild: the stalled-ring recovery (DESIGN.md §7, SEEDS.md §2).
+// Rebuild: the stalled-ring recovery (docs/loop.md, "Stall recovery"). A
+// ring that stopped making progress is replaced, and every live op moves to
+// the new one without a result being lost, delivered twice or reordered:
 //
-// A ring that stopped making progress is replaced, and every live op moves
-// to the new one without a result being lost, delivered twice or
-// reordered:
-//
-//  1. A new ring is created with the same size and setup flags, on the loop
-//     thread (so not R_DISABLED: the creating thread is its single issuer),
-//     and gets its ring fd registered and a new provided-buffer ring (same
-//     group id; buffers handed out in callbacks were all recycled already).
-//     If this fails (a new ring without the buffer ring the old one had
-//     included), the new ring is closed, rebuild returns the error and
-//     nothing has changed: the old ring stays in use with every op on it.
-//  2. The old ring's SQ is flushed, so every op submit handed over is in
-//     the kernel, then everything on it is canceled (one ASYNC_CANCEL_ANY).
+//  1. A new ring is made on the loop thread (its single issuer) with the
+//     same size and flags, its ring fd registered and its own buffer ring
+//     (same group id). If that fails nothing has changed: the old ring
+//     stays in use with every op on it.
+//  2. The old ring's SQ is flushed, then everything on it is canceled (one
+//     ASYNC_CANCEL_ANY).
 //  3. The new ring becomes current and gets the eventfd read, so whatever
-//     the callbacks run in step 4 submit (a re-armed receive, the next
-//     send of a stream) goes to it, never to the ring about to close.
-//  4. The old ring is reaped until every op of the table that was live at
-//     step 2 (and the old eventfd read) has reached its final completion,
-//     or the deadline (uringRebuildTimeout, 1 s) passes. For each
-//     completion:
-//     - a real result (data, an accepted fd, bytes sent, -ETIME, any error
-//     but the rebuild's own -ECANCELED) is
-//     delivered to the sink once, exactly as poll would deliver it, in CQ
-//     order, provided-buffer bytes included (from the old buffer ring);
-//     - a final -ECANCELED of an op the loop did not cancel itself
-//     (opInFlight) is the rebuild's doing: it is not delivered, and the op
-//     is resubmitted on the new ring with the same record, so the same
-//     slot, generation, user_data and buffers. -ECANCELED means nothing
-//     happened: a
-//     network op that moved bytes before being canceled reports the bytes
-//     instead (io_uring reports partial progress on failure), and that is
-//     a real result, delivered;
-//     - an op in opCanceling (the loop asked for the cancel, possibly from
-//     a callback run during this very reap) gets -ECANCELED delivered:
-//     that cancel was wanted;
-//     - the old eventfd read's completion ends it; if it consumed a
-//     wakeup, the next poll reports woken at once.
-//  5. Resubmission re-arms multishot ops (accept, provided-buffer recv,
-//     poll) from scratch; a TIMEOUT is resubmitted with the time left to
-//     its original deadline (never its full length again); a CONNECT is
-//     not re-issued (the socket's connect is under way and a second
-//     CONNECT would fail with EALREADY) but continued as a POLL_ADD for
-//     POLLOUT, whose completion is turned into the connect's result from
-//     SO_ERROR. Ops are resubmitted in slot order; the conn layer keeps at
-//     most one op of a kind in flight per fd, so no order between two of
-//     them is lost.
-//  6. The old ring is closed, with its provided-buffer ring.
-//  7. An op with no final completion by the deadline is given up. It is
-//     never resubmitted (that could duplicate or lose bytes), and its record
-//     and buffers are quarantined for the life of the process
-//     (quarantine.go): the kernel may still read or write them, so neither
-//     the loop nor the Completer may reuse them. A provided-buffer receive
-//     given up keeps the old buffer ring mapped. Its final completion is
-//     delivered once, with Completion.Quarantined: its outcome is unknown
-//     (a send may or may not have sent, a recv may have consumed bytes), so
-//     res is -ECANCELED without F_MORE, which the conn layer treats as fatal
-//     for its connection and answers with a reset, so the peer sees a
-//     failure, never a gap.
+//     the callbacks of step 4 submit goes to it, never to the old ring.
+//  4. The old ring is reaped until every op live at step 2 (and the old
+//     eventfd read) has its final completion, or uringRebuildTimeout
+//     passes. A real result (anything but the rebuild's own -ECANCELED:
+//     an op that moved bytes before the cancel reports them) is delivered
+//     once, in CQ order, provided-buffer bytes included. A final
+//     -ECANCELED of an op the loop did not cancel (opInFlight) is not
+//     delivered: the op is resubmitted on the new ring with the same
+//     record, so the same user_data and buffers. An op the loop was
+//     canceling (opCanceling) gets its -ECANCELED. If the old eventfd read
+//     consumed a wakeup, the next poll reports woken.
+//  5. Resubmission, in slot order, re-arms multishot ops from scratch. A
+//     CONNECT is not re-issued (a second one fails with EALREADY while the
+//     first is under way) but continued as a POLL_ADD for POLLOUT, whose
+//     completion becomes the connect's result from SO_ERROR.
+//  6. The old ring is closed, with its buffer ring.
+//  7. An op with no final completion by the deadline is given up, never
+//     resubmitted (that could duplicate or lose bytes): the kernel may
+//     still use its record and buffers, so they are quarantined for the
+//     life of the process (quarantine.go), the old buffer ring stays
+//     mapped if a provided-buffer receive was given up, and its final
+//     completion is -ECANCELED with Completion.Quarantined, which the conn
+//     layer answers with a reset.
 //
-// The number returned counts the ops resubmitted on the new ring (the
-// eventfd read not included).
+// rebuild returns the number of ops resubmitted (the eventfd read not
+// included).
 
 // rebuildLostRes is the result delivered for an op whose outcome the
 // rebuild could not learn by its deadline (see step 7 above).
@@ -175,9 +149,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 			if tag == tagInternal {
 				if internalID(uint32(c.UserData)) == internalWake && wakeOut {
 					wakeOut = false
-					if d.wakeDone(c.Res) {
-						d.pendingWoken = true
-					}
+					d.pendingWoken = c.Res >= 0 // else canceled
 				}
 				continue
 			}
@@ -249,12 +221,11 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	for _, m := range lost {
 		ud := m.o.userData()
 		delete(d.connWait, ud)
-		res, flags := givenUpResult(m.o)
 		var extra uint64
 		if m.o.tag.providedRecv() {
 			extra, brBytes = brBytes, 0
 		}
-		sink.abandon(ud, res, flags, extra)
+		sink.abandon(ud, rebuildLostRes, 0, extra)
 	}
 	if len(lost) > 0 {
 		d.cfg.logger.Error("io_uring rebuild: ops given up without a final completion; their memory is quarantined",
@@ -332,14 +303,6 @@ func (d *uringDriver) resubmit(o *op) error {
 		}
 		d.connWait[ud] = o.fd
 		return nil
-	case tagTimeout:
-		if int(o.slot) < len(d.deadlines) {
-			left := max(d.deadlines[o.slot]-int64(time.Since(d.timeBase)), 0)
-			o.x().ts = ring.Timespec{Sec: left / int64(time.Second), Nsec: left % int64(time.Second)}
-			sqe.PrepTimeout(&o.x().ts, 0, 0)
-			sqe.UserData = ud
-			return nil
-		}
 	}
 	d.prep(sqe, o)
 	return nil

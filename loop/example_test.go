@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ringloop/ringloop/loop"
 )
 
@@ -30,12 +32,20 @@ func ExampleLoop_Execute() {
 	g, _ := loop.NewGroup(loop.WithLoops(1))
 	defer g.Shutdown(context.Background())
 	l := g.Next()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	unix.Write(fds[1], []byte("hi"))
+	buf := make([]byte, 16)
 	res := make(chan int32, 1)
 	l.Execute(func() {
-		// On the loop: start a 10 ms timeout op.
-		l.Timeout(10*time.Millisecond, completion(func(c *loop.Completion) { res <- c.Res }))
+		// On the loop: receive what the peer sent.
+		l.Recv(fds[0], buf, 0, completion(func(c *loop.Completion) { res <- c.Res }))
 	})
-	fmt.Println(<-res) // -ETIME
+	fmt.Println(<-res) // 2
 }
 
 // Schedule runs a function on the loop after a delay; the timer can be

@@ -59,7 +59,7 @@ func (l *Loop) Tid() int { return int(l.tid.Load()) }
 func (g *Group) SetChooserCounter(v uint64) { g.chooser.idx.Store(v) }
 
 // ChooserUsesMask reports whether Next uses the power-of-two mask.
-func (g *Group) ChooserUsesMask() bool { return g.chooser.powerOfTwo() }
+func (g *Group) ChooserUsesMask() bool { return g.chooser.mask != 0 || g.chooser.n == 1 }
 
 // UringUnusable exposes the fallback classification.
 func UringUnusable(err error) bool { return uringUnusable(err) }
@@ -159,4 +159,21 @@ func (l *Loop) LoseCancel(id OpID) {
 	if o := l.ops.lookup(uint64(id)); o != nil && o.state == opInFlight {
 		o.state = opCanceling
 	}
+}
+
+// Nop starts an op that completes with Res 0 at the next poll: a round trip
+// through the op table and the backend. Must be called on the loop goroutine.
+func (l *Loop) Nop(c Completer) (OpID, error) {
+	o, err := l.newOp(tagNop, 0, c)
+	if err != nil {
+		return 0, err
+	}
+	return l.startOp(o)
+}
+
+// OpsInFlight returns the number of ops not yet at their final completion.
+// Must be called on the loop goroutine.
+func (l *Loop) OpsInFlight() int {
+	l.assertLoop()
+	return l.ops.inFlight
 }

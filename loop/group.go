@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -187,18 +186,6 @@ func (g *Group) Schedule(d time.Duration, f func()) (*sched.Timer, error) {
 	return g.Next().Schedule(d, f)
 }
 
-// SetIORatio sets the ioRatio of every loop (1..100). Safe for concurrent
-// use.
-func (g *Group) SetIORatio(r int) error {
-	if err := checkIORatio(r); err != nil {
-		return err
-	}
-	for _, l := range g.loops {
-		l.ioRatio.Store(int32(r))
-	}
-	return nil
-}
-
 // RebuildRings asks every loop to rebuild its ring (Loop.RebuildRing). It
 // returns the first error. Safe for concurrent use.
 func (g *Group) RebuildRings() error {
@@ -261,28 +248,6 @@ func (g *Group) Shutdown(ctx context.Context) error {
 // concurrent use.
 func (g *Group) Done() <-chan struct{} { return g.done }
 
-// IsShuttingDown reports whether a shutdown of the group began. Safe for
-// concurrent use.
-func (g *Group) IsShuttingDown() bool {
-	for _, l := range g.loops {
-		if l.State() >= StateShuttingDown {
-			return true
-		}
-	}
-	return false
-}
-
-// IsTerminated reports whether every loop has terminated. Safe for
-// concurrent use.
-func (g *Group) IsTerminated() bool {
-	select {
-	case <-g.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // Stats returns a snapshot of every loop's counters and their sum. Safe for
 // concurrent use.
 func (g *Group) Stats() GroupStats {
@@ -292,11 +257,4 @@ func (g *Group) Stats() GroupStats {
 		gs.Total.add(&gs.Loops[i])
 	}
 	return gs
-}
-
-// describe is used in messages: "ringloop-1 (4 loops, uring)".
-func (g *Group) describe() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s (%d loops, %s)", g.name, len(g.loops), g.Backend())
-	return b.String()
 }

@@ -149,14 +149,10 @@ func (l *Loop) Features() Features {
 	return f
 }
 
-// InLoop reports whether the caller runs on this loop's goroutine.
-//
-// Go has no goroutine identity, but a loop goroutine is locked to its OS
-// thread for life and no other goroutine ever runs on a locked thread, so
-// the thread id identifies it: InLoop compares gettid(2) with the id the
-// loop recorded when it started (one system call, tens of nanoseconds).
-// Callbacks that already know they run on the loop need not ask. Safe for
-// concurrent use.
+// InLoop reports whether the caller runs on this loop's goroutine. Go has
+// no goroutine identity, but a locked loop goroutine is the only one that
+// ever runs on its OS thread, so InLoop compares gettid(2) with the id the
+// loop recorded when it started. Safe for concurrent use.
 func (l *Loop) InLoop() bool {
 	if l.cfg.sharedThread {
 		return l.onThreadPinned()
@@ -180,16 +176,14 @@ func (l *Loop) onThreadPinned() bool {
 }
 
 // HandOffNextWait makes the loop's next wait give its thread's P back to
-// the Go scheduler before it sleeps. Code running on the loop calls it after
-// making a goroutine runnable (a channel send to a waiting reader, a closed
-// channel, a completed future with a waiter): that goroutine is queued on
-// the loop's P, and with a locked thread waiting in the kernel, when every P is held
-// by a waiting loop, it would run only once the runtime's monitor retakes a
-// P, 20 µs to 10 ms later. Handing the P off costs a thread wakeup, so the
-// loop does it only when asked, for one wait. A shared-thread loop always
-// leaves the P free and ignores it. It costs one atomic store
-// and checks no thread: called off the loop it asks the same of the loop's
-// next wait, which is harmless. Safe for concurrent use.
+// the Go scheduler before it sleeps. Code running on the loop calls it
+// after making a goroutine runnable (a channel send, a completed future
+// with a waiter): on a locked thread that goroutine would otherwise wait
+// for a P until sysmon retakes one (docs/loop.md, "Waiting"). Handing the
+// P off costs a thread wakeup, so the loop does it only when asked, for one
+// wait; a shared-thread loop always leaves the P free and ignores it.
+// Safe for concurrent use (called off the loop it applies to the loop's
+// next wait, which is harmless).
 func (l *Loop) HandOffNextWait() { l.handOff.Store(true) }
 
 // running maps the OS thread id of every running loop to its Loop.
@@ -245,17 +239,7 @@ func (l *Loop) Execute(f func()) error {
 	if f == nil {
 		return ErrNilTask
 	}
-	return l.submit(l.tasks, sched.TaskFunc(f), true)
-}
-
-// LazyExecute queues f like Execute but never wakes the loop: f runs when
-// the loop next wakes for another reason (I/O, a timer, an Execute, or its
-// idle timeout of at most one second). Safe for concurrent use.
-func (l *Loop) LazyExecute(f func()) error {
-	if f == nil {
-		return ErrNilTask
-	}
-	return l.submit(l.tasks, sched.TaskFunc(f), false)
+	return l.submit(l.tasks, sched.TaskFunc(f))
 }
 
 // ExecuteAfterTurn queues f as a tail task: it runs once, at the end of the
@@ -266,7 +250,7 @@ func (l *Loop) ExecuteAfterTurn(f func()) error {
 	if f == nil {
 		return ErrNilTask
 	}
-	return l.submit(l.tail, sched.TaskFunc(f), true)
+	return l.submit(l.tail, sched.TaskFunc(f))
 }
 
 // ExecuteTask queues t as Execute queues a function. A caller that keeps
@@ -276,7 +260,7 @@ func (l *Loop) ExecuteTask(t sched.Task) error {
 	if nilTask(t) {
 		return ErrNilTask
 	}
-	return l.submit(l.tasks, t, true)
+	return l.submit(l.tasks, t)
 }
 
 // ExecuteTaskAfterTurn queues t as a tail task, as ExecuteAfterTurn queues
@@ -285,7 +269,7 @@ func (l *Loop) ExecuteTaskAfterTurn(t sched.Task) error {
 	if nilTask(t) {
 		return ErrNilTask
 	}
-	return l.submit(l.tail, t, true)
+	return l.submit(l.tail, t)
 }
 
 // nilTask reports whether t is nil or a nil function.
@@ -354,26 +338,13 @@ func (l *Loop) deadline(d time.Duration) int64 {
 	return now + int64(d)
 }
 
-// SetIORatio sets the percentage of loop time given to I/O (1..100); it
-// takes effect from the next turn. Safe for concurrent use.
-func (l *Loop) SetIORatio(r int) error {
-	if err := checkIORatio(r); err != nil {
-		return err
-	}
-	l.ioRatio.Store(int32(r))
-	return nil
-}
-
-// IORatio returns the loop's current ioRatio. Safe for concurrent use.
-func (l *Loop) IORatio() int { return int(l.ioRatio.Load()) }
-
 // RebuildRing asks the loop to replace its ring (or epoll instance) and
 // migrate every live op to the new one, as the stalled-ring detector does.
 // The work always runs on the loop goroutine, as a task queued by this call,
 // which returns once it is queued. It is counted in Stats.Rebuilds.
 // Safe for concurrent use.
 func (l *Loop) RebuildRing() error {
-	return l.submit(l.tasks, sched.TaskFunc(l.rebuildRequested), true)
+	return l.submit(l.tasks, sched.TaskFunc(l.rebuildRequested))
 }
 
 func (l *Loop) rebuildRequested() { l.rebuild("requested") }
@@ -443,7 +414,7 @@ func (l *Loop) Stats() Stats {
 	return s
 }
 
-// submit is the common path of Execute, LazyExecute, ExecuteAfterTurn and
+// submit is the common path of Execute, ExecuteAfterTurn and
 // the posting of timers and internal tasks.
 //
 // The submitters count brackets the state check, the push, the start and the
@@ -453,7 +424,7 @@ func (l *Loop) Stats() Stats {
 // no eventfd write can race with the eventfd's close (the Dekker pattern:
 // producer increments then reads the state, the loop writes the state then
 // reads the count; sequentially consistent atomics make one see the other).
-func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
+func (l *Loop) submit(q *sched.Queue, t sched.Task) error {
 	l.submitters.Add(1)
 	if State(l.state.Load()) >= StateShutdown {
 		l.submitters.Add(-1)
@@ -465,7 +436,7 @@ func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
 		return errRejectedFull
 	}
 	err := l.ensureStarted()
-	if wake && err == nil {
+	if err == nil {
 		l.wakeup()
 	}
 	l.submitters.Add(-1)
@@ -474,7 +445,7 @@ func (l *Loop) submit(q *sched.Queue, t sched.Task, wake bool) error {
 
 // rejectedFull ends a submission refused by a full queue: counted, and the
 // loop woken if it waits. A full queue can be made of tasks that did not
-// wake it (LazyExecute, timers due after its wait ends); without this wakeup
+// wake it (timers due after its wait ends); without this wakeup
 // every producer would be refused until that wait ended on its own (up to a
 // second), since a refused task wakes nothing. Called with submitters held,
 // so the eventfd is still open.
@@ -527,16 +498,11 @@ func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
 // has locked its thread and started the backend, so a start failure is
 // reported to that caller.
 //
-// A failed start is final, unlike Netty's, which puts the state back to
-// NotStarted so a later execute tries again. Here a retry would run on a
-// half-set-up backend: the io_uring ring was enabled by (and, with
-// SINGLE_ISSUER, bound to) the thread that failed, which exits with its
-// goroutine, and the registered ring fd and buffer ring may be in place. So
-// the loop terminates instead: the caller that started it gets an error
-// wrapping ErrRejected and the cause (errno kept), the tasks accepted until
-// then, including that caller's, run on the loop goroutine as it terminates
-// (as on any termination: accepted tasks are never dropped), its backend is
-// closed, Done is closed, and later submissions return ErrRejected.
+// A failed start is final (Netty's is not): the ring was enabled by, and
+// with SINGLE_ISSUER bound to, the thread that failed, so a retry would run
+// on a half-set-up backend. The loop terminates instead: the caller gets an
+// error wrapping ErrRejected and the cause, the tasks accepted until then
+// run as it terminates, and later submissions return ErrRejected.
 func (l *Loop) ensureStarted() error {
 	if State(l.state.Load()) != StateNotStarted {
 		return nil

@@ -412,37 +412,6 @@ func TestTimerFromOutsideWakesPromptly(t *testing.T) {
 	})
 }
 
-func TestLazyExecuteWaitsForNextWake(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b loop.Backend) {
-		g := newGroup(t, b, loop.WithLoops(1))
-		l := g.Loop(0)
-		runOn(t, l, func() {})
-		var order []string
-		var mu sync.Mutex
-		add := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-		waitFor(t, time.Second, "the loop to wait", l.Waiting)
-		sleeps := l.Stats().Sleeps
-		if err := l.LazyExecute(func() { add("lazy") }); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-		mu.Lock()
-		n := len(order)
-		mu.Unlock()
-		if n != 0 && l.Stats().Sleeps == sleeps {
-			t.Fatal("LazyExecute woke the loop")
-		}
-		if n == 0 {
-			runOn(t, l, func() { add("execute") })
-			mu.Lock()
-			defer mu.Unlock()
-			if strings.Join(order, ",") != "lazy,execute" {
-				t.Fatalf("order %v, want lazy then execute", order)
-			}
-		}
-	})
-}
-
 func TestPanickingTaskRecovered(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		g := newGroup(t, b, loop.WithLoops(1))

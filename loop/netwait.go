@@ -14,15 +14,9 @@ import (
 
 // netWaiter parks the loop goroutine on the Go runtime's netpoller until a
 // file descriptor becomes readable or a deadline passes: the uring driver's
-// registered eventfd, or the epoll driver's epoll instance.
-//
-// Why not block in io_uring_enter or epoll_wait: a goroutine blocked in a
-// system call keeps its P (the runtime's processor slot) until sysmon notices,
-// 20 µs to 10 ms later, and only then can another goroutine run on it. With
-// GOMAXPROCS=1 that is every client goroutine of the process; with more Ps it
-// is one P fewer for them. Parked on the netpoller, the loop goroutine gives
-// its P back at once, and the runtime hands it back as soon as the fd is
-// readable (docs/loop.md, "Waiting").
+// registered eventfd, or the epoll driver's epoll instance. Parked there, a
+// shared-thread loop gives its P back at once instead of holding it in a
+// system call (docs/loop.md, "Waiting").
 //
 // The waiter owns a duplicate of the fd (the same open file description, so
 // the same readiness), which it closes in close; the driver keeps its own.
@@ -41,7 +35,7 @@ type netWaiter struct {
 func newNetWaiter(fd int, name string, check func() bool, hooks *parkHooks) (*netWaiter, error) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, wrapSyscallErr("fcntl(F_DUPFD_CLOEXEC)", err)
+		return nil, os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", err)
 	}
 	// Non-blocking, or os.NewFile does not register the fd with the
 	// netpoller. The flag belongs to the shared file description; neither
@@ -49,7 +43,7 @@ func newNetWaiter(fd int, name string, check func() bool, hooks *parkHooks) (*ne
 	// affected otherwise.
 	if err := unix.SetNonblock(dup, true); err != nil {
 		unix.Close(dup)
-		return nil, wrapSyscallErr("fcntl(O_NONBLOCK)", err)
+		return nil, os.NewSyscallError("fcntl(O_NONBLOCK)", err)
 	}
 	f := os.NewFile(uintptr(dup), name)
 	rc, err := f.SyscallConn()

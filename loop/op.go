@@ -91,9 +91,7 @@ type Completer interface {
 //	tagConnect  fd, sa, saLen.
 //	tagClose    fd.
 //	tagShutdown fd, arg = how.
-//	tagPoll     fd, arg = poll mask; multishot.
-//	tagTimeout  ts (relative). Res: -ETIME when it fires.
-//	tagNop      nothing. Res: 0.
+//	tagNop      nothing. Res: 0 (tests).
 //	tagRecvmsgBuf fd, arg = recvmsg flags; provided buffers; multishot.
 //	            Each completion is one datagram: its buffer holds the
 //	            header, source and payload a multishot RECVMSG lays out
@@ -116,9 +114,9 @@ type op struct {
 	c  Completer
 
 	buf []byte // recv/send buffer
-	ext *opExt // sendmsg's buffers and header, an address or a timeout: made on first use, kept by the slot
+	ext *opExt // sendmsg's buffers and header, or an address: made on first use, kept by the slot
 
-	arg uint32 // op-specific: recv/send flags, poll mask, shutdown how
+	arg uint32 // op-specific: recv/send flags, shutdown how
 
 	// next links free records (free list) or records of one fd.
 	next uint32
@@ -131,22 +129,21 @@ const (
 	markYield opMarks = 1 << iota // a provided-buffer receive the loop canceled to rotate it (starved.go)
 )
 
-// opExt holds what only some ops hand the kernel: a sendmsg's header, an
-// accept's or a connect's address, a timeout's timespec. Most records only ever receive and send
-// a buffer, and a connection's receive holds its record for the
+// opExt holds what only some ops hand the kernel: a sendmsg's header, a
+// connect's or a datagram's address. Most records only ever receive and
+// send a buffer, and a connection's receive holds its record for the
 // connection's life, so keeping these out of op makes every idle
 // connection smaller.
 type opExt struct {
 	bufs  [][]byte // sendmsg buffers
 	iov   []unix.Iovec
 	msg   unix.Msghdr
-	sa    unix.RawSockaddrAny // connect target / accept peer
+	sa    unix.RawSockaddrAny // connect target
 	saLen uint32
 	// name is a datagram's destination (SendTo), nameLen its length
 	// (0: none, the connected peer).
 	name    [unix.SizeofSockaddrAny]byte
 	nameLen uint32
-	ts      ring.Timespec // timeout
 }
 
 // x returns o's extension, making it on first use. It stays with the slot

@@ -3,7 +3,6 @@ package loop
 import (
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/ringloop/ringloop/ring"
 	"golang.org/x/sys/unix"
@@ -224,48 +223,6 @@ func (l *Loop) Shutdown(fd int, how int, c Completer) (OpID, error) {
 	return l.startOp(o)
 }
 
-// Poll waits for events (unix.POLLIN, POLLOUT, …) on fd. Res is the ready
-// mask or -errno. With multishot it stays armed (ring.CQEFMore) until
-// canceled; re-arm after a completion without it. Must be called on the
-// loop goroutine.
-func (l *Loop) Poll(fd int, events uint32, multishot bool, c Completer) (OpID, error) {
-	if events == 0 {
-		return 0, invalidArgument("poll: empty event mask")
-	}
-	o, err := l.newOp(tagPoll, fd, c)
-	if err != nil {
-		return 0, err
-	}
-	o.arg = events
-	o.multishot = multishot
-	return l.startOp(o)
-}
-
-// Timeout completes after d with Res -ETIME (or -ECANCELED if canceled
-// first). It is an op, not a timer: it goes through the backend like I/O.
-// Timers for user code are Schedule's. Must be called on the loop
-// goroutine.
-func (l *Loop) Timeout(d time.Duration, c Completer) (OpID, error) {
-	o, err := l.newOp(tagTimeout, 0, c)
-	if err != nil {
-		return 0, err
-	}
-	d = max(d, 0)
-	o.x().ts = ring.Timespec{Sec: int64(d / time.Second), Nsec: int64(d % time.Second)}
-	return l.startOp(o)
-}
-
-// Nop completes with Res 0 at the next poll, doing nothing: a round trip
-// through the op table and the backend. Must be called on the loop
-// goroutine.
-func (l *Loop) Nop(c Completer) (OpID, error) {
-	o, err := l.newOp(tagNop, 0, c)
-	if err != nil {
-		return 0, err
-	}
-	return l.startOp(o)
-}
-
 // Cancel asks the backend to stop op id. Its final completion still
 // follows: its real result if it finished first, else -ECANCELED. Canceling
 // an op twice is harmless. It returns ErrUnknownOp if id names no live op
@@ -289,13 +246,6 @@ func (l *Loop) Cancel(id OpID) error {
 	}
 	o.state = opCanceling
 	return nil
-}
-
-// OpsInFlight returns the number of ops not yet at their final completion.
-// Must be called on the loop goroutine.
-func (l *Loop) OpsInFlight() int {
-	l.assertLoop()
-	return l.ops.inFlight
 }
 
 // complete implements completionSink: the backend delivers every
@@ -360,5 +310,3 @@ func (l *Loop) deliverCompletion(c Completer) {
 	}()
 	c.Complete(&l.cpl)
 }
-
-func isEINTR(err error) bool { return errors.Is(err, unix.EINTR) }

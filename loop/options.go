@@ -83,26 +83,18 @@ func defaultConfig() config {
 
 // WithSharedThread(true) runs each loop as an ordinary goroutine: it locks
 // an OS thread only while it runs a turn, and between turns it waits parked
-// on the Go netpoller with no thread of its own. Handing work to such a
-// loop, or waking a goroutine from it, is then a goroutine switch that the
-// runtime can make on the same thread, instead of a wakeup of another
-// thread. The default (false: a loop locked to its own thread for life,
-// waiting in the kernel) comes from RINGLOOP=thread=shared|locked in the
-// environment when no option says otherwise (docs/configuration.md).
-//
-// The io_uring ring then has no single issuer: it is set up without
-// IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN (its completions are
-// finished on whichever thread submitted the op, as task work), and it does
-// not register its fd. docs/loop.md, "Waiting", says when to pick which;
-// the locked thread is the default.
+// on the Go netpoller. Handing work to such a loop, or waking a goroutine
+// from it, is then a goroutine switch rather than a thread wakeup. Its ring
+// has no single issuer (no SINGLE_ISSUER or DEFER_TASKRUN, no registered
+// ring fd). The default, false (a loop locked to its own thread for life,
+// waiting in the kernel), comes from RINGLOOP=thread=shared|locked when no
+// option says otherwise. docs/loop.md, "Waiting", says when to pick which.
 func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread = on } }
 
-// WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0):
-// one loop per P, because each loop is a goroutine locked to an OS thread
-// that competes with the Go scheduler's Ps for CPU; Netty's 2 × cores
-// oversubscribes to cover JVM threads blocked in GC and safepoints, which Go
-// loops do not need. Negative values are rejected. A power of two makes
-// Group.Next a masked increment; any other count uses a modulo.
+// WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0)
+// (the package documentation says why); negative values are rejected. A
+// power of two makes Group.Next a masked increment; any other count uses a
+// modulo.
 func WithLoops(n int) Option { return func(c *config) { c.loops = n } }
 
 // WithName sets the group's name prefix. Loops are named

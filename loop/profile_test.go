@@ -80,7 +80,6 @@ func TestKernelProfileOpCounts(t *testing.T) {
 			}{
 				{"multishot ACCEPT", c.Count(ring.OpAccept, multi)},
 				{"RECV from a buffer ring", c.Count(ring.OpRecv, bufSel)},
-				{"multishot POLL_ADD", c.Count(ring.OpPollAdd, multi)},
 				{"SHUTDOWN", c.Count(ring.OpShutdown, nil)},
 				{"enters", c.Enters},
 			} {
@@ -109,8 +108,8 @@ func TestKernelProfileOpCounts(t *testing.T) {
 
 // profileWorkload runs on l: a listener accepting 4 connections (multishot
 // asked for), an echo of 64 KiB on each (provided-buffer receives), a
-// SHUTDOWN of each server side, a multishot poll on a
-// pipe, and a timer, so the loop waits with a timeout.
+// SHUTDOWN of each server side, and a timer, so the loop waits with a
+// timeout.
 func profileWorkload(t *testing.T, l *loop.Loop) {
 	const conns, size = 4, 64 << 10
 	lfd, addr := testutil.ListenFd(t)
@@ -197,24 +196,8 @@ func profileWorkload(t *testing.T, l *loop.Loop) {
 			fail("Accept: " + err.Error())
 		}
 	}
-	var pipe [2]int
-	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(pipe[0]); unix.Close(pipe[1]) })
-	polled := make(chan struct{}, 8)
 	fired := make(chan struct{})
-	runOn(t, l, func() {
-		accept()
-		if _, err := l.Poll(pipe[0], unix.POLLIN, true, completerFunc(func(cp *loop.Completion) {
-			select {
-			case polled <- struct{}{}:
-			default:
-			}
-		})); err != nil {
-			fail("Poll: " + err.Error())
-		}
-	})
+	runOn(t, l, accept)
 	if _, err := l.Schedule(20*time.Millisecond, func() { close(fired) }); err != nil {
 		t.Fatal(err)
 	}
@@ -248,14 +231,6 @@ func profileWorkload(t *testing.T, l *loop.Loop) {
 				fail(fmt.Sprintf("echo differs: %d bytes back of %d (equal prefix: %v), then read error %v", len(back), len(msg), bytes.HasPrefix(msg, back), rerr))
 			}
 		}()
-	}
-	if _, err := unix.Write(pipe[1], []byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-polled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the poll never completed")
 	}
 	select {
 	case <-fired:

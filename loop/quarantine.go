@@ -1,16 +1,12 @@
 package loop
 
-import (
-	"sync"
-
-	"golang.org/x/sys/unix"
-)
+import "sync"
 
 // Quarantine: memory whose final word from the kernel never came.
 //
 // Memory the kernel may still read or write (an op's buffers, and the op
 // record itself, which holds the sockaddr an accept writes, the msghdr and
-// iovecs of a sendmsg, a timeout's timespec) goes back to any pool or free
+// iovecs of a sendmsg) goes back to any pool or free
 // list only after the kernel's final word on it: the op's final
 // completion. Where that word can never
 // come, because the op was given up (a ring rebuild whose old ring did not
@@ -44,12 +40,6 @@ func quarantine(o *op, extra uint64) uint64 {
 	quarantined.bytes += n
 	quarantined.Unlock()
 	return n
-}
-
-// givenUpResult is the final completion of a given-up op: -ECANCELED, its
-// outcome unknown.
-func givenUpResult(*op) (res int32, flags uint32) {
-	return -int32(unix.ECANCELED), 0
 }
 
 // QuarantinedBytes reports how many bytes of memory given to the kernel by

@@ -116,18 +116,12 @@ func (l *Loop) safeTurn() {
 	l.turn()
 }
 
-// turn is one run-cycle iteration:
-//
-//  1. wait: a non-blocking poll if tasks or tail tasks are queued or a timer
-//     is due, else a blocking one until the wheel's next deadline (<= 1 s),
-//     published through nextWakeup (wake.go);
-//  2. dispatch up to maxCompletionsPerPoll completions (inside poll), timing
-//     them from the first completion to the end of the poll: ioTime;
-//  3. feed the stalled-ring detector (stall.go);
-//  4. move due timers to the task queue, run tasks for
-//     ioTime*(100-ioRatio)/ioRatio (all of them at ioRatio 100), reading the
-//     clock every 64 tasks;
-//  5. run the tail tasks queued so far, once.
+// turn is one run-cycle iteration (docs/loop.md, "One turn"): wait (not at
+// all if work is queued or a timer is due, else until the wheel's next
+// deadline, published through nextWakeup), dispatch up to
+// maxCompletionsPerPoll completions timed as ioTime, feed the stalled-ring
+// detector, then run due timers and tasks for ioTime*(100-ioRatio)/ioRatio
+// and the tail tasks queued so far.
 func (l *Loop) turn() {
 	l.stats.turns.Add(1)
 	if faultsEnabled {

@@ -1,8 +1,11 @@
 package loop
 
 import (
+	"errors"
 	"runtime"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Graceful shutdown (Netty's shutdownGracefully / confirmShutdown).
@@ -290,7 +293,7 @@ func (l *Loop) drainOps() {
 		if left <= 0 {
 			break
 		}
-		if _, err := l.drv.poll(min(left, shutdownPollInterval), maxCompletionsPerPoll, l); err != nil && !isEINTR(err) {
+		if _, err := l.drv.poll(min(left, shutdownPollInterval), maxCompletionsPerPoll, l); err != nil && !errors.Is(err, unix.EINTR) {
 			l.logger.Warn("loop: reaping canceled ops failed", "loop", l.name, "err", err)
 			break
 		}
@@ -316,8 +319,7 @@ func (l *Loop) drainOps() {
 			if o.tag.providedRecv() {
 				mine, extra = extra, 0 // the ring it may write into
 			}
-			res, flags := givenUpResult(o)
-			l.abandon(o.userData(), res, flags, mine)
+			l.abandon(o.userData(), -int32(unix.ECANCELED), 0, mine) // outcome unknown
 		}
 	}
 	l.stats.opsInFlight.Store(int64(l.ops.inFlight))

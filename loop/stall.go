@@ -7,8 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The stalled-ring detector (DESIGN.md §7; Netty's premature-select
-// counter and SELECTOR_AUTO_REBUILD_THRESHOLD).
+// The stalled-ring detector (Netty's premature-select counter and
+// SELECTOR_AUTO_REBUILD_THRESHOLD; docs/loop.md, "Stall recovery").
 //
 // A blocking wait that returns before its deadline with nothing to show (no
 // completion, no wakeup, no queued task, no due timer) is an empty early

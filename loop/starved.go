@@ -4,43 +4,27 @@ import "golang.org/x/sys/unix"
 
 // Provided-buffer receives starved of buffers.
 //
-// A multishot receive takes provided buffers for as long as its socket has
-// data, so when many sockets each hold tens of KiB unread (bulk transfers,
-// deep pipelines) the first few receives the kernel runs empty the loop's
-// buffer ring and every other armed receive ends with -ENOBUFS. Re-arming
-// all of those at once only repeats it: each re-armed receive finds data,
-// the first few take the buffers again and the rest fail again, one SQE
-// and one CQE each, turn after turn. Measured with one loop and its
-// default 256 buffers at 1,024 connections × 64 KiB in flight: about a
-// million ENOBUFS completions a second, three SQEs per 4 KiB echoed, and
-// 40 % of the server's CPU in io_uring bookkeeping.
+// When many sockets hold data, the first receives the kernel runs empty
+// the buffer ring and every other armed receive ends with -ENOBUFS;
+// re-arming them all at once only repeats that, one SQE and one CQE each,
+// turn after turn (docs/benchmarks-analysis.md, "The bulk cells").
 //
-// So the loop parks a RecvProvided whose final completion is -ENOBUFS
-// instead of delivering it: the op stays live under the same OpID, and at
-// the end of each turn (the buffers the turn's completions used are back
-// in the ring by then) the loop resubmits the oldest parked receives, as
-// many as the ring can serve: one per starvedPerBuffers buffers, at least
-// one. Nothing is lost meanwhile: the bytes stay in the socket, and TCP's
-// window holds the sender back. Its Completer never sees that -ENOBUFS.
+// So the loop parks a provided-buffer receive whose final completion is
+// -ENOBUFS instead of delivering it: the op stays live under the same
+// OpID, and at the end of each turn (when the turn's buffers are back in
+// the ring) the loop resubmits the oldest parked receives, one per
+// starvedPerBuffers buffers, at least one. The bytes stay in the socket
+// meanwhile; the Completer never sees that -ENOBUFS.
 //
-// Parking alone is not fair. A multishot receive that is still armed
-// keeps taking the buffers the loop recycles, completion after completion,
-// while the parked ones share the few resubmissions of each turn: at 1,024
-// connections the unluckiest waited many turns, and the p99 latency was
-// 2–3× that of a loop that rotates. So while any receive is parked the
-// loop rotates them: a receive it
-// resubmits from the queue runs as a single shot, so it completes once
-// (one buffer, or one bundle) and its Completer re-arms it; and a receive
-// armed while the queue is not empty joins the back of the queue instead
-// of going to the kernel; and a multishot receive still armed from before
-// the buffers ran short (the kernel retries it as soon as the loop
-// recycles buffers, so it would take them all) is canceled after its next
-// completion and parked behind the others once the cancel ends it. Each
-// connection with bytes waiting then gets one completion's worth per
-// round, in arrival order. Once the queue is empty, receives are armed
-// multishot as before. Rotation needs bundles: a single shot without them
-// takes one buffer, and at 1,024 connections rotating one buffer at a
-// time moved a quarter of the bytes.
+// With bundles, while any receive is parked the loop also rotates them, so
+// that a multishot receive still armed cannot take every recycled buffer
+// while the parked ones wait: a receive resubmitted from the queue runs as
+// a single shot (one completion, then its Completer re-arms it); one armed
+// while the queue is not empty joins its back; and a multishot receive
+// still armed is canceled after its next completion and parked behind the
+// others. Once the queue is empty, receives are armed multishot again.
+// Without bundles a rotated single shot would take one buffer, too little
+// to be worth it.
 //
 // A parked receive is no longer in the kernel, so:
 //   - Cancel takes it out at the end of the turn, delivering -ECANCELED as
@@ -113,18 +97,15 @@ func (l *Loop) queueParked(o *op) {
 }
 
 // rotating reports whether the loop rotates its provided-buffer receives
-// while some are parked: only with bundles, where a
-// rotated single shot takes up to 16 buffers (without them each would take
-// one, and at 1,024 connections × 64 KiB in flight the loop moved a
-// quarter of the bytes it moves without rotating); not where nothing
-// parks, nor while the loop terminates (a receive armed then
-// goes to the kernel, where the drain cancels it).
+// while some are parked: only with bundles (a rotated single shot then
+// takes up to 16 buffers), not where nothing parks, nor while the loop
+// terminates (a receive armed then goes to the kernel, where the drain
+// cancels it).
 func (l *Loop) rotating() bool {
 	if l.parkBudget == 0 || State(l.state.Load()) >= StateShutdown {
 		return false
 	}
-	f := l.drv.features()
-	return f.RecvBundle
+	return l.drv.features().RecvBundle
 }
 
 // cancelParked marks a parked op canceled; the turn's end completes it.

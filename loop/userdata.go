@@ -11,7 +11,7 @@ package loop
 // generation: advanced each time the slot is freed; a completion whose
 //             generation does not match its slot is stale (counted, dropped).
 // tag:        the op kind, for tracing and stats. tagInternal marks ops the
-//             loop issues for itself (eventfd read, cancels, wait timeout);
+//             loop issues for itself (eventfd read, cancels, the start-up probe);
 //             their slot field then names the internal op, not a table slot.
 //
 // user_data 0 is never produced: generations start at 1 and skip 0 when they
@@ -33,11 +33,8 @@ const (
 	tagConnect                 // connect
 	tagClose                   // close
 	tagShutdown                // shutdown
-	tagPoll                    // poll, single or multishot
-	tagTimeout                 // timeout op
-	tagNop                     // nop (benchmarks, tests)
+	tagNop                     // nop (tests)
 	tagRecvmsgBuf              // multishot recvmsg of datagrams into provided buffers
-	tagCount                   // number of table tags; internal tags sit above
 	tagInternal   opTag = 0xff // loop-internal op, see internalID
 )
 
@@ -110,10 +107,6 @@ func (t opTag) String() string {
 		return "close"
 	case tagShutdown:
 		return "shutdown"
-	case tagPoll:
-		return "poll"
-	case tagTimeout:
-		return "timeout"
 	case tagNop:
 		return "nop"
 	case tagInternal:

@@ -1,39 +1,22 @@
 package loop
 
-// The wakeup protocol (Netty 4.1's nextWakeupNanos, on an eventfd).
+// The wakeup protocol (Netty 4.1's nextWakeupNanos, on an eventfd;
+// docs/loop.md, "Wakeup protocol").
 //
 // nextWakeup holds awake while the loop runs, and the clock instant its wait
-// will end while it waits:
-//
-//	loop goroutine                          other goroutines (Execute …)
-//	──────────────                          ───────────────────────────
-//	nextWakeup = deadline   (publish)        push task
-//	re-check task queues ──┐                 if nextWakeup != awake &&
-//	  empty: wait          │                    Swap(awake) != awake:
-//	  else: CAS(deadline → awake)                write eventfd (driver.wake)
-//	        ok → do not block
-//	        lost → a producer is writing the eventfd: wait (returns at once)
-//	first completion delivered, or wait
-//	returns: nextWakeup = awake
-//
-// Exactly one goroutine moves nextWakeup from a published deadline back to
-// awake: the loop (it found work before blocking, or its wait ended with
-// completions to deliver) or the one producer that writes the eventfd. So there is at most one eventfd write per published
-// deadline, every such write ends a wait that was counted in Stats.Sleeps,
-// and Stats.WakeWrites <= Stats.Sleeps. The loop itself never writes the
-// eventfd: while it runs, nextWakeup is awake.
-//
-// A task pushed just after the re-check cannot be missed: its producer then
-// sees the published deadline and writes the eventfd. The eventfd counter is
-// sticky and its read (io_uring) or EPOLLIN registration (epoll) stays
-// armed, so a write that lands before the wait begins ends it at once:
-// Netty's "wakeup before select" race cannot lose a wakeup, and no wakeup
-// after the wait is needed. A write that finds the counter saturated
-// (EAGAIN) means a wakeup is already pending, which is all it wanted.
+// will end while it waits. The loop publishes the deadline, re-checks its
+// queues and either waits or CASes the deadline back to awake; a producer
+// that pushed work and sees a published deadline Swaps it to awake and, if
+// it won, writes the eventfd. Exactly one party moves a published deadline
+// back to awake, so there is at most one eventfd write per wait
+// (Stats.WakeWrites <= Stats.Sleeps) and none from the loop itself. A task
+// pushed just after the re-check cannot be missed: its producer sees the
+// deadline and writes, and the eventfd is sticky, so a write landing before
+// the wait begins ends it at once. A write that finds the counter
+// saturated (EAGAIN) means a wakeup is already pending.
 //
 // A timer scheduled from outside wakes the loop only if it is due before the
-// published deadline (a timer 10 s out never writes the eventfd: the loop's
-// wait is at most 1 s and it inserts the timer on its next turn).
+// published deadline.
 const awake int64 = -1
 
 // wakeup ends the loop's current wait, if it waits, with at most one eventfd

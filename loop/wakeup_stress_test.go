@@ -12,7 +12,7 @@ import (
 )
 
 // TestLostWakeupStress races outside Executes against the loop entering its
-// wait (SEEDS §3). The work comes in rounds: in each, several producers
+// wait (docs/loop.md, "Wakeup protocol"). The work comes in rounds: in each, several producers
 // submit a small burst, then nobody submits until every task of the round
 // has run, so a lost wakeup cannot be covered up by a later Execute: the
 // round's last task would sit in the queue until the loop's idle timeout
