@@ -160,7 +160,7 @@ func (c *Conn) closeLinger() {
 	c.mu.Unlock()
 	c.stopTimeouts()
 	if c.recvActive {
-		cancelOp(c.l, c.recv.id) // its completions are dropped from now on
+		cancelOp(c.l, c.recvID) // its completions are dropped from now on
 	}
 	if !c.send.active {
 		c.startSend()
@@ -245,7 +245,7 @@ func (c *Conn) closeNow(err error) {
 		stopTimer(&c.rare.lingerTimer)
 	}
 	if c.recvActive {
-		cancelOp(c.l, c.recv.id)
+		cancelOp(c.l, c.recvID)
 	}
 	if c.send.active {
 		cancelOp(c.l, c.send.id)
@@ -287,9 +287,6 @@ func (c *Conn) closed() {
 	c.mu.Lock()
 	c.out.release()
 	c.mu.Unlock()
-	if c.rare != nil {
-		c.rare.rbuf = nil
-	}
 	c.kin = nil
 	if c.rare != nil && c.rare.lingerHold != nil {
 		c.rare.lingerHold()

@@ -64,10 +64,10 @@ type Conn struct {
 	out         outQueue                // outbound bytes, appended by Write, consumed by sends; guarded by mu
 
 	// Loop goroutine only.
-	recv recvOp
-	send sendOp
-	kin  *keptInput // bytes kept: made when bytes are first kept
-	rare *connRare  // timeouts, the linger timer, the fallback receive buffer; nil until one is needed
+	recvID loop.OpID // the armed receive, while recvActive
+	send   sendOp
+	kin    *keptInput // bytes kept: made when bytes are first kept
+	rare   *connRare  // timeouts, the linger timer, a dial, the last op; nil until one is needed
 
 	state         connState
 	pause         uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
@@ -87,7 +87,6 @@ type Conn struct {
 	drainEOF      bool   // close with io.EOF once the outbound queue is empty
 	counted       bool   // in its server's live count; guarded by srv.mu
 	recvActive    bool   // a receive is armed (recv.id)
-	recvSingle    bool   // single-shot Recv into the fallback buffer (connRare.rbuf)
 	recvCanceled  bool   // the receive was canceled by a pause: its -ECANCELED is no error
 	ops           int32  // ops started and not yet at their final completion
 	regIdx        int32  // 1-based index in its loop's registry; 0: not in it
@@ -97,20 +96,18 @@ type Conn struct {
 // connRare holds what few connections need, apart from Conn: the read and
 // idle timeouts (Netty's IdleStateHandler scheme: one timer each, re-armed
 // for the time left instead of being reset on every receive), the linger
-// timer, the single-shot receive buffer of the fallback, a dial's state
-// and the connect, shutdown or close op (every connection makes it as it
-// closes).
+// timer, a dial's state and the connect, shutdown or close op (every
+// connection makes it as it closes).
 // Loop goroutine only (a dial sets it before its conn reaches the loop).
 type connRare struct {
 	read, idle           time.Duration
 	lastRead, lastIO     int64 // monotonic ns of the last received data, and of the last receive or send
 	readTimer, idleTimer *sched.Timer
 	lingerTimer          *sched.Timer
-	lingerHold           func()                // releases the loop's DelayTermination while lingering as it shuts down
-	rbuf                 *[singleRecvSize]byte // single-shot receive buffer (fallback only)
-	dial                 *dialState            // non-nil while Dial waits
-	misc                 miscOp                // the connect, shutdown or close in flight
-	closeErr             error                 // the cause OnClose reports; written on the loop under Conn.mu, read elsewhere under it once closedDone
+	lingerHold           func()     // releases the loop's DelayTermination while lingering as it shuts down
+	dial                 *dialState // non-nil while Dial waits
+	misc                 miscOp     // the connect, shutdown or close in flight
+	closeErr             error      // the cause OnClose reports; written on the loop under Conn.mu, read elsewhere under it once closedDone
 }
 
 // closeCause is the cause OnClose reports (nil: a local Close). On the

@@ -29,7 +29,6 @@ type Server struct {
 	lns     []*listener
 
 	closeOnce sync.Once
-	closing   atomic.Bool // Close or Shutdown was called
 	shutting  atomic.Bool // Shutdown was called: new conns are closed at once
 	live      atomic.Int64
 	outOfRes  atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
@@ -45,10 +44,6 @@ const (
 	acceptBackoffMin = 10 * time.Millisecond
 	acceptBackoffMax = time.Second
 )
-
-// forceSingleAccept makes listeners use single-shot accepts (a test seam set
-// through export_test.go).
-var forceSingleAccept atomic.Bool
 
 // Listen opens a listening socket and serves connections on workers with h,
 // one Handler shared by every connection (use ListenFunc for a handler per
@@ -188,7 +183,6 @@ func (s *Server) close(ctx context.Context) error {
 	if !first {
 		return ErrServerClosed
 	}
-	s.closing.Store(true)
 	var wait []*listener
 	for _, ln := range s.lns {
 		if err := executeRetrying(ln.l, ln.stop); err != nil {
@@ -306,8 +300,6 @@ type listener struct {
 	unhook  func() // removes the shutdown hook that stops ln; nil until set
 }
 
-// arm starts the accept op (multishot where the backend has it). Must be
-// called on ln's loop.
 // open hooks the listener to its loop's shutdown, which stops accepting at
 // the loop's first shutdown check (Netty's closeAll), not at its end, and
 // arms the accept. It runs on the loop, so a shutdown starting meanwhile
@@ -323,12 +315,13 @@ func (ln *listener) open() {
 	ln.arm()
 }
 
+// arm starts the multishot accept. Must be called on ln's loop.
 func (ln *listener) arm() {
 	ln.timer = nil
 	if ln.closing || ln.active {
 		return
 	}
-	id, err := ln.l.Accept(ln.fd, !forceSingleAccept.Load(), ln)
+	id, err := ln.l.Accept(ln.fd, true, ln)
 	if err != nil {
 		if errors.Is(err, loop.ErrTooManyOps) {
 			ln.backOff()
