@@ -246,9 +246,9 @@ func now() int64 { return int64(time.Since(epoch)) }
 // reports it; nothing stays armed) and is returned, for Dial.
 func (c *Conn) open() (err error) {
 	applySockopts(int(c.fd), c.netw(), c.cfg)
-	c.laddr, c.raddr = c.acceptedLocalAddr(), remoteAddr(int(c.fd), c.netw())
+	c.laddr, c.raddr = c.acceptedLocalAddr(), connAddr(int(c.fd), c.netw(), true)
 	if c.laddr == nil {
-		c.laddr = localAddr(int(c.fd), c.netw())
+		c.laddr = connAddr(int(c.fd), c.netw(), false)
 	}
 	if !c.track() {
 		// The loop is shutting down: the connection closes at once,

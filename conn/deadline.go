@@ -138,13 +138,6 @@ func (q *deadlineQueue) expire(at int64) {
 // deadlinesOf returns l's deadline queue.
 func deadlinesOf(l *loop.Loop) *deadlineQueue { return &registryFor(l).deadlines }
 
-// len reports the pending entries.
-func (q *deadlineQueue) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.h)
-}
-
 // deadlines are the read and write deadlines of a NetConn or a
 // NetPacketConn, guarded by their owner's mutex.
 type deadlines struct {

@@ -37,5 +37,8 @@ func NetDeadlineChecks() int { return int(netDeadlineChecks.Load()) }
 
 // DeadlineQueueLen returns the deadline checks pending on l.
 func DeadlineQueueLen(l *loop.Loop) int {
-	return deadlinesOf(l).len()
+	q := deadlinesOf(l)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.h)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -99,7 +98,7 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 		}
 		return nil, opError("listen", network, "", nil, nil, err)
 	}
-	sa, family, v6only, err := resolveListen(ctx, network, address)
+	sa, family, v6only, err := resolve(ctx, network, address, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -530,51 +529,6 @@ func (c *Conn) register() {
 		return
 	}
 	c.open()
-}
-
-// resolveListen turns network and address into the socket address to bind.
-func resolveListen(ctx context.Context, network, address string) (sa unix.Sockaddr, family int, v6only bool, err error) {
-	switch network {
-	case "unix":
-		if address == "" {
-			return nil, 0, false, fmt.Errorf("conn: empty unix socket path")
-		}
-		return &unix.SockaddrUnix{Name: address}, unix.AF_UNIX, false, nil
-	case "tcp", "tcp4", "tcp6":
-	default:
-		return nil, 0, false, fmt.Errorf("%w: %q", ErrUnknownNetwork, network)
-	}
-	host, portStr, err := net.SplitHostPort(address)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	port, err := parsePort(ctx, network, portStr)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	var ip netip.Addr
-	switch {
-	case host == "" && network == "tcp4":
-		ip = netip.IPv4Unspecified()
-	case host == "":
-		ip = netip.IPv6Unspecified()
-	default:
-		if ip, err = netip.ParseAddr(host); err != nil {
-			ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-			if err != nil {
-				return nil, 0, false, err
-			}
-			if ip, err = pickAddr(network, ips, host); err != nil {
-				return nil, 0, false, err
-			}
-		}
-	}
-	if ip.IsUnspecified() && ip.Is6() && network == "tcp" {
-		// "tcp" on every address: dual stack.
-		return &unix.SockaddrInet6{Port: port}, unix.AF_INET6, false, nil
-	}
-	sa, family, err = tcpSockaddr(network, netip.AddrPortFrom(ip, uint16(port)))
-	return sa, family, network == "tcp6", err
 }
 
 func isUnspecified(sa unix.Sockaddr) bool {

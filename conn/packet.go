@@ -288,12 +288,8 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 	pc.ch, _ = h.(PacketCloseHandler)
 	var sa unix.Sockaddr
 	var v6only bool
-	if op == "dial" {
-		sa, pc.family, err = resolveDial(ctx, streamNet, address)
-		pc.connected = true
-	} else {
-		sa, pc.family, v6only, err = resolveListen(ctx, streamNet, address)
-	}
+	pc.connected = op == "dial"
+	sa, pc.family, v6only, err = resolve(ctx, streamNet, address, !pc.connected)
 	if err != nil {
 		return fail(err)
 	}

@@ -37,22 +37,20 @@ type connSet struct {
 // connChunk is the number of entries per chunk of a connSet.
 const connChunk = 256
 
-func regIdx(c *Conn) *int32 { return &c.regIdx }
-
 func (s *connSet) at(i int) **Conn { return &s.chunks[i/connChunk][i%connChunk] }
 
-func (s *connSet) add(c *Conn, idx func(*Conn) *int32) {
+func (s *connSet) add(c *Conn) {
 	if s.n == len(s.chunks)*connChunk {
 		s.chunks = append(s.chunks, make([]*Conn, connChunk))
 	}
 	*s.at(s.n) = c
 	s.n++
-	*idx(c) = int32(s.n)
+	c.regIdx = int32(s.n)
 }
 
 // remove takes c out of the set and reports whether it was in it.
-func (s *connSet) remove(c *Conn, idx func(*Conn) *int32) bool {
-	i := int(*idx(c)) - 1
+func (s *connSet) remove(c *Conn) bool {
+	i := int(c.regIdx) - 1
 	if i < 0 || i >= s.n || *s.at(i) != c {
 		return false
 	}
@@ -60,11 +58,11 @@ func (s *connSet) remove(c *Conn, idx func(*Conn) *int32) bool {
 	if i != last {
 		moved := *s.at(last)
 		*s.at(i) = moved
-		*idx(moved) = int32(i + 1)
+		moved.regIdx = int32(i + 1)
 	}
 	*s.at(last) = nil
 	s.n = last
-	*idx(c) = 0
+	c.regIdx = 0
 	// Keep one empty chunk past the last used one, so that a connection
 	// opening and closing at a chunk's edge does not make and drop it
 	// each time; give back the others.
@@ -74,8 +72,6 @@ func (s *connSet) remove(c *Conn, idx func(*Conn) *int32) bool {
 	}
 	return true
 }
-
-func (s *connSet) len() int { return s.n }
 
 // snapshot returns a copy of the members, to iterate while they leave.
 func (s *connSet) snapshot() []*Conn {
@@ -116,13 +112,13 @@ func (c *Conn) track() bool {
 	if r.closing {
 		return false
 	}
-	r.conns.add(c, regIdx)
+	r.conns.add(c)
 	return true
 }
 
 // untrack removes c from its loop's registry. Must be called on c's loop.
 func (c *Conn) untrack() {
-	registryFor(c.l).conns.remove(c, regIdx)
+	registryFor(c.l).conns.remove(c)
 }
 
 // closeAll closes every connection of its loop as the loop's shutdown
