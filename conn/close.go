@@ -49,15 +49,19 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-// cancelOp cancels op id on l. loop.ErrUnknownOp means the op has reached
-// its final completion, which is on its way; any other error (the backend
-// could not queue the cancel: its submission queue full, the kernel busy)
-// leaves the op live, so the cancel is tried again after the turn. A
-// terminating loop's drain cancels what is left. Must be called on l.
-func cancelOp(l *loop.Loop, id loop.OpID) {
-	if err := l.Cancel(id); err != nil && !errors.Is(err, loop.ErrUnknownOp) {
+// cancelOp cancels op id on l and reports whether the op is live, its
+// final completion still to come. loop.ErrUnknownOp means the op has
+// reached its final completion; any other error (the backend could not
+// queue the cancel: its submission queue full, the kernel busy) leaves the
+// op live, so the cancel is tried again after the turn. A terminating
+// loop's drain cancels what is left. Must be called on l.
+func cancelOp(l *loop.Loop, id loop.OpID) bool {
+	err := l.Cancel(id)
+	if err != nil && !errors.Is(err, loop.ErrUnknownOp) {
 		_ = l.ExecuteAfterTurn(func() { cancelOp(l, id) })
+		return true
 	}
+	return err == nil
 }
 
 // executeRetrying runs f on l as a task that must not be lost to a bounded

@@ -436,20 +436,9 @@ func (ln *listener) stop() {
 		return
 	}
 	ln.closing = true
-	if ln.timer != nil {
-		ln.timer.Stop()
-		ln.timer = nil
-	}
-	if ln.active {
-		if err := ln.l.Cancel(ln.id); err == nil {
-			return
-		} else if !errors.Is(err, loop.ErrUnknownOp) {
-			// Not queued (the submission queue full, the kernel busy):
-			// the accept is live, so its fd stays open; again after
-			// the turn, until its final completion closes the fd.
-			_ = ln.l.ExecuteAfterTurn(func() { ln.closing = false; ln.stop() })
-			return
-		}
+	stopTimer(&ln.timer)
+	if ln.active && cancelOp(ln.l, ln.id) {
+		return
 	}
 	ln.closeFdOnce()
 }

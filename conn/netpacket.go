@@ -30,15 +30,14 @@ type NetPacketConn struct {
 	pc    *PacketConn
 	limit int
 
-	mu      sync.Mutex
-	in      []netDgram // a ring: head, n
-	head, n int
-	bytes   int      // payload bytes queued
-	spare   [][]byte // buffers of read datagrams, for reuse
-	closed  bool
-	ended   error // the socket closed under us (OnPacketClose)
-	soft    error // an ICMP error on a connected socket, for the next read that finds no datagram
-	dls     deadlines
+	mu     sync.Mutex
+	in     fifo[netDgram]
+	bytes  int      // payload bytes queued
+	spare  [][]byte // buffers of read datagrams, for reuse
+	closed bool
+	ended  error // the socket closed under us (OnPacketClose)
+	soft   error // an ICMP error on a connected socket, for the next read that finds no datagram
+	dls    deadlines
 
 	rw      wakeup
 	waiters atomic.Int32
@@ -106,7 +105,7 @@ func (np *NetPacketConn) Dropped() uint64 { return np.dropped.Load() }
 // inbound queue (or dropped when it is full) and a blocked reader woken.
 func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 	np.mu.Lock()
-	if np.closed || np.bytes+len(data) > np.limit && np.n > 0 {
+	if np.closed || np.bytes+len(data) > np.limit && np.in.n > 0 {
 		np.mu.Unlock()
 		np.dropped.Add(1)
 		return
@@ -119,15 +118,7 @@ func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 		b = make([]byte, len(data), max(len(data), 2048))
 	}
 	copy(b, data)
-	if np.n == len(np.in) {
-		nq := make([]netDgram, max(16, 2*len(np.in)))
-		for i := range np.n {
-			nq[i] = np.in[(np.head+i)%len(np.in)]
-		}
-		np.in, np.head = nq, 0
-	}
-	np.in[(np.head+np.n)%len(np.in)] = netDgram{buf: b, from: from}
-	np.n++
+	np.in.push(netDgram{buf: b, from: from})
 	np.bytes += len(data)
 	np.mu.Unlock()
 	np.wake(pc)
@@ -210,7 +201,7 @@ func (np *NetPacketConn) Read(p []byte) (int, error) {
 
 func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 	np.mu.Lock()
-	for np.n == 0 && !np.closed && np.ended == nil && np.soft == nil {
+	for np.in.n == 0 && !np.closed && np.ended == nil && np.soft == nil {
 		if np.dls.passed[dirRead] {
 			np.mu.Unlock()
 			np.rw.signal() // pass it on: every blocked reader times out
@@ -225,13 +216,13 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 		np.waiters.Add(-1)
 		np.mu.Lock()
 	}
-	if np.n == 0 && !np.closed && np.soft != nil {
+	if np.in.n == 0 && !np.closed && np.soft != nil {
 		err := np.soft
 		np.soft = nil
 		np.mu.Unlock()
 		return 0, Addr{}, np.opError("read", err)
 	}
-	if np.closed || np.n == 0 {
+	if np.closed || np.in.n == 0 {
 		err := np.ended
 		if np.closed || err == nil {
 			err = net.ErrClosed
@@ -240,16 +231,13 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 		np.rw.signal() // pass it on to another reader
 		return 0, Addr{}, np.opError("read", err)
 	}
-	d := np.in[np.head]
-	np.in[np.head] = netDgram{}
-	np.head = (np.head + 1) % len(np.in)
-	np.n--
+	d := np.in.pop()
 	np.bytes -= len(d.buf)
 	n := copy(p, d.buf)
 	if cap(d.buf) <= 2048 && len(np.spare) < 256 {
 		np.spare = append(np.spare, d.buf[:0])
 	}
-	more := np.n > 0
+	more := np.in.n > 0
 	np.mu.Unlock()
 	if more {
 		np.rw.signal() // pass the wakeup on to another reader

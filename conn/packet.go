@@ -193,10 +193,9 @@ type PacketConn struct {
 
 	// mu guards the outbound queue and the close request.
 	mu          sync.Mutex
-	out         []dgramOut // queued, not yet handed to the loop (a ring: head, n)
-	head, n     int
-	free        [][]byte // spare datagram buffers of smallDgram bytes
-	freeLarge   [][]byte // and of largeDgram
+	out         fifo[dgramOut] // queued, not yet handed to the loop
+	free        [][]byte       // spare datagram buffers of smallDgram bytes
+	freeLarge   [][]byte       // and of largeDgram
 	flushQueued bool
 	closeReq    bool
 
@@ -661,18 +660,14 @@ func (pc *PacketConn) queue(b []byte, to Addr) (int, error) {
 		pc.mu.Unlock()
 		return 0, pc.writeError(to, net.ErrClosed)
 	}
-	if pc.n >= pc.queueMax {
+	if pc.out.n >= pc.queueMax {
 		pc.mu.Unlock()
 		pc.queueFull.Add(1)
 		return 0, pc.writeError(to, ErrQueueFull)
 	}
 	d.buf = pc.bufLocked(len(b))
 	copy(d.buf, b)
-	if pc.n == len(pc.out) {
-		pc.growLocked()
-	}
-	pc.out[(pc.head+pc.n)%len(pc.out)] = d
-	pc.n++
+	pc.out.push(d)
 	kick := !pc.flushQueued
 	pc.flushQueued = true
 	pc.mu.Unlock()
@@ -747,13 +742,32 @@ func (pc *PacketConn) putBuf(b []byte) {
 	pc.mu.Unlock()
 }
 
-// growLocked doubles the queue's ring. Caller holds pc.mu.
-func (pc *PacketConn) growLocked() {
-	nq := make([]dgramOut, max(16, 2*len(pc.out)))
-	for i := range pc.n {
-		nq[i] = pc.out[(pc.head+i)%len(pc.out)]
+// fifo is a queue in a ring buffer that doubles when full.
+type fifo[T any] struct {
+	q       []T
+	head, n int
+}
+
+func (f *fifo[T]) push(v T) {
+	if f.n == len(f.q) {
+		nq := make([]T, max(16, 2*len(f.q)))
+		for i := range f.n {
+			nq[i] = f.q[(f.head+i)%len(f.q)]
+		}
+		f.q, f.head = nq, 0
 	}
-	pc.out, pc.head = nq, 0
+	f.q[(f.head+f.n)%len(f.q)] = v
+	f.n++
+}
+
+// pop takes the first entry out; the queue must not be empty.
+func (f *fifo[T]) pop() T {
+	v := f.q[f.head]
+	var zero T
+	f.q[f.head] = zero
+	f.head = (f.head + 1) % len(f.q)
+	f.n--
+	return v
 }
 
 // packetFlush is a PacketConn seen as its flush task.
@@ -769,14 +783,11 @@ func (pc *PacketConn) flush() {
 	pc.mu.Unlock()
 	for pc.inflight < maxSendsInFlight && !pc.fdClosed {
 		pc.mu.Lock()
-		if pc.n == 0 {
+		if pc.out.n == 0 {
 			pc.mu.Unlock()
 			break
 		}
-		d := pc.out[pc.head]
-		pc.out[pc.head] = dgramOut{}
-		pc.head = (pc.head + 1) % len(pc.out)
-		pc.n--
+		d := pc.out.pop()
 		pc.mu.Unlock()
 		s := pc.sendRecord()
 		s.d, s.tries = d, 0
@@ -839,7 +850,7 @@ func (s *dgramSend) Complete(c *loop.Completion) {
 		return
 	}
 	pc.mu.Lock()
-	more := pc.n > 0
+	more := pc.out.n > 0
 	pc.mu.Unlock()
 	if more {
 		pc.flush()
@@ -913,20 +924,10 @@ func (pc *PacketConn) closeNow(err error) {
 	pc.maybeFinish()
 }
 
-// cancelRecv cancels the armed receive; its final completion ends it. A
-// cancel the backend could not queue (its submission queue full and the
-// kernel busy) is tried again after the turn; if the loop is terminating
-// instead, its drain ends the receive.
+// cancelRecv cancels the armed receive; its final completion ends it.
 func (pc *PacketConn) cancelRecv() {
-	if !pc.recvArmed {
-		return
-	}
-	switch err := pc.l.Cancel(pc.recvID); {
-	case err == nil:
-	case errors.Is(err, loop.ErrUnknownOp):
-		pc.recvArmed = false // it had ended: no completion follows
-	default:
-		_ = pc.l.ExecuteAfterTurn(pc.cancelRecv)
+	if pc.recvArmed && !cancelOp(pc.l, pc.recvID) {
+		pc.recvArmed = false // it had ended
 	}
 }
 
@@ -937,18 +938,15 @@ func (pc *PacketConn) maybeFinish() {
 		return
 	}
 	pc.mu.Lock()
-	left := pc.n
-	if pc.closeErr == nil && left > 0 && pc.l.State() < loop.StateShuttingDown {
+	if pc.closeErr == nil && pc.out.n > 0 && pc.l.State() < loop.StateShuttingDown {
 		pc.mu.Unlock()
 		// More was queued than may be in flight: the flush goes on (and
 		// comes back here when it has handed everything over).
 		pc.flush()
 		return
 	}
-	for pc.n > 0 { // dropped: the socket or its loop is gone
-		pc.out[pc.head] = dgramOut{}
-		pc.head = (pc.head + 1) % len(pc.out)
-		pc.n--
+	for pc.out.n > 0 { // dropped: the socket or its loop is gone
+		pc.out.pop()
 	}
 	pc.mu.Unlock()
 	pc.closeFd()
