@@ -326,11 +326,13 @@ func (c *Conn) recovered(callback string, r any) error {
 	return pe
 }
 
-// failed closes the connection after a callback panicked. Must be called
-// on c's loop.
-func (c *Conn) failed(callback string, r any) {
-	c.abort = true
-	c.closeNow(c.recovered(callback, r))
+// failOnPanic, deferred around a callback, closes the connection with a
+// reset if the callback panicked. On c's loop.
+func (c *Conn) failOnPanic(callback string) {
+	if r := recover(); r != nil {
+		c.abort = true
+		c.closeNow(c.recovered(callback, r))
+	}
 }
 
 // callOpen runs OnOpen under recover.
@@ -346,23 +348,14 @@ func (c *Conn) callOpen() (err error) {
 
 // callData runs OnData under recover; a panic closes the connection.
 func (c *Conn) callData(data []byte) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.failed("OnData", r)
-		}
-	}()
+	defer c.failOnPanic("OnData")
 	c.h.OnData(c, data)
 }
 
 // callRead runs OnRead under recover and checks its count; ok is false
-// when the connection failed instead.
+// when the connection failed instead (a panic leaves the zero results).
 func (c *Conn) callRead(data []byte) (n int, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.failed("OnRead", r)
-			n, ok = 0, false
-		}
-	}()
+	defer c.failOnPanic("OnRead")
 	n = c.h.(ReadHandler).OnRead(c, data)
 	if n < 0 || n > len(data) {
 		c.abort = true
@@ -374,11 +367,7 @@ func (c *Conn) callRead(data []byte) (n int, ok bool) {
 
 // callWritability runs OnWritabilityChanged under recover.
 func (c *Conn) callWritability(writable bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.failed("OnWritabilityChanged", r)
-		}
-	}()
+	defer c.failOnPanic("OnWritabilityChanged")
 	c.h.(WritabilityHandler).OnWritabilityChanged(c, writable)
 }
 
@@ -387,11 +376,7 @@ func (c *Conn) callHalfClose() {
 	if !c.hasHH {
 		return
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			c.failed("OnHalfClose", r)
-		}
-	}()
+	defer c.failOnPanic("OnHalfClose")
 	c.h.(HalfCloseHandler).OnHalfClose(c)
 }
 

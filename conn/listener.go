@@ -362,42 +362,31 @@ func (ln *listener) Complete(cp *loop.Completion) {
 	if res >= 0 {
 		ln.backoff = 0
 		ln.s.handoff(ln, int(res))
-		if final {
-			ln.next()
+	} else {
+		switch errnoOf(res) {
+		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
+			// Out of resources: stop accepting (so the same error cannot
+			// come back at once) and try again after a pause.
+			ln.s.outOfRes.Add(1)
+			ln.pause = true
+			if !final {
+				cancelOp(ln.l, ln.id)
+			}
+		case unix.ECANCELED:
+			if final && !ln.pause {
+				// Canceled by the loop's own shutdown: the listener is done.
+				ln.closing = true
+				ln.closeFdOnce()
+				return
+			}
+		case unix.ECONNABORTED, unix.EINTR, unix.EAGAIN, unix.EPROTO, unix.EPERM:
+			// The peer gave up, or a transient condition: accept the next one.
+		default:
+			ln.pause = true
 		}
-		return
 	}
-	switch errnoOf(res) {
-	case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
-		// Out of resources: stop accepting (so the same error cannot
-		// come back at once) and try again after a pause.
-		ln.s.outOfRes.Add(1)
-		ln.pause = true
-		if !final {
-			cancelOp(ln.l, ln.id)
-			return
-		}
+	if final {
 		ln.next()
-	case unix.ECANCELED:
-		if final && !ln.pause {
-			// Canceled by the loop's own shutdown: the listener is done.
-			ln.closing = true
-			ln.closeFdOnce()
-			return
-		}
-		if final {
-			ln.next()
-		}
-	case unix.ECONNABORTED, unix.EINTR, unix.EAGAIN, unix.EPROTO, unix.EPERM:
-		// The peer gave up, or a transient condition: accept the next one.
-		if final {
-			ln.next()
-		}
-	default:
-		ln.pause = true
-		if final {
-			ln.next()
-		}
 	}
 }
 

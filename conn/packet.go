@@ -529,22 +529,20 @@ func softDatagramErr(e unix.Errno) bool {
 	return false
 }
 
-// recoveredPacket logs and counts a panic of a datagram socket's handler
+// logPanic, deferred around a handler callback, logs and counts a panic
 // (RecoveredPanics). The socket goes on serving: one datagram's handling
 // failed, not the socket.
-func (pc *PacketConn) recoveredPacket(callback string, r any) {
-	panics.Add(1)
-	slog.Error("conn: datagram handler panicked; the socket goes on", "callback", callback,
-		"panic", r, "local", pc.laddr, "stack", string(debug.Stack()))
+func (pc *PacketConn) logPanic(callback string) {
+	if r := recover(); r != nil {
+		panics.Add(1)
+		slog.Error("conn: datagram handler panicked; the socket goes on", "callback", callback,
+			"panic", r, "local", pc.laddr, "stack", string(debug.Stack()))
+	}
 }
 
-// deliver runs OnPacket under recover (recoveredPacket).
+// deliver runs OnPacket under logPanic.
 func (pc *PacketConn) deliver(data []byte, from Addr) {
-	defer func() {
-		if v := recover(); v != nil {
-			pc.recoveredPacket("OnPacket", v)
-		}
-	}()
+	defer pc.logPanic("OnPacket")
 	pc.h.OnPacket(pc, data, from)
 }
 
@@ -553,11 +551,7 @@ func (pc *PacketConn) report(err *DatagramError) {
 	if pc.eh == nil {
 		return
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			pc.recoveredPacket("OnPacketError", v)
-		}
-	}()
+	defer pc.logPanic("OnPacketError")
 	pc.eh.OnPacketError(pc, err)
 }
 
@@ -955,11 +949,7 @@ func (pc *PacketConn) maybeFinish() {
 	}
 	if pc.ch != nil {
 		func() {
-			defer func() {
-				if v := recover(); v != nil {
-					pc.recoveredPacket("OnPacketClose", v)
-				}
-			}()
+			defer pc.logPanic("OnPacketClose")
 			pc.ch.OnPacketClose(pc, pc.closeErr)
 		}()
 	}
