@@ -451,36 +451,39 @@ func (c *Conn) Buffered() int {
 	return n
 }
 
-// onLoop runs f on c's loop: at once when the caller is on it, else as a
-// task, waiting for its result. Called on another loop's goroutine it does
-// not wait (two loops waiting on each other would both stop for good): the
-// task is queued and nil returned; f's error, if any, is not reported. It
-// returns net.ErrClosed (decorated) when the loop is gone.
-func (c *Conn) onLoop(op string, f func() error) error {
-	if c.l.InLoop() {
-		return f()
-	}
-	if loop.Current() != nil {
-		if err := c.l.Execute(func() { _ = f() }); err != nil {
-			return c.loopRefused(op, err)
+// set runs a setter's f on c's loop as Conn's comment describes, where the
+// fd cannot be closed (and its number reused) underneath it, unless the
+// connection is closed for the user. f's error is a setsockopt's. A loop
+// that refuses the task gives its full queue's error, else net.ErrClosed.
+func (c *Conn) set(f func() error) error {
+	g := func() error {
+		if c.state >= stateClosing || c.lingering {
+			return c.opError("set", "", net.ErrClosed)
+		}
+		if err := f(); err != nil {
+			return c.opError("set", "setsockopt", err)
 		}
 		return nil
 	}
-	res := make(chan error, 1)
-	if err := c.l.Execute(func() { res <- f() }); err != nil {
-		return c.loopRefused(op, err)
+	if c.l.InLoop() {
+		return g()
+	}
+	var res chan error
+	task := func() { _ = g() }
+	if loop.Current() == nil {
+		res = make(chan error, 1)
+		task = func() { res <- g() }
+	}
+	if err := c.l.Execute(task); err != nil {
+		if !errors.Is(err, loop.ErrQueueFull) {
+			err = net.ErrClosed
+		}
+		return c.opError("set", "", err)
+	}
+	if res == nil {
+		return nil
 	}
 	return <-res
-}
-
-// loopRefused is the error of a call whose task c's loop refused: its
-// task queue full (the error says so; the call may be tried again), or the
-// loop shut down (net.ErrClosed).
-func (c *Conn) loopRefused(op string, err error) error {
-	if errors.Is(err, loop.ErrQueueFull) {
-		return c.opError(op, "", err)
-	}
-	return c.opError(op, "", net.ErrClosed)
 }
 
 // SetReadTimeout closes the connection with an error wrapping
@@ -501,10 +504,7 @@ func (c *Conn) setTimeout(what string, d time.Duration, read bool) error {
 	if d < 0 {
 		return invalidOption("%s %v (expected >= 0)", what, d)
 	}
-	return c.onLoop("set", func() error {
-		if c.state >= stateClosing || c.lingering {
-			return c.opError("set", "", net.ErrClosed)
-		}
+	return c.set(func() error {
 		if c.rare == nil {
 			if d == 0 {
 				return nil // off, as it was
@@ -589,7 +589,7 @@ func (c *Conn) onIdleTimer() {
 // SetNoDelay sets TCP_NODELAY (a no-op for Unix sockets). Safe for
 // concurrent use.
 func (c *Conn) SetNoDelay(on bool) error {
-	return c.sockopt(func() error { return setNoDelay(int(c.fd), c.netw(), on) })
+	return c.set(func() error { return setNoDelay(int(c.fd), c.netw(), on) })
 }
 
 // SetKeepAlive enables keepalive probes with d as idle time and interval
@@ -599,7 +599,7 @@ func (c *Conn) SetKeepAlive(d time.Duration) error {
 	if d > MaxKeepAlive {
 		return invalidOption("keepalive %v (expected at most %v, the kernel's limit)", d, MaxKeepAlive)
 	}
-	return c.sockopt(func() error { return setKeepAlive(int(c.fd), c.netw(), d) })
+	return c.set(func() error { return setKeepAlive(int(c.fd), c.netw(), d) })
 }
 
 // SetReadBuffer sets SO_RCVBUF. Safe for concurrent use.
@@ -607,7 +607,7 @@ func (c *Conn) SetReadBuffer(n int) error {
 	if n < 0 {
 		return invalidOption("read buffer %d (expected >= 0)", n)
 	}
-	return c.sockopt(func() error { return setBuffer(int(c.fd), false, n) })
+	return c.set(func() error { return setBuffer(int(c.fd), false, n) })
 }
 
 // SetWriteBuffer sets SO_SNDBUF. Safe for concurrent use.
@@ -615,19 +615,5 @@ func (c *Conn) SetWriteBuffer(n int) error {
 	if n < 0 {
 		return invalidOption("write buffer %d (expected >= 0)", n)
 	}
-	return c.sockopt(func() error { return setBuffer(int(c.fd), true, n) })
-}
-
-// sockopt runs a setsockopt on the loop, where the fd cannot be closed (and
-// its number reused) underneath it.
-func (c *Conn) sockopt(f func() error) error {
-	return c.onLoop("set", func() error {
-		if c.state >= stateClosing || c.lingering {
-			return c.opError("set", "", net.ErrClosed)
-		}
-		if err := f(); err != nil {
-			return c.opError("set", "setsockopt", err)
-		}
-		return nil
-	})
+	return c.set(func() error { return setBuffer(int(c.fd), true, n) })
 }
