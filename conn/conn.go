@@ -61,7 +61,7 @@ type Conn struct {
 	closedDone  bool                    // OnClose ran; guarded by mu
 	flushQueued bool                    // a flush tail task is queued on the loop; guarded by mu
 	wclosed     bool                    // no more writes: closed or CloseWrite; guarded by mu
-	out         outQueue                // outbound bytes, appended by Write, consumed by sends; guarded by mu
+	out         chunkQueue              // outbound bytes, appended by Write, consumed by sends; guarded by mu
 
 	// Loop goroutine only.
 	recvID loop.OpID // the armed receive, while recvActive

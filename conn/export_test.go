@@ -28,7 +28,7 @@ func InboundCap(c *Conn) int {
 func NetBuffered(nc *NetConn) int {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
-	return int(nc.in.n)
+	return nc.in.n
 }
 
 // NetDeadlineChecks returns how many checks the deadlines of every NetConn

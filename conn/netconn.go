@@ -19,8 +19,7 @@ import (
 // it.
 const DefaultNetInbound = 64 << 10
 
-// maxNetInbound caps a NetConn's bound, so that the buffered count,
-// which may pass the bound by one receive, fits an int32.
+// maxNetInbound caps a NetConn's bound (WithInboundLimit).
 const maxNetInbound = 1 << 30
 
 // netWriteMax is the largest piece a NetConn's Write hands to the
@@ -56,7 +55,6 @@ const netWriteMax = 64 << 10
 type NetConn struct {
 	c       *Conn
 	mu      sync.Mutex
-	limit   int32        // inbound bound
 	waiters atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
 	paused  bool         // receiving paused because in is full; under mu
 	closed  bool         // Close was called; under mu
@@ -66,93 +64,25 @@ type NetConn struct {
 	ww      wakeup       // writable, an error, Close or the write deadline
 
 	// Under mu.
-	in    inQueue   // received, not yet read
-	cause error     // what OnClose reported (see readEnd, writeEnd)
-	dls   deadlines // read and write deadlines
+	in    chunkQueue // received, not yet read
+	cause error      // what OnClose reported (see readEnd, writeEnd)
+	dls   deadlines  // read and write deadlines
 }
 
-// inChunkSize is the size of an inbound chunk: small, since most reads of a
-// request-response protocol are a few hundred bytes and every connection
-// with unread bytes holds at least one chunk.
-const inChunkSize = 4 << 10
-
-var inChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, inChunkSize)} }}
-
-// inQueue is a FIFO of received bytes in pooled chunks; an empty one holds
-// none.
-type inQueue struct {
-	q    []*chunk
-	head int32
-	n    int32 // bytes; the bound (at most maxNetInbound) keeps it small
-}
-
-func (iq *inQueue) push(p []byte) {
-	iq.n += int32(len(p))
-	for len(p) > 0 {
-		var t *chunk
-		if int32(len(iq.q)) > iq.head {
-			t = iq.q[len(iq.q)-1]
-		}
-		if t == nil || t.w == len(t.buf) {
-			t = inChunkPool.Get().(*chunk)
-			t.r, t.w = 0, 0
-			if len(iq.q) == cap(iq.q) && iq.head > 0 {
-				// Full, with read chunks at the front: slide the live
-				// ones down rather than grow, or a queue that never
-				// quite empties (a stream into a slower reader) would
-				// grow by a slot per chunk for as long as it runs.
-				k := copy(iq.q, iq.q[iq.head:])
-				clear(iq.q[k:])
-				iq.q, iq.head = iq.q[:k], 0
-			}
-			iq.q = append(iq.q, t)
-		}
-		k := copy(t.buf[t.w:], p)
-		t.w += k
-		p = p[k:]
-	}
-}
-
-// read copies up to len(p) bytes out and frees every chunk it empties.
-func (iq *inQueue) read(p []byte) int {
-	n := 0
-	for n < len(p) && int(iq.head) < len(iq.q) {
-		t := iq.q[iq.head]
-		k := copy(p[n:], t.buf[t.r:t.w])
-		t.r += k
-		n += k
-		if t.r == t.w {
-			iq.q[iq.head] = nil
-			iq.head++
-			inChunkPool.Put(t)
-		}
-	}
-	iq.n -= int32(n)
-	if int(iq.head) == len(iq.q) {
-		iq.q, iq.head = iq.q[:0], 0
-		if cap(iq.q) > 8 {
-			iq.q = nil
-		}
-	}
-	return n
-}
-
-// release frees every chunk.
-func (iq *inQueue) release() {
-	for _, t := range iq.q[iq.head:] {
-		inChunkPool.Put(t)
-	}
-	iq.q, iq.head, iq.n = nil, 0, 0
-}
-
-func newNetConn(limit int) *NetConn {
-	if limit <= 0 {
-		limit = DefaultNetInbound
-	}
-	nc := &NetConn{limit: int32(min(limit, maxNetInbound))}
+func newNetConn() *NetConn {
+	nc := new(NetConn)
 	nc.rw.init()
 	nc.ww.init()
 	return nc
+}
+
+// limit is the NetConn's inbound bound: WithInboundLimit's, else
+// DefaultNetInbound.
+func (nc *NetConn) limit() int {
+	if n := nc.c.cfg.netInbound; n > 0 {
+		return min(n, maxNetInbound)
+	}
+	return DefaultNetInbound
 }
 
 // Conn returns the underlying connection (its loop, options and counters).
@@ -252,8 +182,8 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 		nc.mu.Unlock()
 		return
 	}
-	nc.in.push(data)
-	pause := nc.in.n >= nc.limit && !nc.paused
+	nc.in.push(data, true)
+	pause := nc.in.n >= nc.limit() && !nc.paused
 	if pause {
 		nc.paused = true
 	}
@@ -306,7 +236,7 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		return 0, nc.c.opError("read", "", net.ErrClosed)
 	case nc.in.n > 0 && len(p) > 0:
 		n := nc.in.read(p)
-		resume := nc.paused && nc.in.n <= nc.limit/2
+		resume := nc.paused && nc.in.n <= nc.limit()/2
 		if resume {
 			nc.paused = false
 		}
@@ -386,8 +316,7 @@ func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
 		if err := nc.awaitWritable(); err != nil {
 			return total, err
 		}
-		t := chunkPool.Get().(*chunk)
-		t.r, t.w = 0, 0
+		t := getChunk(false, false, 0)
 		n, rerr := r.Read(t.buf)
 		if n > 0 {
 			t.w = n
@@ -563,11 +492,11 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		t := nc.in.q[nc.in.head]
 		nc.in.q[nc.in.head] = nil
 		nc.in.head++
-		nc.in.n -= int32(t.w - t.r)
-		if int(nc.in.head) == len(nc.in.q) {
+		nc.in.n -= t.w - t.r
+		if nc.in.head == len(nc.in.q) {
 			nc.in.q, nc.in.head = nc.in.q[:0], 0
 		}
-		resume := nc.paused && nc.in.n <= nc.limit/2
+		resume := nc.paused && nc.in.n <= nc.limit()/2
 		if resume {
 			nc.paused = false
 		}
@@ -578,7 +507,7 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		n, err := w.Write(t.buf[t.r:t.w])
 		total += int64(n)
 		short := n < t.w-t.r
-		inChunkPool.Put(t)
+		putChunk(t)
 		if err != nil {
 			return total, err
 		}
@@ -637,20 +566,18 @@ func (nc *NetConn) fire(dir int, at int64) {
 	}
 }
 
-// netConnLimit is the limit of the connection under a NetConn: never below
-// the default, since it holds only the bytes already on their way when the
-// NetConn pauses receiving at its own, maybe smaller, bound.
-func netConnLimit(c *config) { c.inboundLimit = max(c.inboundLimit, DefaultInboundLimit) }
+// asNetConn configures the connection under a NetConn: half-close on, and
+// the inbound limit of a NetConn (see validate).
+func asNetConn(c *config) { c.halfClose, c.netConn = true, true }
 
 // DialNet connects to address on a loop of g, as Dial does, and returns
 // the connection as a net.Conn. It must not be called on a loop goroutine.
 func DialNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetConn, error) {
-	cfg, err := newConfig(opts)
-	if err != nil {
+	if _, err := newConfig(opts); err != nil {
 		return nil, err
 	}
-	nc := newNetConn(cfg.netInbound)
-	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true), netConnLimit)
+	nc := newNetConn()
+	opts = append(opts[:len(opts):len(opts)], asNetConn)
 	// Dial returns after OnOpen ran on the loop, which set nc.c.
 	if _, err := Dial(ctx, g, network, address, nc, opts...); err != nil {
 		return nil, err
@@ -664,9 +591,8 @@ func DialNet(ctx context.Context, g *loop.Group, network, address string, opts .
 // queue bounded by WithBacklog's value (default 4096); past it a new
 // connection is closed at once, as a full kernel backlog drops it.
 type NetListener struct {
-	srv   *Server
-	limit int
-	max   int
+	srv *Server
+	max int
 
 	mu      sync.Mutex
 	q       []*NetConn
@@ -683,19 +609,9 @@ func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts
 	if err != nil {
 		return nil, err
 	}
-	ln := &NetListener{
-		limit: cfg.netInbound,
-		max:   cfg.backlog,
-		sig:   make(chan struct{}, 1),
-		done:  make(chan struct{}),
-	}
-	if ln.max <= 0 {
-		ln.max = 4096
-	}
-	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true), netConnLimit, func(c *config) { c.netLn = ln })
-	srv, err := ListenFunc(ctx, g, network, address, func(*Conn) Handler {
-		return newNetConn(ln.limit)
-	}, opts...)
+	ln := &NetListener{max: cfg.backlog, sig: make(chan struct{}, 1), done: make(chan struct{})}
+	opts = append(opts[:len(opts):len(opts)], asNetConn, func(c *config) { c.netLn = ln })
+	srv, err := ListenFunc(ctx, g, network, address, func(*Conn) Handler { return newNetConn() }, opts...)
 	if err != nil {
 		return nil, err
 	}

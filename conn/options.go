@@ -62,6 +62,7 @@ type config struct {
 	dgramQueue      int          // datagrams a PacketConn queues (WithDatagramQueue)
 	udpSegment      int          // UDP_SEGMENT size (WithUDPSegment)
 	netLn           *NetListener // ListenNet's listener, which its NetConns join on open
+	netConn         bool         // the connection under a NetConn (asNetConn)
 }
 
 func defaultConfig() config {
@@ -254,8 +255,11 @@ func (c *config) validate() error {
 		c.backlog = d.backlog
 	}
 	c.netInbound = c.inboundLimit
-	if c.inboundLimit == 0 {
-		c.inboundLimit = d.inboundLimit
+	if c.inboundLimit == 0 || c.netConn {
+		// Under a NetConn the limit holds only the bytes already on their
+		// way when the NetConn pauses at its own bound: never below the
+		// default.
+		c.inboundLimit = max(c.inboundLimit, d.inboundLimit)
 	}
 	if c.dgramQueue == 0 {
 		c.dgramQueue = d.dgramQueue
