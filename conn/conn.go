@@ -232,13 +232,6 @@ func (c *Conn) newHandler() (h Handler, err error) {
 	return h, nil
 }
 
-// epoch anchors the monotonic clock the timeouts read.
-var epoch = time.Now()
-
-// now returns monotonic nanoseconds (a vDSO clock read: no system call, no
-// allocation).
-func now() int64 { return int64(time.Since(epoch)) }
-
 // open makes the connection live on its loop: socket options, addresses,
 // OnOpen, the first receive and the timers. Must be called on c's loop.
 //

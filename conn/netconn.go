@@ -517,31 +517,6 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 	}
 }
 
-// A deadline is one direction's deadline, guarded by its owner's mutex
-// (whether it is set and has passed are kept beside, in deadlines). Its check waits in the loop's deadline queue, which one
-// timer on the loop's wheel serves (deadline.go). A deadline moved later
-// queues no new check: the pending one comes due at the old instant, finds
-// the deadline moved and queues itself again, so a server that pushes its
-// read deadline forward on every request queues about one check per
-// deadline period rather than one per call. Instants are nanoseconds on the
-// monotonic clock since started (time.Time.Sub uses the monotonic reading
-// when both have one).
-type deadline struct {
-	at      int64 // the deadline, if set
-	armedAt int64 // when the earliest pending check comes due; 0: none is pending (a pending instant is > 0)
-}
-
-// netDeadlineChecks counts the checks deadlines queued, for tests.
-var netDeadlineChecks atomic.Int64
-
-// started is the origin of deadline instants, and a time every deadline
-// before which has passed without reading the clock (net/http sets such
-// deadlines to interrupt a Read).
-var started = time.Now()
-
-// sinceStarted returns t as a deadline instant.
-func sinceStarted(t time.Time) int64 { return int64(t.Sub(started)) }
-
 func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 	nc.mu.Lock()
 	if nc.closed {

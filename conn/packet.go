@@ -115,17 +115,11 @@ type Addr struct {
 	unix bool
 }
 
-// AddrFromAddrPort returns the Addr of an IP address and port.
-func AddrFromAddrPort(ap netip.AddrPort) Addr { return Addr{ap: ap} }
-
 // UnixAddr returns the Addr of a Unix socket name ('@' first: abstract).
 func UnixAddr(name string) Addr { return Addr{name: name, unix: true} }
 
 // AddrPort returns the IP address and port (invalid for a Unix address).
 func (a Addr) AddrPort() netip.AddrPort { return a.ap }
-
-// IsUnix reports whether a names a Unix socket.
-func (a Addr) IsUnix() bool { return a.unix }
 
 // Name returns a Unix socket's name ("" for an IP address).
 func (a Addr) Name() string { return a.name }

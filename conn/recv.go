@@ -10,29 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The receive path.
-//
-// A connection keeps one receive armed while open: RecvProvided, the loop's
-// multishot receive into its provided-buffer ring, whose completions carry
-// the bytes in a loop-owned buffer that returns to the ring as soon as
-// OnData returns. A completion without F_MORE ends the receive; while the
-// connection is open, it re-arms. A receive the ring ran dry for never ends
-// here: the loop parks it and resubmits it when buffers are back
-// (loop/starved.go).
-//
-// A zero-byte completion is the peer's FIN: receiving stops, queued writes
-// are flushed, then the connection closes and OnClose reports io.EOF. Under
-// WithHalfClose the FIN is reported instead (OnHalfClose) and the
-// connection stays open for writing.
-//
-// Inbound flow control and framing share one per-connection buffer of kept
-// bytes (keptInput, made when bytes are first kept). While reading is
-// paused (PauseRead, or WithPauseReadWhenUnwritable while unwritable) no
-// receive is armed: the armed one is canceled, and bytes the kernel had
-// already received into completions still to come are kept, not delivered,
-// until reading resumes. A ReadHandler's unconsumed bytes are kept too and
-// come first in its next call. Bytes that arrive whole and are consumed
-// whole are never kept.
+// The receive path (docs/conn.md has the whole story). A connection keeps
+// one RecvProvided armed while open and re-arms it after a completion
+// without F_MORE; the loop parks a receive the buffer ring ran dry for. A
+// zero-byte completion is the peer's FIN. Flow control and framing share
+// one per-connection buffer of kept bytes (keptInput): bytes received
+// while paused, and a ReadHandler's unconsumed ones. Bytes that arrive
+// whole and are consumed whole are never kept.
 
 // deliverMax is the most bytes one OnData call gets from a bundle receive
 // or from the kept bytes, so that a pause stops them within one receive

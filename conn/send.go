@@ -9,26 +9,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The send path.
+// The send path. Write copies into the outbound chunkQueue under c.mu and
+// queues one flush tail task per loop turn (flushQueued deduplicates it);
+// the flush submits one SEND or SENDMSG of up to maxSendIov ranges. One
+// send is in flight per connection; its completion consumes what was sent
+// and submits the next, so a short write continues where it stopped.
 //
-// Write copies into the connection's outbound queue, a FIFO of fixed-size
-// chunks taken from a process-wide pool, under c.mu, and queues one flush
-// tail task per loop turn (c.flushQueued deduplicates it). The flush, on the
-// loop, gathers up to maxSendIov queued ranges into one SEND (one range) or
-// one SENDMSG (several). Only one send is in flight per connection; its
-// completion consumes the bytes sent, hands emptied chunks back to the pool,
-// and submits the next send if bytes remain, so a short write continues
-// exactly where it stopped and order is kept.
-//
-// Writers only ever append to the last chunk; a chunk that is not last
-// never changes again. A send snapshot therefore covers whole frozen chunks
-// plus a prefix of the last one, and writers may keep appending behind that
-// prefix while the kernel reads it: the two ranges never overlap.
-//
-// Steady state allocates nothing: chunks come from the pool, the chunk FIFO
-// keeps its backing array, the list of ranges for a SENDMSG is gathered on
-// the stack (the loop copies it into the op's record), and the flush is
-// queued as the Conn itself (flushTask). An idle connection holds no chunk.
+// Writers only ever append to the last chunk, and a chunk that is not last
+// never changes again: a send covers whole frozen chunks plus a prefix of
+// the last one, so writers appending behind that prefix while the kernel
+// reads it never overlap it.
 
 const (
 	// chunkSize is the outbound chunk size. 16 KiB keeps a small echo in
