@@ -21,17 +21,13 @@ import (
 
 // Close closes the connection. Receiving stops at once (no OnData after
 // Close returns on the loop, none once the close task ran otherwise); the
-// bytes queued by earlier Writes are still handed to the kernel, a send at a
-// time, and the fd is closed once the queue is empty, as c.Write(resp);
-// c.Close() would deliver resp with a net.Conn. The wait is bounded by the
-// linger time (WithLinger, default 2 s): then the send in flight is
-// canceled and what is still queued is dropped; WithLinger(0) drops it at
-// once. Either way the ops in flight are canceled and their final
-// completions awaited, then the fd is closed and OnClose runs with a nil
-// error (or with the error that closed the connection before Close was
-// called; errors while lingering are not reported). It returns at once; a
-// second call returns an error wrapping net.ErrClosed, as do Writes after
-// Close. Safe for concurrent use.
+// bytes queued by earlier Writes still go to the kernel, so c.Write(resp);
+// c.Close() delivers resp as with a net.Conn, for at most the linger time
+// (WithLinger). Then the fd is closed and OnClose runs with nil, or with the
+// error that closed the connection before Close was called (errors while
+// lingering are not reported). It returns at once; a second call, and
+// Writes after Close, return an error wrapping net.ErrClosed. Safe for
+// concurrent use.
 func (c *Conn) Close() error {
 	if c.setShared(sharedCloseReq) {
 		return c.opError("close", "", net.ErrClosed)
@@ -45,7 +41,7 @@ func (c *Conn) Close() error {
 	}
 	// An error means the loop is shutting down: its drain cancels c's
 	// ops, and c closes as they complete (OnClose reports net.ErrClosed).
-	_ = executeRetrying(c.l, c.closeTask)
+	_ = executeRetrying(c.l, c.closeLinger)
 	return nil
 }
 
@@ -124,8 +120,6 @@ func (o *overflow) drain(l *loop.Loop) {
 		o.mu.Unlock()
 	}
 }
-
-func (c *Conn) closeTask() { c.closeLinger() }
 
 // closeLinger is a local Close on the loop: stop receiving, then close once
 // the outbound queue has drained (drained) or the linger timer fires,

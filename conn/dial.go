@@ -45,24 +45,20 @@ func Dial(ctx context.Context, g *loop.Group, network, address string, h Handler
 
 // DialAsync starts connecting to address and returns at once with a future
 // of the connection. It never blocks, so it is the way to dial from a
-// handler: the connection then lives on the caller's own loop (Netty's
-// proxy pattern), and the future completes on that loop.
-//
-// network is "tcp", "tcp4", "tcp6" or "unix". An IP address is used as it
-// is; a host name is resolved on a goroutine of its own, with ctx. The
+// handler (Netty's proxy pattern). network is "tcp", "tcp4", "tcp6" or
+// "unix"; a host name is resolved on a goroutine of its own, with ctx. The
 // connection lives on the loop WithLoop names, else on the calling loop when
 // called on a loop of g, else on g.Next().
 //
 // The future completes on the connection's loop: with the connection once
-// it is open and h.OnOpen ran (OnOpen runs first, so a listener registered
-// with OnDone sees an open connection), or with a *net.OpError once the
-// dial failed and its socket is closed. When ctx ends or the connect timeout
-// (WithConnectTimeout) passes first, the connect is canceled and the error
-// wraps ctx.Err() or os.ErrDeadlineExceeded. A refused connection gives
-// errors.Is(err, syscall.ECONNREFUSED); a loop that is shutting down or
-// whose task queue is full gives loop.ErrRejected. A dial that fails calls no
-// Handler method. If OnOpen panics, the connection closes (OnClose reports
-// the *PanicError) and the future fails with it. Safe for concurrent use.
+// h.OnOpen ran, or with a *net.OpError once the dial failed and its socket
+// is closed (no Handler method runs then). When ctx ends or the connect
+// timeout (WithConnectTimeout) passes first, the error wraps ctx.Err() or
+// os.ErrDeadlineExceeded; a refused connection gives errors.Is(err,
+// syscall.ECONNREFUSED); a loop that refuses the task gives
+// loop.ErrRejected. If OnOpen panics, the connection closes (OnClose
+// reports the *PanicError) and the future fails with it. Safe for
+// concurrent use.
 func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Handler, opts ...Option) *sched.Future[*Conn] {
 	f := sched.NewFuture[*Conn]()
 	fail := func(err error) *sched.Future[*Conn] {

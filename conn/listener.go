@@ -450,7 +450,9 @@ func (ln *listener) closeFdOnce() {
 }
 
 func (ln *listener) closed() {
-	ln.removePath()
+	if ln.path != "" {
+		_ = os.Remove(ln.path)
+	}
 	if ln.unhook != nil {
 		ln.unhook()
 	}
@@ -461,12 +463,6 @@ func (ln *listener) closed() {
 type listenerClose struct{ ln *listener }
 
 func (lc listenerClose) Complete(*loop.Completion) { lc.ln.closed() }
-
-func (ln *listener) removePath() {
-	if ln.path != "" {
-		_ = os.Remove(ln.path)
-	}
-}
 
 // handoff gives an accepted fd to a worker loop (reuse-port: ln's own
 // loop). A worker that refuses the task (shutting down, queue full) makes

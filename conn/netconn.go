@@ -40,10 +40,8 @@ const netWriteMax = 64 << 10
 //     queue. While the connection is unwritable (above the high-water mark
 //     of [WithWaterMarks]) it blocks, so a writer faster than the peer waits
 //     instead of queueing without bound.
-//   - Deadlines run on the loop (one timer on its wheel serves a queue of
-//     every NetConn deadline of the loop) and end a blocked call with an
-//     error wrapping os.ErrDeadlineExceeded (a net.Error whose Timeout is
-//     true).
+//   - Deadlines run on the loop and end a blocked call with an error
+//     wrapping os.ErrDeadlineExceeded (a net.Error whose Timeout is true).
 //   - Close unblocks pending Reads and Writes with net.ErrClosed.
 //     CloseWrite sends a FIN after the queued bytes (TCP and Unix).
 //

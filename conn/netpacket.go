@@ -15,17 +15,14 @@ import (
 )
 
 // A NetPacketConn is a datagram socket on a loop seen as a net.PacketConn
-// (and, when DialPacketNet made it, a net.Conn): code written for package
-// net's UDP and unixgram sockets runs on the loops unchanged. It is its
-// socket's handler: datagrams that arrive are copied into an inbound queue
-// bounded by WithInboundLimit (in bytes; a datagram that finds it full is
-// dropped and counted, as the kernel drops one that finds a full socket
-// buffer; Dropped counts them), and ReadFrom takes them in order. Writes
-// queue a copy on the loop (PacketConn.WriteTo) and never block: a full
-// queue fails the write with ErrQueueFull; on a connected socket a write
+// (and, when DialPacketNet made it, a net.Conn). Datagrams that arrive wait
+// in an inbound queue bounded by WithInboundLimit (one that finds it full
+// is dropped, as the kernel drops one that finds a full socket buffer;
+// Dropped counts them). Writes queue a copy on the loop and never block: a
+// full queue fails them with ErrQueueFull; on a connected socket a write
 // with a destination fails with net.ErrWriteToConnected, as package net's
-// does. Deadlines report os.ErrDeadlineExceeded; Close
-// unblocks every pending call with net.ErrClosed. Safe for concurrent use.
+// does. Close unblocks every pending call with net.ErrClosed. Safe for
+// concurrent use.
 type NetPacketConn struct {
 	pc    *PacketConn
 	limit int

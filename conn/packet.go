@@ -20,13 +20,10 @@ import (
 	"github.com/ringloop/ringloop/ring"
 )
 
-// Datagram sockets on the loops: UDP (udp, udp4, udp6) and Unix datagram
-// (unixgram) sockets, each on one loop. Datagrams arrive through the loop's
-// provided buffers (loop.RecvmsgProvided: a multishot RECVMSG on io_uring,
-// recvmmsg(2) batches on epoll) and reach the PacketHandler on the loop
-// goroutine; writes from any goroutine are copied into the socket's queue
-// and go out at the end of the loop turn, one SENDMSG per datagram. See
-// docs/udp.md.
+// Datagram sockets on the loops (docs/udp.md): datagrams arrive through
+// loop.RecvmsgProvided and reach the PacketHandler on the loop goroutine;
+// writes from any goroutine are copied into the socket's queue and go out
+// at the end of the loop turn, one SENDMSG per datagram.
 
 // A PacketHandler receives a datagram socket's datagrams. OnPacket runs on
 // the socket's loop goroutine, one datagram at a time, and must not block.
