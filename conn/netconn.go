@@ -87,23 +87,7 @@ func (nc *NetConn) limit() int {
 // Reading through it (PauseRead, handlers) would compete with the NetConn.
 func (nc *NetConn) Conn() *Conn { return nc.c }
 
-// wake signals w and, when a goroutine is blocked, has the loop give its P
-// back before its next wait, so that the goroutine runs at once (see
-// loop.Loop.HandOffNextWait). On the loop.
-func (nc *NetConn) wake(w *wakeup) {
-	w.signal()
-	if nc.waiters.Load() > 0 {
-		nc.c.l.HandOffNextWait()
-	}
-}
-
-// signal leaves a wakeup in ch (cap 1) unless one is there already.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
+func (nc *NetConn) wake(w *wakeup) { w.wake(nc.c.l, &nc.waiters) }
 
 // A wakeup is what a blocked Read or Write waits on: a binary semaphore
 // made of a sync.Mutex, held while no wakeup is pending (a Mutex may be
@@ -126,10 +110,22 @@ func (w *wakeup) signal() {
 	}
 }
 
-// wait blocks until a wakeup is pending and takes it.
-func (w *wakeup) wait() {
+// wake signals w from l and, when a goroutine is blocked (waiters), has l
+// give its P back before its next wait, so that the goroutine runs at once
+// (loop.Loop.HandOffNextWait).
+func (w *wakeup) wake(l *loop.Loop, waiters *atomic.Int32) {
+	w.signal()
+	if waiters.Load() > 0 {
+		l.HandOffNextWait()
+	}
+}
+
+// wait blocks until a wakeup is pending and takes it, counted in waiters.
+func (w *wakeup) wait(waiters *atomic.Int32) {
+	waiters.Add(1)
 	w.mu.Lock()
 	w.pending.Store(false)
+	waiters.Add(-1)
 }
 
 // The two directions of a NetConn, for its wakeups and deadlines.
@@ -155,12 +151,10 @@ func (nc *NetConn) sig(dir int) *wakeup {
 func (nc *NetConn) block(dir int, op string) error {
 	w := nc.sig(dir)
 	nc.mu.Unlock()
-	if err := nc.mayBlock(op); err != nil {
-		return err
+	if loop.Current() != nil {
+		return nc.c.opError(op, "", loop.ErrInLoop)
 	}
-	nc.waiters.Add(1)
-	w.wait()
-	nc.waiters.Add(-1)
+	w.wait(&nc.waiters)
 	nc.mu.Lock()
 	return nil
 }
@@ -270,14 +264,6 @@ func (nc *NetConn) awaitInput() error {
 		if err := nc.block(dirRead, "read"); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// mayBlock refuses to block a loop goroutine.
-func (nc *NetConn) mayBlock(op string) error {
-	if loop.Current() != nil {
-		return nc.c.opError(op, "", loop.ErrInLoop)
 	}
 	return nil
 }
@@ -603,7 +589,10 @@ func (ln *NetListener) push(nc *NetConn) {
 	}
 	ln.q = append(ln.q, nc)
 	ln.mu.Unlock()
-	signal(ln.sig)
+	select {
+	case ln.sig <- struct{}{}:
+	default: // a wakeup is pending already
+	}
 }
 
 // Accept waits for and returns the next connection. After Close it returns

@@ -118,7 +118,7 @@ func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 	np.in.push(netDgram{buf: b, from: from})
 	np.bytes += len(data)
 	np.mu.Unlock()
-	np.wake(pc)
+	np.rw.wake(pc.l, &np.waiters)
 }
 
 // OnPacketError implements PacketErrorHandler. A datagram too long for the
@@ -143,7 +143,7 @@ func (np *NetPacketConn) OnPacketError(pc *PacketConn, err error) {
 	np.mu.Lock()
 	np.soft = os.NewSyscallError("read", errno)
 	np.mu.Unlock()
-	np.wake(pc)
+	np.rw.wake(pc.l, &np.waiters)
 }
 
 // OnPacketClose implements PacketCloseHandler: a socket closed under us
@@ -155,16 +155,7 @@ func (np *NetPacketConn) OnPacketClose(pc *PacketConn, err error) {
 	}
 	np.ended = err
 	np.mu.Unlock()
-	np.wake(pc)
-}
-
-// wake signals a blocked reader; with one blocked, the loop hands its P
-// off before its next wait so the reader runs at once.
-func (np *NetPacketConn) wake(pc *PacketConn) {
-	np.rw.signal()
-	if np.waiters.Load() > 0 {
-		pc.l.HandOffNextWait()
-	}
+	np.rw.wake(pc.l, &np.waiters)
 }
 
 // ReadFrom reads the next datagram into p and returns its length and
@@ -208,9 +199,7 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 		if np.pc.l.InLoop() {
 			return 0, Addr{}, np.opError("read", loop.ErrInLoop)
 		}
-		np.waiters.Add(1)
-		np.rw.wait()
-		np.waiters.Add(-1)
+		np.rw.wait(&np.waiters)
 		np.mu.Lock()
 	}
 	if np.in.n == 0 && !np.closed && np.soft != nil {
@@ -380,6 +369,6 @@ func (np *NetPacketConn) fire(dir int, at int64) {
 	expired := np.dls.fireLocked(np.pc.l, np, dir, at, np.closed)
 	np.mu.Unlock()
 	if expired {
-		np.wake(np.pc)
+		np.rw.wake(np.pc.l, &np.waiters)
 	}
 }
