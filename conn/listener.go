@@ -45,16 +45,14 @@ const (
 )
 
 // Listen opens a listening socket and serves connections on workers with h,
-// one Handler shared by every connection (use ListenFunc for a handler per
-// connection). network is "tcp", "tcp4", "tcp6" or "unix"; a host name in
-// address is resolved with ctx, which bounds only that (the server runs
-// until Close or Shutdown). An empty or unspecified host listens on every
-// address ("tcp": dual stack where IPv6 exists); port 0 picks a free port
-// (Addr tells which). Each accepted connection is handed to workers.Next()
-// and lives on that loop; the acceptor loop is WithAcceptor's, else
-// workers.Next(). With WithReusePort(true) (TCP only) every worker loop gets
-// its own SO_REUSEPORT listener and keeps the connections it accepts. A Unix
-// socket's path is removed by Close. Safe for concurrent use.
+// one Handler shared by every connection. network is "tcp", "tcp4", "tcp6"
+// or "unix"; ctx bounds only the resolution of a host name. An empty or
+// unspecified host listens on every address ("tcp": dual stack where IPv6
+// exists); port 0 picks a free port (Addr tells which). Each accepted
+// connection lives on workers.Next(); the acceptor loop is WithAcceptor's,
+// else workers.Next(); WithReusePort gives every worker loop a listener of
+// its own. A Unix socket's path is removed by Close. Safe for concurrent
+// use.
 func Listen(ctx context.Context, workers *loop.Group, network, address string, h Handler, opts ...Option) (*Server, error) {
 	if h == nil {
 		return nil, fmt.Errorf("conn: Listen: nil handler")
@@ -63,12 +61,10 @@ func Listen(ctx context.Context, workers *loop.Group, network, address string, h
 }
 
 // ListenFunc is Listen with a handler per connection (Netty's
-// ChannelInitializer): newHandler makes each accepted connection's Handler,
+// ChannelInitializer): newHandler makes each accepted connection's Handler
 // on that connection's loop, before its OnOpen, so per-connection state
-// lives in plain fields of the handler, touched only by that loop. c's
-// addresses and options are set when newHandler runs; do not write to c
-// there (OnOpen is the place). A newHandler that panics (logged with its
-// stack, counted by RecoveredPanics) or returns nil (logged) closes that
+// needs no lock. Do not write to c there (OnOpen is the place). A
+// newHandler that panics or returns nil (both logged) closes that
 // connection with a reset; no Handler method runs for it.
 func ListenFunc(ctx context.Context, workers *loop.Group, network, address string, newHandler func(c *Conn) Handler, opts ...Option) (*Server, error) {
 	if newHandler == nil {

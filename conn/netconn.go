@@ -228,15 +228,8 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		return 0, nc.c.opError("read", "", net.ErrClosed)
 	case nc.in.n > 0 && len(p) > 0:
 		n := nc.in.read(p)
-		resume := nc.paused && nc.in.n <= nc.limit()/2
-		if resume {
-			nc.paused = false
-		}
 		more := nc.in.n > 0 || nc.readEnded()
-		nc.mu.Unlock()
-		if resume {
-			_ = nc.c.ResumeRead()
-		}
+		nc.unlockResuming()
 		if more {
 			nc.rw.signal() // pass the wakeup on to another reader
 		}
@@ -249,6 +242,17 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 	}
 	nc.mu.Unlock()
 	return 0, nil // len(p) == 0
+}
+
+// unlockResuming unlocks nc.mu after a read, and resumes receiving if the
+// read brought a paused NetConn's buffer down to half its bound.
+func (nc *NetConn) unlockResuming() {
+	resume := nc.paused && nc.in.n <= nc.limit()/2
+	nc.paused = nc.paused && !resume
+	nc.mu.Unlock()
+	if resume {
+		_ = nc.c.ResumeRead()
+	}
 }
 
 // awaitInput waits until received bytes, the end of input or Close arrive.
@@ -480,14 +484,7 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		if nc.in.head == len(nc.in.q) {
 			nc.in.q, nc.in.head = nc.in.q[:0], 0
 		}
-		resume := nc.paused && nc.in.n <= nc.limit()/2
-		if resume {
-			nc.paused = false
-		}
-		nc.mu.Unlock()
-		if resume {
-			_ = nc.c.ResumeRead()
-		}
+		nc.unlockResuming()
 		n, err := w.Write(t.buf[t.r:t.w])
 		total += int64(n)
 		short := n < t.w-t.r

@@ -7,11 +7,8 @@ import (
 )
 
 // Every open connection is tracked by its loop's registry, so that a group
-// shutting down closes them at its first shutdown check (Netty's closeAll)
-// instead of serving them through the quiet period: a connection with
-// queued bytes lingers for them (WithLinger), then OnClose reports an error
-// wrapping net.ErrClosed. A connection that would open on a loop already
-// shutting down is closed at once.
+// shutting down closes them at its first shutdown check (Netty's closeAll),
+// not after the quiet period (docs/conn.md, Closing).
 
 // loopConns is one loop's open connections. Loop goroutine only, but for
 // deadlines.
@@ -23,12 +20,10 @@ type loopConns struct {
 	overflow  overflow      // tasks a full task queue refused, in order (executeRetrying)
 }
 
-// A connSet is a set of connections kept in fixed chunks of a slice each,
-// every connection holding its own 1-based index (0: not in the set), so
-// adding and removing are O(1) and an entry costs one pointer. Chunks are
-// never copied: a slice doubling under thousands of connections would hold
-// up to twice the room it needs and leave the old arrays behind as
-// garbage, and a map several times that per connection.
+// A connSet is a set of connections kept in fixed chunks, every connection
+// holding its own 1-based index (0: not in the set): adding and removing
+// are O(1), an entry costs one pointer, and chunks are never copied (a
+// doubling slice would hold up to twice the room and leave garbage).
 type connSet struct {
 	chunks [][]*Conn // each of connChunk entries; the last one partly used
 	n      int
