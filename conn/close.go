@@ -21,17 +21,13 @@ import (
 
 // Close closes the connection. Receiving stops at once (no OnData after
 // Close returns on the loop, none once the close task ran otherwise); the
-// bytes queued by earlier Writes are still handed to the kernel, a send at a
-// time, and the fd is closed once the queue is empty, as c.Write(resp);
-// c.Close() would deliver resp with a net.Conn. The wait is bounded by the
-// linger time (WithLinger, default 2 s): then the send in flight is
-// canceled and what is still queued is dropped; WithLinger(0) drops it at
-// once. Either way the ops in flight are canceled and their final
-// completions awaited, then the fd is closed and OnClose runs with a nil
-// error (or with the error that closed the connection before Close was
-// called; errors while lingering are not reported). It returns at once; a
-// second call returns an error wrapping net.ErrClosed, as do Writes after
-// Close. Safe for concurrent use.
+// bytes queued by earlier Writes still go to the kernel, so c.Write(resp);
+// c.Close() delivers resp as with a net.Conn, for at most the linger time
+// (WithLinger). Then the fd is closed and OnClose runs with nil, or with the
+// error that closed the connection before Close was called (errors while
+// lingering are not reported). It returns at once; a second call, and
+// Writes after Close, return an error wrapping net.ErrClosed. Safe for
+// concurrent use.
 func (c *Conn) Close() error {
 	if c.setShared(sharedCloseReq) {
 		return c.opError("close", "", net.ErrClosed)
@@ -45,19 +41,23 @@ func (c *Conn) Close() error {
 	}
 	// An error means the loop is shutting down: its drain cancels c's
 	// ops, and c closes as they complete (OnClose reports net.ErrClosed).
-	_ = executeRetrying(c.l, c.closeTask)
+	_ = executeRetrying(c.l, c.closeLinger)
 	return nil
 }
 
-// cancelOp cancels op id on l. loop.ErrUnknownOp means the op has reached
-// its final completion, which is on its way; any other error (the backend
-// could not queue the cancel: its submission queue full, the kernel busy)
-// leaves the op live, so the cancel is tried again after the turn. A
-// terminating loop's drain cancels what is left. Must be called on l.
-func cancelOp(l *loop.Loop, id loop.OpID) {
-	if err := l.Cancel(id); err != nil && !errors.Is(err, loop.ErrUnknownOp) {
+// cancelOp cancels op id on l and reports whether the op is live, its
+// final completion still to come. loop.ErrUnknownOp means the op has
+// reached its final completion; any other error (the backend could not
+// queue the cancel: its submission queue full, the kernel busy) leaves the
+// op live, so the cancel is tried again after the turn. A terminating
+// loop's drain cancels what is left. Must be called on l.
+func cancelOp(l *loop.Loop, id loop.OpID) bool {
+	err := l.Cancel(id)
+	if err != nil && !errors.Is(err, loop.ErrUnknownOp) {
 		_ = l.ExecuteAfterTurn(func() { cancelOp(l, id) })
+		return true
 	}
+	return err == nil
 }
 
 // executeRetrying runs f on l as a task that must not be lost to a bounded
@@ -121,8 +121,6 @@ func (o *overflow) drain(l *loop.Loop) {
 	}
 }
 
-func (c *Conn) closeTask() { c.closeLinger() }
-
 // closeLinger is a local Close on the loop: stop receiving, then close once
 // the outbound queue has drained (drained) or the linger timer fires,
 // whichever comes first. Must be called on c's loop.
@@ -160,7 +158,7 @@ func (c *Conn) closeLinger() {
 	c.mu.Unlock()
 	c.stopTimeouts()
 	if c.recvActive {
-		cancelOp(c.l, c.recv.id) // its completions are dropped from now on
+		cancelOp(c.l, c.recvID) // its completions are dropped from now on
 	}
 	if !c.send.active {
 		c.startSend()
@@ -245,7 +243,7 @@ func (c *Conn) closeNow(err error) {
 		stopTimer(&c.rare.lingerTimer)
 	}
 	if c.recvActive {
-		cancelOp(c.l, c.recv.id)
+		cancelOp(c.l, c.recvID)
 	}
 	if c.send.active {
 		cancelOp(c.l, c.send.id)
@@ -287,9 +285,6 @@ func (c *Conn) closed() {
 	c.mu.Lock()
 	c.out.release()
 	c.mu.Unlock()
-	if c.rare != nil {
-		c.rare.rbuf = nil
-	}
 	c.kin = nil
 	if c.rare != nil && c.rare.lingerHold != nil {
 		c.rare.lingerHold()

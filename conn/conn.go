@@ -61,13 +61,13 @@ type Conn struct {
 	closedDone  bool                    // OnClose ran; guarded by mu
 	flushQueued bool                    // a flush tail task is queued on the loop; guarded by mu
 	wclosed     bool                    // no more writes: closed or CloseWrite; guarded by mu
-	out         outQueue                // outbound bytes, appended by Write, consumed by sends; guarded by mu
+	out         chunkQueue              // outbound bytes, appended by Write, consumed by sends; guarded by mu
 
 	// Loop goroutine only.
-	recv recvOp
-	send sendOp
-	kin  *keptInput // bytes kept: made when bytes are first kept
-	rare *connRare  // timeouts, the linger timer, the fallback receive buffer; nil until one is needed
+	recvID loop.OpID // the armed receive, while recvActive
+	send   sendOp
+	kin    *keptInput // bytes kept: made when bytes are first kept
+	rare   *connRare  // timeouts, the linger timer, a dial, the last op; nil until one is needed
 
 	state         connState
 	pause         uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
@@ -87,7 +87,6 @@ type Conn struct {
 	drainEOF      bool   // close with io.EOF once the outbound queue is empty
 	counted       bool   // in its server's live count; guarded by srv.mu
 	recvActive    bool   // a receive is armed (recv.id)
-	recvSingle    bool   // single-shot Recv into the fallback buffer (connRare.rbuf)
 	recvCanceled  bool   // the receive was canceled by a pause: its -ECANCELED is no error
 	ops           int32  // ops started and not yet at their final completion
 	regIdx        int32  // 1-based index in its loop's registry; 0: not in it
@@ -97,20 +96,18 @@ type Conn struct {
 // connRare holds what few connections need, apart from Conn: the read and
 // idle timeouts (Netty's IdleStateHandler scheme: one timer each, re-armed
 // for the time left instead of being reset on every receive), the linger
-// timer, the single-shot receive buffer of the fallback, a dial's state
-// and the connect, shutdown or close op (every connection makes it as it
-// closes).
+// timer, a dial's state and the connect, shutdown or close op (every
+// connection makes it as it closes).
 // Loop goroutine only (a dial sets it before its conn reaches the loop).
 type connRare struct {
 	read, idle           time.Duration
 	lastRead, lastIO     int64 // monotonic ns of the last received data, and of the last receive or send
 	readTimer, idleTimer *sched.Timer
 	lingerTimer          *sched.Timer
-	lingerHold           func()                // releases the loop's DelayTermination while lingering as it shuts down
-	rbuf                 *[singleRecvSize]byte // single-shot receive buffer (fallback only)
-	dial                 *dialState            // non-nil while Dial waits
-	misc                 miscOp                // the connect, shutdown or close in flight
-	closeErr             error                 // the cause OnClose reports; written on the loop under Conn.mu, read elsewhere under it once closedDone
+	lingerHold           func()     // releases the loop's DelayTermination while lingering as it shuts down
+	dial                 *dialState // non-nil while Dial waits
+	misc                 miscOp     // the connect, shutdown or close in flight
+	closeErr             error      // the cause OnClose reports; written on the loop under Conn.mu, read elsewhere under it once closedDone
 }
 
 // closeCause is the cause OnClose reports (nil: a local Close). On the
@@ -235,13 +232,6 @@ func (c *Conn) newHandler() (h Handler, err error) {
 	return h, nil
 }
 
-// epoch anchors the monotonic clock the timeouts read.
-var epoch = time.Now()
-
-// now returns monotonic nanoseconds (a vDSO clock read: no system call, no
-// allocation).
-func now() int64 { return int64(time.Since(epoch)) }
-
 // open makes the connection live on its loop: socket options, addresses,
 // OnOpen, the first receive and the timers. Must be called on c's loop.
 //
@@ -249,9 +239,9 @@ func now() int64 { return int64(time.Since(epoch)) }
 // reports it; nothing stays armed) and is returned, for Dial.
 func (c *Conn) open() (err error) {
 	applySockopts(int(c.fd), c.netw(), c.cfg)
-	c.laddr, c.raddr = c.acceptedLocalAddr(), remoteAddr(int(c.fd), c.netw())
+	c.laddr, c.raddr = c.acceptedLocalAddr(), connAddr(int(c.fd), c.netw(), true)
 	if c.laddr == nil {
-		c.laddr = localAddr(int(c.fd), c.netw())
+		c.laddr = connAddr(int(c.fd), c.netw(), false)
 	}
 	if !c.track() {
 		// The loop is shutting down: the connection closes at once,
@@ -329,11 +319,13 @@ func (c *Conn) recovered(callback string, r any) error {
 	return pe
 }
 
-// failed closes the connection after a callback panicked. Must be called
-// on c's loop.
-func (c *Conn) failed(callback string, r any) {
-	c.abort = true
-	c.closeNow(c.recovered(callback, r))
+// failOnPanic, deferred around a callback, closes the connection with a
+// reset if the callback panicked. On c's loop.
+func (c *Conn) failOnPanic(callback string) {
+	if r := recover(); r != nil {
+		c.abort = true
+		c.closeNow(c.recovered(callback, r))
+	}
 }
 
 // callOpen runs OnOpen under recover.
@@ -349,23 +341,14 @@ func (c *Conn) callOpen() (err error) {
 
 // callData runs OnData under recover; a panic closes the connection.
 func (c *Conn) callData(data []byte) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.failed("OnData", r)
-		}
-	}()
+	defer c.failOnPanic("OnData")
 	c.h.OnData(c, data)
 }
 
 // callRead runs OnRead under recover and checks its count; ok is false
-// when the connection failed instead.
+// when the connection failed instead (a panic leaves the zero results).
 func (c *Conn) callRead(data []byte) (n int, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.failed("OnRead", r)
-			n, ok = 0, false
-		}
-	}()
+	defer c.failOnPanic("OnRead")
 	n = c.h.(ReadHandler).OnRead(c, data)
 	if n < 0 || n > len(data) {
 		c.abort = true
@@ -377,11 +360,7 @@ func (c *Conn) callRead(data []byte) (n int, ok bool) {
 
 // callWritability runs OnWritabilityChanged under recover.
 func (c *Conn) callWritability(writable bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.failed("OnWritabilityChanged", r)
-		}
-	}()
+	defer c.failOnPanic("OnWritabilityChanged")
 	c.h.(WritabilityHandler).OnWritabilityChanged(c, writable)
 }
 
@@ -390,11 +369,7 @@ func (c *Conn) callHalfClose() {
 	if !c.hasHH {
 		return
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			c.failed("OnHalfClose", r)
-		}
-	}()
+	defer c.failOnPanic("OnHalfClose")
 	c.h.(HalfCloseHandler).OnHalfClose(c)
 }
 
@@ -469,36 +444,39 @@ func (c *Conn) Buffered() int {
 	return n
 }
 
-// onLoop runs f on c's loop: at once when the caller is on it, else as a
-// task, waiting for its result. Called on another loop's goroutine it does
-// not wait (two loops waiting on each other would both stop for good): the
-// task is queued and nil returned; f's error, if any, is not reported. It
-// returns net.ErrClosed (decorated) when the loop is gone.
-func (c *Conn) onLoop(op string, f func() error) error {
-	if c.l.InLoop() {
-		return f()
-	}
-	if loop.Current() != nil {
-		if err := c.l.Execute(func() { _ = f() }); err != nil {
-			return c.loopRefused(op, err)
+// set runs a setter's f on c's loop as Conn's comment describes, where the
+// fd cannot be closed (and its number reused) underneath it, unless the
+// connection is closed for the user. f's error is a setsockopt's. A loop
+// that refuses the task gives its full queue's error, else net.ErrClosed.
+func (c *Conn) set(f func() error) error {
+	g := func() error {
+		if c.state >= stateClosing || c.lingering {
+			return c.opError("set", "", net.ErrClosed)
+		}
+		if err := f(); err != nil {
+			return c.opError("set", "setsockopt", err)
 		}
 		return nil
 	}
-	res := make(chan error, 1)
-	if err := c.l.Execute(func() { res <- f() }); err != nil {
-		return c.loopRefused(op, err)
+	if c.l.InLoop() {
+		return g()
+	}
+	var res chan error
+	task := func() { _ = g() }
+	if loop.Current() == nil {
+		res = make(chan error, 1)
+		task = func() { res <- g() }
+	}
+	if err := c.l.Execute(task); err != nil {
+		if !errors.Is(err, loop.ErrQueueFull) {
+			err = net.ErrClosed
+		}
+		return c.opError("set", "", err)
+	}
+	if res == nil {
+		return nil
 	}
 	return <-res
-}
-
-// loopRefused is the error of a call whose task c's loop refused: its
-// task queue full (the error says so; the call may be tried again), or the
-// loop shut down (net.ErrClosed).
-func (c *Conn) loopRefused(op string, err error) error {
-	if errors.Is(err, loop.ErrQueueFull) {
-		return c.opError(op, "", err)
-	}
-	return c.opError(op, "", net.ErrClosed)
 }
 
 // SetReadTimeout closes the connection with an error wrapping
@@ -519,10 +497,7 @@ func (c *Conn) setTimeout(what string, d time.Duration, read bool) error {
 	if d < 0 {
 		return invalidOption("%s %v (expected >= 0)", what, d)
 	}
-	return c.onLoop("set", func() error {
-		if c.state >= stateClosing || c.lingering {
-			return c.opError("set", "", net.ErrClosed)
-		}
+	return c.set(func() error {
 		if c.rare == nil {
 			if d == 0 {
 				return nil // off, as it was
@@ -607,7 +582,7 @@ func (c *Conn) onIdleTimer() {
 // SetNoDelay sets TCP_NODELAY (a no-op for Unix sockets). Safe for
 // concurrent use.
 func (c *Conn) SetNoDelay(on bool) error {
-	return c.sockopt(func() error { return setNoDelay(int(c.fd), c.netw(), on) })
+	return c.set(func() error { return setNoDelay(int(c.fd), c.netw(), on) })
 }
 
 // SetKeepAlive enables keepalive probes with d as idle time and interval
@@ -617,7 +592,7 @@ func (c *Conn) SetKeepAlive(d time.Duration) error {
 	if d > MaxKeepAlive {
 		return invalidOption("keepalive %v (expected at most %v, the kernel's limit)", d, MaxKeepAlive)
 	}
-	return c.sockopt(func() error { return setKeepAlive(int(c.fd), c.netw(), d) })
+	return c.set(func() error { return setKeepAlive(int(c.fd), c.netw(), d) })
 }
 
 // SetReadBuffer sets SO_RCVBUF. Safe for concurrent use.
@@ -625,7 +600,7 @@ func (c *Conn) SetReadBuffer(n int) error {
 	if n < 0 {
 		return invalidOption("read buffer %d (expected >= 0)", n)
 	}
-	return c.sockopt(func() error { return setBuffer(int(c.fd), false, n) })
+	return c.set(func() error { return setBuffer(int(c.fd), false, n) })
 }
 
 // SetWriteBuffer sets SO_SNDBUF. Safe for concurrent use.
@@ -633,19 +608,5 @@ func (c *Conn) SetWriteBuffer(n int) error {
 	if n < 0 {
 		return invalidOption("write buffer %d (expected >= 0)", n)
 	}
-	return c.sockopt(func() error { return setBuffer(int(c.fd), true, n) })
-}
-
-// sockopt runs a setsockopt on the loop, where the fd cannot be closed (and
-// its number reused) underneath it.
-func (c *Conn) sockopt(f func() error) error {
-	return c.onLoop("set", func() error {
-		if c.state >= stateClosing || c.lingering {
-			return c.opError("set", "", net.ErrClosed)
-		}
-		if err := f(); err != nil {
-			return c.opError("set", "setsockopt", err)
-		}
-		return nil
-	})
+	return c.set(func() error { return setBuffer(int(c.fd), true, n) })
 }

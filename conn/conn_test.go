@@ -334,34 +334,6 @@ func TestTimeouts(t *testing.T) {
 	})
 }
 
-// TestSingleShotFallback: with multishot accept and receive turned off the
-// echo still works (single-shot accepts, Recv into a per-conn buffer).
-func TestSingleShotFallback(t *testing.T) {
-	conn.SetForceSingleRecv(true)
-	conn.SetForceSingleAccept(true)
-	defer conn.SetForceSingleRecv(false)
-	defer conn.SetForceSingleAccept(false)
-	ctBackends(t, func(t *testing.T, b loop.Backend) {
-		g := ctGroup(t, b, 2)
-		h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
-		s := ctListen(t, "tcp", "127.0.0.1:0", g, h)
-		for range 3 {
-			nc, err := net.Dial("tcp", s.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			msg := bytes.Repeat([]byte("x"), 200<<10)
-			go nc.Write(msg)
-			got := make([]byte, len(msg))
-			nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if _, err := io.ReadFull(nc, got); err != nil || !bytes.Equal(got, msg) {
-				t.Fatalf("echo: %v", err)
-			}
-			nc.Close()
-		}
-	})
-}
-
 // TestEchoAllocs: a warm echo round trip (64 bytes, blocking net.Conn
 // client, server echoing with c.Write in OnData) allocates nothing on the
 // uring backend, counting every goroutine of the process.

@@ -19,19 +19,19 @@ func TestConnSet(t *testing.T) {
 	for step := 0; step < 20000; step++ {
 		c := pool[r.IntN(len(pool))]
 		if want[c] {
-			if !s.remove(c, regIdx) {
+			if !s.remove(c) {
 				t.Fatalf("step %d: remove of a member failed", step)
 			}
 			delete(want, c)
 		} else {
-			if s.remove(c, regIdx) {
+			if s.remove(c) {
 				t.Fatalf("step %d: remove of a non-member succeeded", step)
 			}
-			s.add(c, regIdx)
+			s.add(c)
 			want[c] = true
 		}
-		if s.len() != len(want) {
-			t.Fatalf("step %d: len %d, want %d", step, s.len(), len(want))
+		if s.n != len(want) {
+			t.Fatalf("step %d: len %d, want %d", step, s.n, len(want))
 		}
 	}
 	for i, c := range s.snapshot() {
@@ -40,11 +40,11 @@ func TestConnSet(t *testing.T) {
 		}
 	}
 	for _, c := range s.snapshot() {
-		if !s.remove(c, regIdx) {
+		if !s.remove(c) {
 			t.Fatal("remove during a snapshot walk failed")
 		}
 	}
-	if s.len() != 0 || len(s.chunks) > 2 {
-		t.Fatalf("after removing all: len %d, %d chunks kept", s.len(), len(s.chunks))
+	if s.n != 0 || len(s.chunks) > 2 {
+		t.Fatalf("after removing all: len %d, %d chunks kept", s.n, len(s.chunks))
 	}
 }

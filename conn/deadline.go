@@ -2,19 +2,43 @@ package conn
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
 )
 
 // NetConn and NetPacketConn deadlines are checked by one queue per loop: a
-// min-heap of (instant, connection, direction) entries, of 32 bytes each, with one
-// timer on the loop's wheel armed for the earliest. A timer per deadline
-// would cost its 64 bytes and a closure for as long as the deadline is
-// pending, which is the whole life of an idle connection whose server keeps
-// a read deadline. Entries are never removed early: a deadline moved later
-// or cleared leaves its entry to come due, and the connection's own state
-// (NetConn.fire) says whether anything expired.
+// min-heap of (instant, connection, direction) entries, 32 bytes each, with
+// one timer on the loop's wheel armed for the earliest (a timer and closure
+// per deadline would cost more for the whole life of an idle connection
+// whose server keeps a read deadline). Entries are never removed early: a
+// deadline moved later or cleared leaves its entry to come due, and the
+// owner's state (fire) says whether anything expired; a check that finds
+// the deadline moved later queues itself again, so pushing a deadline
+// forward on every request queues about one check per deadline period.
+
+// A deadline is one direction's deadline, guarded by its owner's mutex.
+// Instants are nanoseconds on the monotonic clock since started.
+type deadline struct {
+	at      int64 // the deadline, if set
+	armedAt int64 // when the earliest pending check comes due; 0: none is pending (a pending instant is > 0)
+}
+
+// netDeadlineChecks counts the checks deadlines queued, for tests.
+var netDeadlineChecks atomic.Int64
+
+// started is the origin of deadline instants and of now, and a time every
+// deadline before which has passed without reading the clock (net/http
+// sets such deadlines to interrupt a Read).
+var started = time.Now()
+
+// sinceStarted returns t as an instant.
+func sinceStarted(t time.Time) int64 { return int64(t.Sub(started)) }
+
+// now returns the monotonic instant (a vDSO clock read: no system call, no
+// allocation).
+func now() int64 { return int64(time.Since(started)) }
 
 // A deadliner is what a deadline check calls: a NetConn or a NetPacketConn.
 type deadliner interface {
@@ -137,13 +161,6 @@ func (q *deadlineQueue) expire(at int64) {
 
 // deadlinesOf returns l's deadline queue.
 func deadlinesOf(l *loop.Loop) *deadlineQueue { return &registryFor(l).deadlines }
-
-// len reports the pending entries.
-func (q *deadlineQueue) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.h)
-}
 
 // deadlines are the read and write deadlines of a NetConn or a
 // NetPacketConn, guarded by their owner's mutex.

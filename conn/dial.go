@@ -45,24 +45,20 @@ func Dial(ctx context.Context, g *loop.Group, network, address string, h Handler
 
 // DialAsync starts connecting to address and returns at once with a future
 // of the connection. It never blocks, so it is the way to dial from a
-// handler: the connection then lives on the caller's own loop (Netty's
-// proxy pattern), and the future completes on that loop.
-//
-// network is "tcp", "tcp4", "tcp6" or "unix". An IP address is used as it
-// is; a host name is resolved on a goroutine of its own, with ctx. The
+// handler (Netty's proxy pattern). network is "tcp", "tcp4", "tcp6" or
+// "unix"; a host name is resolved on a goroutine of its own, with ctx. The
 // connection lives on the loop WithLoop names, else on the calling loop when
 // called on a loop of g, else on g.Next().
 //
 // The future completes on the connection's loop: with the connection once
-// it is open and h.OnOpen ran (OnOpen runs first, so a listener registered
-// with OnDone sees an open connection), or with a *net.OpError once the
-// dial failed and its socket is closed. When ctx ends or the connect timeout
-// (WithConnectTimeout) passes first, the connect is canceled and the error
-// wraps ctx.Err() or os.ErrDeadlineExceeded. A refused connection gives
-// errors.Is(err, syscall.ECONNREFUSED); a loop that is shutting down or
-// whose task queue is full gives loop.ErrRejected. A dial that fails calls no
-// Handler method. If OnOpen panics, the connection closes (OnClose reports
-// the *PanicError) and the future fails with it. Safe for concurrent use.
+// h.OnOpen ran, or with a *net.OpError once the dial failed and its socket
+// is closed (no Handler method runs then). When ctx ends or the connect
+// timeout (WithConnectTimeout) passes first, the error wraps ctx.Err() or
+// os.ErrDeadlineExceeded; a refused connection gives errors.Is(err,
+// syscall.ECONNREFUSED); a loop that refuses the task gives
+// loop.ErrRejected. If OnOpen panics, the connection closes (OnClose
+// reports the *PanicError) and the future fails with it. Safe for
+// concurrent use.
 func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Handler, opts ...Option) *sched.Future[*Conn] {
 	f := sched.NewFuture[*Conn]()
 	fail := func(err error) *sched.Future[*Conn] {
@@ -94,7 +90,7 @@ func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Ha
 	}
 	ds := &dialState{f: f, network: network}
 	if !needsLookup(network, address) {
-		sa, family, err := resolveDial(ctx, network, address)
+		sa, family, _, err := resolve(ctx, network, address, false)
 		if err != nil {
 			return fail(err)
 		}
@@ -104,7 +100,7 @@ func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Ha
 	// A name to look up: not on the caller's goroutine, which may be a
 	// loop.
 	go func() {
-		sa, family, err := resolveDial(ctx, network, address)
+		sa, family, _, err := resolve(ctx, network, address, false)
 		if err != nil {
 			fail(err)
 			return
@@ -265,45 +261,55 @@ func netOf(network string) string {
 	return "tcp"
 }
 
-// resolveDial turns network and address into a socket address and family.
-func resolveDial(ctx context.Context, network, address string) (unix.Sockaddr, int, error) {
+// resolve turns network and address into a socket address and family. An
+// empty host is the local system for a dial, as package net dials it, and
+// every address for a listener ("tcp": dual stack, so v6only is false).
+// v6only tells a listener whether an IPv6 socket takes IPv6 only.
+func resolve(ctx context.Context, network, address string, listen bool) (sa unix.Sockaddr, family int, v6only bool, err error) {
 	switch network {
 	case "unix":
 		if address == "" {
-			return nil, 0, fmt.Errorf("conn: empty unix socket path")
+			return nil, 0, false, fmt.Errorf("conn: empty unix socket path")
 		}
-		return &unix.SockaddrUnix{Name: address}, unix.AF_UNIX, nil
+		return &unix.SockaddrUnix{Name: address}, unix.AF_UNIX, false, nil
 	case "tcp", "tcp4", "tcp6":
 	default:
-		return nil, 0, fmt.Errorf("%w: %q", ErrUnknownNetwork, network)
+		return nil, 0, false, fmt.Errorf("%w: %q", ErrUnknownNetwork, network)
 	}
 	host, portStr, err := net.SplitHostPort(address)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	port, err := parsePort(ctx, network, portStr)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	var ip netip.Addr
-	if host == "" {
-		// As package net: an empty host dials the local system.
-		if network == "tcp6" {
-			ip = netip.IPv6Loopback()
-		} else {
-			ip = netip.AddrFrom4([4]byte{127, 0, 0, 1})
-		}
-	} else if ip, err = netip.ParseAddr(host); err != nil {
-		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		if err != nil {
-			return nil, 0, err
-		}
-		ip, err = pickAddr(network, ips, host)
-		if err != nil {
-			return nil, 0, err
+	switch {
+	case host == "" && listen && network == "tcp4":
+		ip = netip.IPv4Unspecified()
+	case host == "" && listen:
+		ip = netip.IPv6Unspecified()
+	case host == "" && network == "tcp6":
+		ip = netip.IPv6Loopback()
+	case host == "":
+		ip = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	default:
+		if ip, err = netip.ParseAddr(host); err != nil {
+			ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			if ip, err = pickAddr(network, ips, host); err != nil {
+				return nil, 0, false, err
+			}
 		}
 	}
-	return tcpSockaddr(network, netip.AddrPortFrom(ip, uint16(port)))
+	if listen && ip.IsUnspecified() && ip.Is6() && network == "tcp" {
+		return &unix.SockaddrInet6{Port: port}, unix.AF_INET6, false, nil
+	}
+	sa, family, err = tcpSockaddr(network, netip.AddrPortFrom(ip, uint16(port)))
+	return sa, family, network == "tcp6", err
 }
 
 // needsLookup reports whether resolving address would ask a resolver (a
@@ -315,7 +321,7 @@ func needsLookup(network, address string) bool {
 	}
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
-		return false // resolveDial reports it
+		return false // resolve reports it
 	}
 	if _, err := strconv.Atoi(port); err != nil {
 		return true
@@ -384,27 +390,18 @@ func tcpSockaddr(network string, ap netip.AddrPort) (unix.Sockaddr, int, error) 
 func sockaddrToAddr(sa unix.Sockaddr) net.Addr {
 	switch a := sa.(type) {
 	case *unix.SockaddrInet4:
-		return &net.TCPAddr{IP: net.IP(append([]byte(nil), a.Addr[:]...)), Port: a.Port}
+		return tcpAddr(netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)), 0)
 	case *unix.SockaddrInet6:
-		addr := &net.TCPAddr{IP: net.IP(append([]byte(nil), a.Addr[:]...)), Port: a.Port}
-		if a.ZoneId != 0 {
-			if ifi, err := net.InterfaceByIndex(int(a.ZoneId)); err == nil {
-				addr.Zone = ifi.Name
-			} else {
-				addr.Zone = strconv.Itoa(int(a.ZoneId))
-			}
-		}
-		return addr
+		return tcpAddr(netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)), a.ZoneId)
 	case *unix.SockaddrUnix:
 		return &net.UnixAddr{Name: a.Name, Net: "unix"}
 	}
 	return nil
 }
 
-// inetAddr makes a TCP address from what ring.PeerAddrPort or
-// ring.LocalAddrPort found: one allocation for the address and a 4- or
+// tcpAddr makes a TCP address: one allocation for the address and a 4- or
 // 16-byte one for its IP.
-func inetAddr(ap netip.AddrPort, zone uint32) net.Addr {
+func tcpAddr(ap netip.AddrPort, zone uint32) *net.TCPAddr {
 	a := &net.TCPAddr{IP: ap.Addr().AsSlice(), Port: int(ap.Port())}
 	if zone != 0 {
 		if ifi, err := net.InterfaceByIndex(int(zone)); err == nil {
@@ -416,41 +413,23 @@ func inetAddr(ap netip.AddrPort, zone uint32) net.Addr {
 	return a
 }
 
-// localAddr and remoteAddr ask the kernel for a connection's addresses.
-// An IP one is read without the intermediate unix.Sockaddr.
-func localAddr(fd int, network string) net.Addr {
+// connAddr asks the kernel for a connection's local or (peer) remote
+// address. An IP one is read without the intermediate unix.Sockaddr.
+func connAddr(fd int, network string, peer bool) net.Addr {
+	inet, name := ring.LocalAddrPort, ring.Getsockname
+	if peer {
+		inet, name = ring.PeerAddrPort, ring.Getpeername
+	}
 	if network != "unix" {
-		if ap, zone, ok, err := ring.LocalAddrPort(fd); err == nil && ok {
-			return inetAddr(ap, zone)
+		if ap, zone, ok, err := inet(fd); err == nil && ok {
+			return tcpAddr(ap, zone)
 		}
 	}
-	sa, err := ring.Getsockname(fd)
-	if err != nil {
-		return emptyAddr(network)
-	}
-	if a := sockaddrToAddr(sa); a != nil {
-		return a
-	}
-	return emptyAddr(network)
-}
-
-func remoteAddr(fd int, network string) net.Addr {
-	if network != "unix" {
-		if ap, zone, ok, err := ring.PeerAddrPort(fd); err == nil && ok {
-			return inetAddr(ap, zone)
+	if sa, err := name(fd); err == nil {
+		if a := sockaddrToAddr(sa); a != nil {
+			return a
 		}
 	}
-	sa, err := ring.Getpeername(fd)
-	if err != nil {
-		return emptyAddr(network)
-	}
-	if a := sockaddrToAddr(sa); a != nil {
-		return a
-	}
-	return emptyAddr(network)
-}
-
-func emptyAddr(network string) net.Addr {
 	if network == "unix" {
 		return &net.UnixAddr{Net: "unix"}
 	}

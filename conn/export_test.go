@@ -4,12 +4,6 @@ import "github.com/ringloop/ringloop/loop"
 
 // Test seams.
 
-// SetForceSingleRecv makes new receives use the single-shot fallback.
-func SetForceSingleRecv(on bool) { forceSingleRecv.Store(on) }
-
-// SetForceSingleAccept makes new accepts single shots.
-func SetForceSingleAccept(on bool) { forceSingleAccept.Store(on) }
-
 // AcceptOutOfResources returns how many accepts of s failed with EMFILE,
 // ENFILE, ENOBUFS or ENOMEM (each one starts a backoff).
 func AcceptOutOfResources(s *Server) int64 { return s.outOfRes.Load() }
@@ -34,7 +28,7 @@ func InboundCap(c *Conn) int {
 func NetBuffered(nc *NetConn) int {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
-	return int(nc.in.n)
+	return nc.in.n
 }
 
 // NetDeadlineChecks returns how many checks the deadlines of every NetConn
@@ -43,5 +37,8 @@ func NetDeadlineChecks() int { return int(netDeadlineChecks.Load()) }
 
 // DeadlineQueueLen returns the deadline checks pending on l.
 func DeadlineQueueLen(l *loop.Loop) int {
-	return deadlinesOf(l).len()
+	q := deadlinesOf(l)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.h)
 }

@@ -234,17 +234,14 @@ func rebuildEvery(g *loop.Group, period time.Duration) (stop func()) {
 }
 
 type faultCase struct {
-	name     string
-	backend  loop.Backend
-	provided bool // multishot receives into provided buffers (else single-shot into the conn's buffer)
+	name    string
+	backend loop.Backend
 }
 
 func TestFaultEcho(t *testing.T) {
 	cases := []faultCase{
-		{"uring/provided", loop.BackendUring, true},
-		{"uring/single", loop.BackendUring, false},
-		{"epoll/provided", loop.BackendEpoll, true},
-		{"epoll/single", loop.BackendEpoll, false},
+		{"uring", loop.BackendUring},
+		{"epoll", loop.BackendEpoll},
 	}
 	base := faultSeed(t)
 	for i, fc := range cases {
@@ -261,8 +258,6 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 	}
 	testutil.CheckLeaks(t)
 	testutil.Watchdog(t, 2*faultRunBudget)
-	conn.SetForceSingleRecv(!fc.provided)
-	t.Cleanup(func() { conn.SetForceSingleRecv(false) })
 
 	restore := loop.SetFaults(loop.Faults{
 		Seed:           seed,

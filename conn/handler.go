@@ -11,9 +11,8 @@ package conn
 //
 // A panic in any callback is recovered, logged with its stack and counted
 // (RecoveredPanics), and closes the connection with a reset; OnClose reports
-// a *PanicError. A dial whose OnOpen panicked fails with that error (OnClose
-// still follows its OnOpen). A panic in OnClose itself is logged and
-// counted; the connection is gone already.
+// a *PanicError (a dial whose OnOpen panicked fails with it). A panic in
+// OnClose itself is only logged and counted.
 type Handler interface {
 	// OnOpen runs once, before any OnData, when the connection is
 	// established (accepted, or connected by Dial).
@@ -35,17 +34,13 @@ type Handler interface {
 }
 
 // WritabilityHandler is optionally implemented by a Handler. The connection
-// becomes unwritable when its outbound bytes not yet sent (Buffered) rise
-// above the high-water mark, and writable again once they drop to the
-// low-water mark or below (WithWaterMarks). OnWritabilityChanged reports
-// every transition, in order, alternating false and true (Netty's
-// behaviour): a queue that rose above the high mark and drained below the
-// low one before the connection could report either is reported as false,
-// then true, so a writer that stopped on Writable() false and resumes on
-// true is always resumed. Reports may come later than the transition (at
-// the end of the loop turn or on a send completion), so Writable() may
-// already differ when one runs. None is made after Close. It runs on the
-// connection's loop goroutine.
+// becomes unwritable when Buffered rises above the high-water mark, and
+// writable again at the low-water mark (WithWaterMarks).
+// OnWritabilityChanged reports every transition, in order, alternating
+// false and true (Netty's behaviour), even one undone before it could be
+// reported, so a writer that stopped on false is always resumed. Reports
+// may come later than the transition, so Writable() may already differ.
+// None is made after Close. It runs on the connection's loop goroutine.
 type WritabilityHandler interface {
 	OnWritabilityChanged(c *Conn, writable bool)
 }

@@ -5,12 +5,12 @@ import "testing"
 // A queue that never empties (a stream into a reader that keeps a little
 // behind) keeps its slot slice small instead of growing a slot per chunk.
 func TestInQueueNeverEmptyStaysSmall(t *testing.T) {
-	var iq inQueue
+	var iq chunkQueue
 	in := make([]byte, 3*inChunkSize/2)
 	out := make([]byte, len(in))
-	iq.push(in[:inChunkSize/2]) // always this much behind
+	iq.push(in[:inChunkSize/2], true) // always this much behind
 	for i := range 100_000 {
-		iq.push(in)
+		iq.push(in, true)
 		if n := iq.read(out); n != len(out) {
 			t.Fatalf("round %d: read %d of %d", i, n, len(out))
 		}

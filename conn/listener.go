@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -29,7 +28,6 @@ type Server struct {
 	lns     []*listener
 
 	closeOnce sync.Once
-	closing   atomic.Bool // Close or Shutdown was called
 	shutting  atomic.Bool // Shutdown was called: new conns are closed at once
 	live      atomic.Int64
 	outOfRes  atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
@@ -46,21 +44,15 @@ const (
 	acceptBackoffMax = time.Second
 )
 
-// forceSingleAccept makes listeners use single-shot accepts (a test seam set
-// through export_test.go).
-var forceSingleAccept atomic.Bool
-
 // Listen opens a listening socket and serves connections on workers with h,
-// one Handler shared by every connection (use ListenFunc for a handler per
-// connection). network is "tcp", "tcp4", "tcp6" or "unix"; a host name in
-// address is resolved with ctx, which bounds only that (the server runs
-// until Close or Shutdown). An empty or unspecified host listens on every
-// address ("tcp": dual stack where IPv6 exists); port 0 picks a free port
-// (Addr tells which). Each accepted connection is handed to workers.Next()
-// and lives on that loop; the acceptor loop is WithAcceptor's, else
-// workers.Next(). With WithReusePort(true) (TCP only) every worker loop gets
-// its own SO_REUSEPORT listener and keeps the connections it accepts. A Unix
-// socket's path is removed by Close. Safe for concurrent use.
+// one Handler shared by every connection. network is "tcp", "tcp4", "tcp6"
+// or "unix"; ctx bounds only the resolution of a host name. An empty or
+// unspecified host listens on every address ("tcp": dual stack where IPv6
+// exists); port 0 picks a free port (Addr tells which). Each accepted
+// connection lives on workers.Next(); the acceptor loop is WithAcceptor's,
+// else workers.Next(); WithReusePort gives every worker loop a listener of
+// its own. A Unix socket's path is removed by Close. Safe for concurrent
+// use.
 func Listen(ctx context.Context, workers *loop.Group, network, address string, h Handler, opts ...Option) (*Server, error) {
 	if h == nil {
 		return nil, fmt.Errorf("conn: Listen: nil handler")
@@ -69,12 +61,10 @@ func Listen(ctx context.Context, workers *loop.Group, network, address string, h
 }
 
 // ListenFunc is Listen with a handler per connection (Netty's
-// ChannelInitializer): newHandler makes each accepted connection's Handler,
+// ChannelInitializer): newHandler makes each accepted connection's Handler
 // on that connection's loop, before its OnOpen, so per-connection state
-// lives in plain fields of the handler, touched only by that loop. c's
-// addresses and options are set when newHandler runs; do not write to c
-// there (OnOpen is the place). A newHandler that panics (logged with its
-// stack, counted by RecoveredPanics) or returns nil (logged) closes that
+// needs no lock. Do not write to c there (OnOpen is the place). A
+// newHandler that panics or returns nil (both logged) closes that
 // connection with a reset; no Handler method runs for it.
 func ListenFunc(ctx context.Context, workers *loop.Group, network, address string, newHandler func(c *Conn) Handler, opts ...Option) (*Server, error) {
 	if newHandler == nil {
@@ -104,7 +94,7 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 		}
 		return nil, opError("listen", network, "", nil, nil, err)
 	}
-	sa, family, v6only, err := resolveListen(ctx, network, address)
+	sa, family, v6only, err := resolve(ctx, network, address, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -188,7 +178,6 @@ func (s *Server) close(ctx context.Context) error {
 	if !first {
 		return ErrServerClosed
 	}
-	s.closing.Store(true)
 	var wait []*listener
 	for _, ln := range s.lns {
 		if err := executeRetrying(ln.l, ln.stop); err != nil {
@@ -306,8 +295,6 @@ type listener struct {
 	unhook  func() // removes the shutdown hook that stops ln; nil until set
 }
 
-// arm starts the accept op (multishot where the backend has it). Must be
-// called on ln's loop.
 // open hooks the listener to its loop's shutdown, which stops accepting at
 // the loop's first shutdown check (Netty's closeAll), not at its end, and
 // arms the accept. It runs on the loop, so a shutdown starting meanwhile
@@ -323,12 +310,13 @@ func (ln *listener) open() {
 	ln.arm()
 }
 
+// arm starts the multishot accept. Must be called on ln's loop.
 func (ln *listener) arm() {
 	ln.timer = nil
 	if ln.closing || ln.active {
 		return
 	}
-	id, err := ln.l.Accept(ln.fd, !forceSingleAccept.Load(), ln)
+	id, err := ln.l.Accept(ln.fd, true, ln)
 	if err != nil {
 		if errors.Is(err, loop.ErrTooManyOps) {
 			ln.backOff()
@@ -370,42 +358,31 @@ func (ln *listener) Complete(cp *loop.Completion) {
 	if res >= 0 {
 		ln.backoff = 0
 		ln.s.handoff(ln, int(res))
-		if final {
-			ln.next()
+	} else {
+		switch errnoOf(res) {
+		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
+			// Out of resources: stop accepting (so the same error cannot
+			// come back at once) and try again after a pause.
+			ln.s.outOfRes.Add(1)
+			ln.pause = true
+			if !final {
+				cancelOp(ln.l, ln.id)
+			}
+		case unix.ECANCELED:
+			if final && !ln.pause {
+				// Canceled by the loop's own shutdown: the listener is done.
+				ln.closing = true
+				ln.closeFdOnce()
+				return
+			}
+		case unix.ECONNABORTED, unix.EINTR, unix.EAGAIN, unix.EPROTO, unix.EPERM:
+			// The peer gave up, or a transient condition: accept the next one.
+		default:
+			ln.pause = true
 		}
-		return
 	}
-	switch errnoOf(res) {
-	case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
-		// Out of resources: stop accepting (so the same error cannot
-		// come back at once) and try again after a pause.
-		ln.s.outOfRes.Add(1)
-		ln.pause = true
-		if !final {
-			cancelOp(ln.l, ln.id)
-			return
-		}
+	if final {
 		ln.next()
-	case unix.ECANCELED:
-		if final && !ln.pause {
-			// Canceled by the loop's own shutdown: the listener is done.
-			ln.closing = true
-			ln.closeFdOnce()
-			return
-		}
-		if final {
-			ln.next()
-		}
-	case unix.ECONNABORTED, unix.EINTR, unix.EAGAIN, unix.EPROTO, unix.EPERM:
-		// The peer gave up, or a transient condition: accept the next one.
-		if final {
-			ln.next()
-		}
-	default:
-		ln.pause = true
-		if final {
-			ln.next()
-		}
 	}
 }
 
@@ -444,20 +421,9 @@ func (ln *listener) stop() {
 		return
 	}
 	ln.closing = true
-	if ln.timer != nil {
-		ln.timer.Stop()
-		ln.timer = nil
-	}
-	if ln.active {
-		if err := ln.l.Cancel(ln.id); err == nil {
-			return
-		} else if !errors.Is(err, loop.ErrUnknownOp) {
-			// Not queued (the submission queue full, the kernel busy):
-			// the accept is live, so its fd stays open; again after
-			// the turn, until its final completion closes the fd.
-			_ = ln.l.ExecuteAfterTurn(func() { ln.closing = false; ln.stop() })
-			return
-		}
+	stopTimer(&ln.timer)
+	if ln.active && cancelOp(ln.l, ln.id) {
+		return
 	}
 	ln.closeFdOnce()
 }
@@ -480,7 +446,9 @@ func (ln *listener) closeFdOnce() {
 }
 
 func (ln *listener) closed() {
-	ln.removePath()
+	if ln.path != "" {
+		_ = os.Remove(ln.path)
+	}
 	if ln.unhook != nil {
 		ln.unhook()
 	}
@@ -491,12 +459,6 @@ func (ln *listener) closed() {
 type listenerClose struct{ ln *listener }
 
 func (lc listenerClose) Complete(*loop.Completion) { lc.ln.closed() }
-
-func (ln *listener) removePath() {
-	if ln.path != "" {
-		_ = os.Remove(ln.path)
-	}
-}
 
 // handoff gives an accepted fd to a worker loop (reuse-port: ln's own
 // loop). A worker that refuses the task (shutting down, queue full) makes
@@ -537,51 +499,6 @@ func (c *Conn) register() {
 		return
 	}
 	c.open()
-}
-
-// resolveListen turns network and address into the socket address to bind.
-func resolveListen(ctx context.Context, network, address string) (sa unix.Sockaddr, family int, v6only bool, err error) {
-	switch network {
-	case "unix":
-		if address == "" {
-			return nil, 0, false, fmt.Errorf("conn: empty unix socket path")
-		}
-		return &unix.SockaddrUnix{Name: address}, unix.AF_UNIX, false, nil
-	case "tcp", "tcp4", "tcp6":
-	default:
-		return nil, 0, false, fmt.Errorf("%w: %q", ErrUnknownNetwork, network)
-	}
-	host, portStr, err := net.SplitHostPort(address)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	port, err := parsePort(ctx, network, portStr)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	var ip netip.Addr
-	switch {
-	case host == "" && network == "tcp4":
-		ip = netip.IPv4Unspecified()
-	case host == "":
-		ip = netip.IPv6Unspecified()
-	default:
-		if ip, err = netip.ParseAddr(host); err != nil {
-			ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-			if err != nil {
-				return nil, 0, false, err
-			}
-			if ip, err = pickAddr(network, ips, host); err != nil {
-				return nil, 0, false, err
-			}
-		}
-	}
-	if ip.IsUnspecified() && ip.Is6() && network == "tcp" {
-		// "tcp" on every address: dual stack.
-		return &unix.SockaddrInet6{Port: port}, unix.AF_INET6, false, nil
-	}
-	sa, family, err = tcpSockaddr(network, netip.AddrPortFrom(ip, uint16(port)))
-	return sa, family, network == "tcp6", err
 }
 
 func isUnspecified(sa unix.Sockaddr) bool {

@@ -19,8 +19,7 @@ import (
 // it.
 const DefaultNetInbound = 64 << 10
 
-// maxNetInbound caps a NetConn's bound, so that the buffered count,
-// which may pass the bound by one receive, fits an int32.
+// maxNetInbound caps a NetConn's bound (WithInboundLimit).
 const maxNetInbound = 1 << 30
 
 // netWriteMax is the largest piece a NetConn's Write hands to the
@@ -41,10 +40,8 @@ const netWriteMax = 64 << 10
 //     queue. While the connection is unwritable (above the high-water mark
 //     of [WithWaterMarks]) it blocks, so a writer faster than the peer waits
 //     instead of queueing without bound.
-//   - Deadlines run on the loop (one timer on its wheel serves a queue of
-//     every NetConn deadline of the loop) and end a blocked call with an
-//     error wrapping os.ErrDeadlineExceeded (a net.Error whose Timeout is
-//     true).
+//   - Deadlines run on the loop and end a blocked call with an error
+//     wrapping os.ErrDeadlineExceeded (a net.Error whose Timeout is true).
 //   - Close unblocks pending Reads and Writes with net.ErrClosed.
 //     CloseWrite sends a FIN after the queued bytes (TCP and Unix).
 //
@@ -56,7 +53,6 @@ const netWriteMax = 64 << 10
 type NetConn struct {
 	c       *Conn
 	mu      sync.Mutex
-	limit   int32        // inbound bound
 	waiters atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
 	paused  bool         // receiving paused because in is full; under mu
 	closed  bool         // Close was called; under mu
@@ -66,116 +62,32 @@ type NetConn struct {
 	ww      wakeup       // writable, an error, Close or the write deadline
 
 	// Under mu.
-	in    inQueue   // received, not yet read
-	cause error     // what OnClose reported (see readEnd, writeEnd)
-	dls   deadlines // read and write deadlines
+	in    chunkQueue // received, not yet read
+	cause error      // what OnClose reported (see readEnd, writeEnd)
+	dls   deadlines  // read and write deadlines
 }
 
-// inChunkSize is the size of an inbound chunk: small, since most reads of a
-// request-response protocol are a few hundred bytes and every connection
-// with unread bytes holds at least one chunk.
-const inChunkSize = 4 << 10
-
-var inChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, inChunkSize)} }}
-
-// inQueue is a FIFO of received bytes in pooled chunks; an empty one holds
-// none.
-type inQueue struct {
-	q    []*chunk
-	head int32
-	n    int32 // bytes; the bound (at most maxNetInbound) keeps it small
-}
-
-func (iq *inQueue) push(p []byte) {
-	iq.n += int32(len(p))
-	for len(p) > 0 {
-		var t *chunk
-		if int32(len(iq.q)) > iq.head {
-			t = iq.q[len(iq.q)-1]
-		}
-		if t == nil || t.w == len(t.buf) {
-			t = inChunkPool.Get().(*chunk)
-			t.r, t.w = 0, 0
-			if len(iq.q) == cap(iq.q) && iq.head > 0 {
-				// Full, with read chunks at the front: slide the live
-				// ones down rather than grow, or a queue that never
-				// quite empties (a stream into a slower reader) would
-				// grow by a slot per chunk for as long as it runs.
-				k := copy(iq.q, iq.q[iq.head:])
-				clear(iq.q[k:])
-				iq.q, iq.head = iq.q[:k], 0
-			}
-			iq.q = append(iq.q, t)
-		}
-		k := copy(t.buf[t.w:], p)
-		t.w += k
-		p = p[k:]
-	}
-}
-
-// read copies up to len(p) bytes out and frees every chunk it empties.
-func (iq *inQueue) read(p []byte) int {
-	n := 0
-	for n < len(p) && int(iq.head) < len(iq.q) {
-		t := iq.q[iq.head]
-		k := copy(p[n:], t.buf[t.r:t.w])
-		t.r += k
-		n += k
-		if t.r == t.w {
-			iq.q[iq.head] = nil
-			iq.head++
-			inChunkPool.Put(t)
-		}
-	}
-	iq.n -= int32(n)
-	if int(iq.head) == len(iq.q) {
-		iq.q, iq.head = iq.q[:0], 0
-		if cap(iq.q) > 8 {
-			iq.q = nil
-		}
-	}
-	return n
-}
-
-// release frees every chunk.
-func (iq *inQueue) release() {
-	for _, t := range iq.q[iq.head:] {
-		inChunkPool.Put(t)
-	}
-	iq.q, iq.head, iq.n = nil, 0, 0
-}
-
-func newNetConn(limit int) *NetConn {
-	if limit <= 0 {
-		limit = DefaultNetInbound
-	}
-	nc := &NetConn{limit: int32(min(limit, maxNetInbound))}
+func newNetConn() *NetConn {
+	nc := new(NetConn)
 	nc.rw.init()
 	nc.ww.init()
 	return nc
+}
+
+// limit is the NetConn's inbound bound: WithInboundLimit's, else
+// DefaultNetInbound.
+func (nc *NetConn) limit() int {
+	if n := nc.c.cfg.netInbound; n > 0 {
+		return min(n, maxNetInbound)
+	}
+	return DefaultNetInbound
 }
 
 // Conn returns the underlying connection (its loop, options and counters).
 // Reading through it (PauseRead, handlers) would compete with the NetConn.
 func (nc *NetConn) Conn() *Conn { return nc.c }
 
-// wake signals w and, when a goroutine is blocked, has the loop give its P
-// back before its next wait, so that the goroutine runs at once (see
-// loop.Loop.HandOffNextWait). On the loop.
-func (nc *NetConn) wake(w *wakeup) {
-	w.signal()
-	if nc.waiters.Load() > 0 {
-		nc.c.l.HandOffNextWait()
-	}
-}
-
-// signal leaves a wakeup in ch (cap 1) unless one is there already.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
+func (nc *NetConn) wake(w *wakeup) { w.wake(nc.c.l, &nc.waiters) }
 
 // A wakeup is what a blocked Read or Write waits on: a binary semaphore
 // made of a sync.Mutex, held while no wakeup is pending (a Mutex may be
@@ -198,10 +110,22 @@ func (w *wakeup) signal() {
 	}
 }
 
-// wait blocks until a wakeup is pending and takes it.
-func (w *wakeup) wait() {
+// wake signals w from l and, when a goroutine is blocked (waiters), has l
+// give its P back before its next wait, so that the goroutine runs at once
+// (loop.Loop.HandOffNextWait).
+func (w *wakeup) wake(l *loop.Loop, waiters *atomic.Int32) {
+	w.signal()
+	if waiters.Load() > 0 {
+		l.HandOffNextWait()
+	}
+}
+
+// wait blocks until a wakeup is pending and takes it, counted in waiters.
+func (w *wakeup) wait(waiters *atomic.Int32) {
+	waiters.Add(1)
 	w.mu.Lock()
 	w.pending.Store(false)
+	waiters.Add(-1)
 }
 
 // The two directions of a NetConn, for its wakeups and deadlines.
@@ -227,12 +151,10 @@ func (nc *NetConn) sig(dir int) *wakeup {
 func (nc *NetConn) block(dir int, op string) error {
 	w := nc.sig(dir)
 	nc.mu.Unlock()
-	if err := nc.mayBlock(op); err != nil {
-		return err
+	if loop.Current() != nil {
+		return nc.c.opError(op, "", loop.ErrInLoop)
 	}
-	nc.waiters.Add(1)
-	w.wait()
-	nc.waiters.Add(-1)
+	w.wait(&nc.waiters)
 	nc.mu.Lock()
 	return nil
 }
@@ -252,8 +174,8 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 		nc.mu.Unlock()
 		return
 	}
-	nc.in.push(data)
-	pause := nc.in.n >= nc.limit && !nc.paused
+	nc.in.push(data, true)
+	pause := nc.in.n >= nc.limit() && !nc.paused
 	if pause {
 		nc.paused = true
 	}
@@ -306,15 +228,8 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		return 0, nc.c.opError("read", "", net.ErrClosed)
 	case nc.in.n > 0 && len(p) > 0:
 		n := nc.in.read(p)
-		resume := nc.paused && nc.in.n <= nc.limit/2
-		if resume {
-			nc.paused = false
-		}
 		more := nc.in.n > 0 || nc.readEnded()
-		nc.mu.Unlock()
-		if resume {
-			_ = nc.c.ResumeRead()
-		}
+		nc.unlockResuming()
 		if more {
 			nc.rw.signal() // pass the wakeup on to another reader
 		}
@@ -327,6 +242,17 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 	}
 	nc.mu.Unlock()
 	return 0, nil // len(p) == 0
+}
+
+// unlockResuming unlocks nc.mu after a read, and resumes receiving if the
+// read brought a paused NetConn's buffer down to half its bound.
+func (nc *NetConn) unlockResuming() {
+	resume := nc.paused && nc.in.n <= nc.limit()/2
+	nc.paused = nc.paused && !resume
+	nc.mu.Unlock()
+	if resume {
+		_ = nc.c.ResumeRead()
+	}
 }
 
 // awaitInput waits until received bytes, the end of input or Close arrive.
@@ -342,14 +268,6 @@ func (nc *NetConn) awaitInput() error {
 		if err := nc.block(dirRead, "read"); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// mayBlock refuses to block a loop goroutine.
-func (nc *NetConn) mayBlock(op string) error {
-	if loop.Current() != nil {
-		return nc.c.opError(op, "", loop.ErrInLoop)
 	}
 	return nil
 }
@@ -386,8 +304,7 @@ func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
 		if err := nc.awaitWritable(); err != nil {
 			return total, err
 		}
-		t := chunkPool.Get().(*chunk)
-		t.r, t.w = 0, 0
+		t := getChunk(false, false, 0)
 		n, rerr := r.Read(t.buf)
 		if n > 0 {
 			t.w = n
@@ -563,22 +480,15 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		t := nc.in.q[nc.in.head]
 		nc.in.q[nc.in.head] = nil
 		nc.in.head++
-		nc.in.n -= int32(t.w - t.r)
-		if int(nc.in.head) == len(nc.in.q) {
+		nc.in.n -= t.w - t.r
+		if nc.in.head == len(nc.in.q) {
 			nc.in.q, nc.in.head = nc.in.q[:0], 0
 		}
-		resume := nc.paused && nc.in.n <= nc.limit/2
-		if resume {
-			nc.paused = false
-		}
-		nc.mu.Unlock()
-		if resume {
-			_ = nc.c.ResumeRead()
-		}
+		nc.unlockResuming()
 		n, err := w.Write(t.buf[t.r:t.w])
 		total += int64(n)
 		short := n < t.w-t.r
-		inChunkPool.Put(t)
+		putChunk(t)
 		if err != nil {
 			return total, err
 		}
@@ -587,31 +497,6 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 }
-
-// A deadline is one direction's deadline, guarded by its owner's mutex
-// (whether it is set and has passed are kept beside, in deadlines). Its check waits in the loop's deadline queue, which one
-// timer on the loop's wheel serves (deadline.go). A deadline moved later
-// queues no new check: the pending one comes due at the old instant, finds
-// the deadline moved and queues itself again, so a server that pushes its
-// read deadline forward on every request queues about one check per
-// deadline period rather than one per call. Instants are nanoseconds on the
-// monotonic clock since started (time.Time.Sub uses the monotonic reading
-// when both have one).
-type deadline struct {
-	at      int64 // the deadline, if set
-	armedAt int64 // when the earliest pending check comes due; 0: none is pending (a pending instant is > 0)
-}
-
-// netDeadlineChecks counts the checks deadlines queued, for tests.
-var netDeadlineChecks atomic.Int64
-
-// started is the origin of deadline instants, and a time every deadline
-// before which has passed without reading the clock (net/http sets such
-// deadlines to interrupt a Read).
-var started = time.Now()
-
-// sinceStarted returns t as a deadline instant.
-func sinceStarted(t time.Time) int64 { return int64(t.Sub(started)) }
 
 func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 	nc.mu.Lock()
@@ -637,20 +522,18 @@ func (nc *NetConn) fire(dir int, at int64) {
 	}
 }
 
-// netConnLimit is the limit of the connection under a NetConn: never below
-// the default, since it holds only the bytes already on their way when the
-// NetConn pauses receiving at its own, maybe smaller, bound.
-func netConnLimit(c *config) { c.inboundLimit = max(c.inboundLimit, DefaultInboundLimit) }
+// asNetConn configures the connection under a NetConn: half-close on, and
+// the inbound limit of a NetConn (see validate).
+func asNetConn(c *config) { c.halfClose, c.netConn = true, true }
 
 // DialNet connects to address on a loop of g, as Dial does, and returns
 // the connection as a net.Conn. It must not be called on a loop goroutine.
 func DialNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetConn, error) {
-	cfg, err := newConfig(opts)
-	if err != nil {
+	if _, err := newConfig(opts); err != nil {
 		return nil, err
 	}
-	nc := newNetConn(cfg.netInbound)
-	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true), netConnLimit)
+	nc := newNetConn()
+	opts = append(opts[:len(opts):len(opts)], asNetConn)
 	// Dial returns after OnOpen ran on the loop, which set nc.c.
 	if _, err := Dial(ctx, g, network, address, nc, opts...); err != nil {
 		return nil, err
@@ -664,9 +547,8 @@ func DialNet(ctx context.Context, g *loop.Group, network, address string, opts .
 // queue bounded by WithBacklog's value (default 4096); past it a new
 // connection is closed at once, as a full kernel backlog drops it.
 type NetListener struct {
-	srv   *Server
-	limit int
-	max   int
+	srv *Server
+	max int
 
 	mu      sync.Mutex
 	q       []*NetConn
@@ -683,19 +565,9 @@ func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts
 	if err != nil {
 		return nil, err
 	}
-	ln := &NetListener{
-		limit: cfg.netInbound,
-		max:   cfg.backlog,
-		sig:   make(chan struct{}, 1),
-		done:  make(chan struct{}),
-	}
-	if ln.max <= 0 {
-		ln.max = 4096
-	}
-	opts = append(opts[:len(opts):len(opts)], WithHalfClose(true), netConnLimit, func(c *config) { c.netLn = ln })
-	srv, err := ListenFunc(ctx, g, network, address, func(*Conn) Handler {
-		return newNetConn(ln.limit)
-	}, opts...)
+	ln := &NetListener{max: cfg.backlog, sig: make(chan struct{}, 1), done: make(chan struct{})}
+	opts = append(opts[:len(opts):len(opts)], asNetConn, func(c *config) { c.netLn = ln })
+	srv, err := ListenFunc(ctx, g, network, address, func(*Conn) Handler { return newNetConn() }, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -714,7 +586,10 @@ func (ln *NetListener) push(nc *NetConn) {
 	}
 	ln.q = append(ln.q, nc)
 	ln.mu.Unlock()
-	signal(ln.sig)
+	select {
+	case ln.sig <- struct{}{}:
+	default: // a wakeup is pending already
+	}
 }
 
 // Accept waits for and returns the next connection. After Close it returns

@@ -15,30 +15,26 @@ import (
 )
 
 // A NetPacketConn is a datagram socket on a loop seen as a net.PacketConn
-// (and, when DialPacketNet made it, a net.Conn): code written for package
-// net's UDP and unixgram sockets runs on the loops unchanged. It is its
-// socket's handler: datagrams that arrive are copied into an inbound queue
-// bounded by WithInboundLimit (in bytes; a datagram that finds it full is
-// dropped and counted, as the kernel drops one that finds a full socket
-// buffer; Dropped counts them), and ReadFrom takes them in order. Writes
-// queue a copy on the loop (PacketConn.WriteTo) and never block: a full
-// queue fails the write with ErrQueueFull; on a connected socket a write
+// (and, when DialPacketNet made it, a net.Conn). Datagrams that arrive wait
+// in an inbound queue bounded by WithInboundLimit (one that finds it full
+// is dropped, as the kernel drops one that finds a full socket buffer;
+// Dropped counts them). Writes queue a copy on the loop and never block: a
+// full queue fails them with ErrQueueFull; on a connected socket a write
 // with a destination fails with net.ErrWriteToConnected, as package net's
-// does. Deadlines report os.ErrDeadlineExceeded; Close
-// unblocks every pending call with net.ErrClosed. Safe for concurrent use.
+// does. Close unblocks every pending call with net.ErrClosed. Safe for
+// concurrent use.
 type NetPacketConn struct {
 	pc    *PacketConn
 	limit int
 
-	mu      sync.Mutex
-	in      []netDgram // a ring: head, n
-	head, n int
-	bytes   int      // payload bytes queued
-	spare   [][]byte // buffers of read datagrams, for reuse
-	closed  bool
-	ended   error // the socket closed under us (OnPacketClose)
-	soft    error // an ICMP error on a connected socket, for the next read that finds no datagram
-	dls     deadlines
+	mu     sync.Mutex
+	in     fifo[netDgram]
+	bytes  int      // payload bytes queued
+	spare  [][]byte // buffers of read datagrams, for reuse
+	closed bool
+	ended  error // the socket closed under us (OnPacketClose)
+	soft   error // an ICMP error on a connected socket, for the next read that finds no datagram
+	dls    deadlines
 
 	rw      wakeup
 	waiters atomic.Int32
@@ -106,7 +102,7 @@ func (np *NetPacketConn) Dropped() uint64 { return np.dropped.Load() }
 // inbound queue (or dropped when it is full) and a blocked reader woken.
 func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 	np.mu.Lock()
-	if np.closed || np.bytes+len(data) > np.limit && np.n > 0 {
+	if np.closed || np.bytes+len(data) > np.limit && np.in.n > 0 {
 		np.mu.Unlock()
 		np.dropped.Add(1)
 		return
@@ -119,18 +115,10 @@ func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 		b = make([]byte, len(data), max(len(data), 2048))
 	}
 	copy(b, data)
-	if np.n == len(np.in) {
-		nq := make([]netDgram, max(16, 2*len(np.in)))
-		for i := range np.n {
-			nq[i] = np.in[(np.head+i)%len(np.in)]
-		}
-		np.in, np.head = nq, 0
-	}
-	np.in[(np.head+np.n)%len(np.in)] = netDgram{buf: b, from: from}
-	np.n++
+	np.in.push(netDgram{buf: b, from: from})
 	np.bytes += len(data)
 	np.mu.Unlock()
-	np.wake(pc)
+	np.rw.wake(pc.l, &np.waiters)
 }
 
 // OnPacketError implements PacketErrorHandler. A datagram too long for the
@@ -155,7 +143,7 @@ func (np *NetPacketConn) OnPacketError(pc *PacketConn, err error) {
 	np.mu.Lock()
 	np.soft = os.NewSyscallError("read", errno)
 	np.mu.Unlock()
-	np.wake(pc)
+	np.rw.wake(pc.l, &np.waiters)
 }
 
 // OnPacketClose implements PacketCloseHandler: a socket closed under us
@@ -167,16 +155,7 @@ func (np *NetPacketConn) OnPacketClose(pc *PacketConn, err error) {
 	}
 	np.ended = err
 	np.mu.Unlock()
-	np.wake(pc)
-}
-
-// wake signals a blocked reader; with one blocked, the loop hands its P
-// off before its next wait so the reader runs at once.
-func (np *NetPacketConn) wake(pc *PacketConn) {
-	np.rw.signal()
-	if np.waiters.Load() > 0 {
-		pc.l.HandOffNextWait()
-	}
+	np.rw.wake(pc.l, &np.waiters)
 }
 
 // ReadFrom reads the next datagram into p and returns its length and
@@ -210,7 +189,7 @@ func (np *NetPacketConn) Read(p []byte) (int, error) {
 
 func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 	np.mu.Lock()
-	for np.n == 0 && !np.closed && np.ended == nil && np.soft == nil {
+	for np.in.n == 0 && !np.closed && np.ended == nil && np.soft == nil {
 		if np.dls.passed[dirRead] {
 			np.mu.Unlock()
 			np.rw.signal() // pass it on: every blocked reader times out
@@ -220,18 +199,16 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 		if np.pc.l.InLoop() {
 			return 0, Addr{}, np.opError("read", loop.ErrInLoop)
 		}
-		np.waiters.Add(1)
-		np.rw.wait()
-		np.waiters.Add(-1)
+		np.rw.wait(&np.waiters)
 		np.mu.Lock()
 	}
-	if np.n == 0 && !np.closed && np.soft != nil {
+	if np.in.n == 0 && !np.closed && np.soft != nil {
 		err := np.soft
 		np.soft = nil
 		np.mu.Unlock()
 		return 0, Addr{}, np.opError("read", err)
 	}
-	if np.closed || np.n == 0 {
+	if np.closed || np.in.n == 0 {
 		err := np.ended
 		if np.closed || err == nil {
 			err = net.ErrClosed
@@ -240,16 +217,13 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 		np.rw.signal() // pass it on to another reader
 		return 0, Addr{}, np.opError("read", err)
 	}
-	d := np.in[np.head]
-	np.in[np.head] = netDgram{}
-	np.head = (np.head + 1) % len(np.in)
-	np.n--
+	d := np.in.pop()
 	np.bytes -= len(d.buf)
 	n := copy(p, d.buf)
 	if cap(d.buf) <= 2048 && len(np.spare) < 256 {
 		np.spare = append(np.spare, d.buf[:0])
 	}
-	more := np.n > 0
+	more := np.in.n > 0
 	np.mu.Unlock()
 	if more {
 		np.rw.signal() // pass the wakeup on to another reader
@@ -395,6 +369,6 @@ func (np *NetPacketConn) fire(dir int, at int64) {
 	expired := np.dls.fireLocked(np.pc.l, np, dir, at, np.closed)
 	np.mu.Unlock()
 	if expired {
-		np.wake(np.pc)
+		np.rw.wake(np.pc.l, &np.waiters)
 	}
 }

@@ -62,6 +62,7 @@ type config struct {
 	dgramQueue      int          // datagrams a PacketConn queues (WithDatagramQueue)
 	udpSegment      int          // UDP_SEGMENT size (WithUDPSegment)
 	netLn           *NetListener // ListenNet's listener, which its NetConns join on open
+	netConn         bool         // the connection under a NetConn (asNetConn)
 }
 
 func defaultConfig() config {
@@ -128,13 +129,10 @@ func WithReadTimeout(d time.Duration) Option { return func(c *config) { c.readTi
 func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idleTimeout = d } }
 
 // WithLinger bounds how long Close lets the bytes queued by earlier Writes
-// go out: Close stops receiving at once, hands the queue to the kernel send
-// by send, and closes the fd when it is empty or after d, whichever comes
-// first (then a send still in flight is canceled and the rest dropped).
-// Default 2 s. Unlike the other options, 0 is not the default: WithLinger(0)
-// drops whatever is still queued and closes at once. Negative values are
-// rejected. The bytes handed to the kernel are then sent as after close(2)
-// on any socket (SO_LINGER is not touched).
+// go out (default 2 s): then a send still in flight is canceled and the
+// rest dropped. Unlike the other options, 0 is not the default:
+// WithLinger(0) drops whatever is still queued and closes at once.
+// Negative values are rejected. SO_LINGER is not touched.
 func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
 
 // WithLoop sets the loop a dialed connection lives on (Dial and DialAsync;
@@ -151,22 +149,19 @@ func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.con
 
 // WithHalfClose lets a connection outlive the peer's FIN (Netty's
 // ALLOW_HALF_CLOSURE). Off (the default), the FIN closes the connection once
-// its queued writes are sent, and OnClose reports io.EOF. On, the FIN is
-// reported to a HalfCloseHandler's OnHalfClose, receiving stops, and the
-// connection stays open for writing until the handler closes it: Close, or
-// CloseWrite, after which the shutdown's completion closes it (OnClose
-// reports io.EOF).
+// its queued writes are sent (OnClose reports io.EOF). On, the FIN goes to
+// a HalfCloseHandler's OnHalfClose and the connection stays open for
+// writing until the handler calls Close, or CloseWrite (whose completion
+// then closes it with io.EOF).
 func WithHalfClose(on bool) Option { return func(c *config) { c.halfClose = on } }
 
 // WithPauseReadWhenUnwritable ties reading to the connection's own
 // writability: reading pauses when the outbound buffer rises above the
 // high-water mark and resumes when it drains to the low mark, so a peer
 // that sends requests and never reads the replies stalls in its own socket
-// instead of growing this process's memory. A Write from the connection's
-// own loop pauses at once: no receive completion is delivered after it, so
-// Buffered stays within the high-water mark plus what one OnData call
-// wrote. The pause is independent of PauseRead: reading runs when neither
-// holds it.
+// instead of growing this process's memory. A Write on the connection's
+// loop pauses at once, so Buffered stays within the high-water mark plus
+// what one OnData call wrote. It is independent of PauseRead.
 func WithPauseReadWhenUnwritable(on bool) Option {
 	return func(c *config) { c.pauseUnwritable = on }
 }
@@ -196,14 +191,11 @@ func WithInboundLimit(n int) Option { return func(c *config) { c.inboundLimit = 
 // default): a write past it fails with ErrQueueFull instead of queuing.
 func WithDatagramQueue(n int) Option { return func(c *config) { c.dgramQueue = n } }
 
-// WithUDPSegment turns on UDP generic segmentation offload (UDP_SEGMENT,
-// Linux 4.18) for a UDP PacketConn, for senders of many equal-sized
-// datagrams: a write of more than n bytes goes out as consecutive
-// datagrams of n bytes each (the last may be shorter), cut by the kernel
-// from one SENDMSG, so one system call or SQE carries up to 64 of them
-// (and at most 65,507 bytes in all; more fails with EMSGSIZE). Writes of n
-// bytes or less are single datagrams as before. 0 (the default) is off.
-// docs/udp.md has the measurement.
+// WithUDPSegment turns on UDP generic segmentation offload (UDP_SEGMENT)
+// for a UDP PacketConn: a write of more than n bytes goes out as
+// consecutive datagrams of n bytes each (the last may be shorter), cut by
+// the kernel from one SENDMSG (up to 64 of them and 65,507 bytes; more
+// fails with EMSGSIZE). 0 (the default) is off. See docs/udp.md.
 func WithUDPSegment(n int) Option { return func(c *config) { c.udpSegment = n } }
 
 // maxUDPPayload is the longest UDP datagram over IPv4.
@@ -254,8 +246,11 @@ func (c *config) validate() error {
 		c.backlog = d.backlog
 	}
 	c.netInbound = c.inboundLimit
-	if c.inboundLimit == 0 {
-		c.inboundLimit = d.inboundLimit
+	if c.inboundLimit == 0 || c.netConn {
+		// Under a NetConn the limit holds only the bytes already on their
+		// way when the NetConn pauses at its own bound: never below the
+		// default.
+		c.inboundLimit = max(c.inboundLimit, d.inboundLimit)
 	}
 	if c.dgramQueue == 0 {
 		c.dgramQueue = d.dgramQueue

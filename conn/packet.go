@@ -20,13 +20,10 @@ import (
 	"github.com/ringloop/ringloop/ring"
 )
 
-// Datagram sockets on the loops: UDP (udp, udp4, udp6) and Unix datagram
-// (unixgram) sockets, each on one loop. Datagrams arrive through the loop's
-// provided buffers (loop.RecvmsgProvided: a multishot RECVMSG on io_uring,
-// recvmmsg(2) batches on epoll) and reach the PacketHandler on the loop
-// goroutine; writes from any goroutine are copied into the socket's queue
-// and go out at the end of the loop turn, one SENDMSG per datagram. See
-// docs/udp.md.
+// Datagram sockets on the loops (docs/udp.md): datagrams arrive through
+// loop.RecvmsgProvided and reach the PacketHandler on the loop goroutine;
+// writes from any goroutine are copied into the socket's queue and go out
+// at the end of the loop turn, one SENDMSG per datagram.
 
 // A PacketHandler receives a datagram socket's datagrams. OnPacket runs on
 // the socket's loop goroutine, one datagram at a time, and must not block.
@@ -115,17 +112,11 @@ type Addr struct {
 	unix bool
 }
 
-// AddrFromAddrPort returns the Addr of an IP address and port.
-func AddrFromAddrPort(ap netip.AddrPort) Addr { return Addr{ap: ap} }
-
 // UnixAddr returns the Addr of a Unix socket name ('@' first: abstract).
 func UnixAddr(name string) Addr { return Addr{name: name, unix: true} }
 
 // AddrPort returns the IP address and port (invalid for a Unix address).
 func (a Addr) AddrPort() netip.AddrPort { return a.ap }
-
-// IsUnix reports whether a names a Unix socket.
-func (a Addr) IsUnix() bool { return a.unix }
 
 // Name returns a Unix socket's name ("" for an IP address).
 func (a Addr) Name() string { return a.name }
@@ -193,10 +184,9 @@ type PacketConn struct {
 
 	// mu guards the outbound queue and the close request.
 	mu          sync.Mutex
-	out         []dgramOut // queued, not yet handed to the loop (a ring: head, n)
-	head, n     int
-	free        [][]byte // spare datagram buffers of smallDgram bytes
-	freeLarge   [][]byte // and of largeDgram
+	out         fifo[dgramOut] // queued, not yet handed to the loop
+	free        [][]byte       // spare datagram buffers of smallDgram bytes
+	freeLarge   [][]byte       // and of largeDgram
 	flushQueued bool
 	closeReq    bool
 
@@ -288,12 +278,8 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 	pc.ch, _ = h.(PacketCloseHandler)
 	var sa unix.Sockaddr
 	var v6only bool
-	if op == "dial" {
-		sa, pc.family, err = resolveDial(ctx, streamNet, address)
-		pc.connected = true
-	} else {
-		sa, pc.family, v6only, err = resolveListen(ctx, streamNet, address)
-	}
+	pc.connected = op == "dial"
+	sa, pc.family, v6only, err = resolve(ctx, streamNet, address, !pc.connected)
 	if err != nil {
 		return fail(err)
 	}
@@ -534,22 +520,20 @@ func softDatagramErr(e unix.Errno) bool {
 	return false
 }
 
-// recoveredPacket logs and counts a panic of a datagram socket's handler
+// logPanic, deferred around a handler callback, logs and counts a panic
 // (RecoveredPanics). The socket goes on serving: one datagram's handling
 // failed, not the socket.
-func (pc *PacketConn) recoveredPacket(callback string, r any) {
-	panics.Add(1)
-	slog.Error("conn: datagram handler panicked; the socket goes on", "callback", callback,
-		"panic", r, "local", pc.laddr, "stack", string(debug.Stack()))
+func (pc *PacketConn) logPanic(callback string) {
+	if r := recover(); r != nil {
+		panics.Add(1)
+		slog.Error("conn: datagram handler panicked; the socket goes on", "callback", callback,
+			"panic", r, "local", pc.laddr, "stack", string(debug.Stack()))
+	}
 }
 
-// deliver runs OnPacket under recover (recoveredPacket).
+// deliver runs OnPacket under logPanic.
 func (pc *PacketConn) deliver(data []byte, from Addr) {
-	defer func() {
-		if v := recover(); v != nil {
-			pc.recoveredPacket("OnPacket", v)
-		}
-	}()
+	defer pc.logPanic("OnPacket")
 	pc.h.OnPacket(pc, data, from)
 }
 
@@ -558,11 +542,7 @@ func (pc *PacketConn) report(err *DatagramError) {
 	if pc.eh == nil {
 		return
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			pc.recoveredPacket("OnPacketError", v)
-		}
-	}()
+	defer pc.logPanic("OnPacketError")
 	pc.eh.OnPacketError(pc, err)
 }
 
@@ -665,18 +645,14 @@ func (pc *PacketConn) queue(b []byte, to Addr) (int, error) {
 		pc.mu.Unlock()
 		return 0, pc.writeError(to, net.ErrClosed)
 	}
-	if pc.n >= pc.queueMax {
+	if pc.out.n >= pc.queueMax {
 		pc.mu.Unlock()
 		pc.queueFull.Add(1)
 		return 0, pc.writeError(to, ErrQueueFull)
 	}
 	d.buf = pc.bufLocked(len(b))
 	copy(d.buf, b)
-	if pc.n == len(pc.out) {
-		pc.growLocked()
-	}
-	pc.out[(pc.head+pc.n)%len(pc.out)] = d
-	pc.n++
+	pc.out.push(d)
 	kick := !pc.flushQueued
 	pc.flushQueued = true
 	pc.mu.Unlock()
@@ -751,13 +727,32 @@ func (pc *PacketConn) putBuf(b []byte) {
 	pc.mu.Unlock()
 }
 
-// growLocked doubles the queue's ring. Caller holds pc.mu.
-func (pc *PacketConn) growLocked() {
-	nq := make([]dgramOut, max(16, 2*len(pc.out)))
-	for i := range pc.n {
-		nq[i] = pc.out[(pc.head+i)%len(pc.out)]
+// fifo is a queue in a ring buffer that doubles when full.
+type fifo[T any] struct {
+	q       []T
+	head, n int
+}
+
+func (f *fifo[T]) push(v T) {
+	if f.n == len(f.q) {
+		nq := make([]T, max(16, 2*len(f.q)))
+		for i := range f.n {
+			nq[i] = f.q[(f.head+i)%len(f.q)]
+		}
+		f.q, f.head = nq, 0
 	}
-	pc.out, pc.head = nq, 0
+	f.q[(f.head+f.n)%len(f.q)] = v
+	f.n++
+}
+
+// pop takes the first entry out; the queue must not be empty.
+func (f *fifo[T]) pop() T {
+	v := f.q[f.head]
+	var zero T
+	f.q[f.head] = zero
+	f.head = (f.head + 1) % len(f.q)
+	f.n--
+	return v
 }
 
 // packetFlush is a PacketConn seen as its flush task.
@@ -773,14 +768,11 @@ func (pc *PacketConn) flush() {
 	pc.mu.Unlock()
 	for pc.inflight < maxSendsInFlight && !pc.fdClosed {
 		pc.mu.Lock()
-		if pc.n == 0 {
+		if pc.out.n == 0 {
 			pc.mu.Unlock()
 			break
 		}
-		d := pc.out[pc.head]
-		pc.out[pc.head] = dgramOut{}
-		pc.head = (pc.head + 1) % len(pc.out)
-		pc.n--
+		d := pc.out.pop()
 		pc.mu.Unlock()
 		s := pc.sendRecord()
 		s.d, s.tries = d, 0
@@ -843,7 +835,7 @@ func (s *dgramSend) Complete(c *loop.Completion) {
 		return
 	}
 	pc.mu.Lock()
-	more := pc.n > 0
+	more := pc.out.n > 0
 	pc.mu.Unlock()
 	if more {
 		pc.flush()
@@ -917,20 +909,10 @@ func (pc *PacketConn) closeNow(err error) {
 	pc.maybeFinish()
 }
 
-// cancelRecv cancels the armed receive; its final completion ends it. A
-// cancel the backend could not queue (its submission queue full and the
-// kernel busy) is tried again after the turn; if the loop is terminating
-// instead, its drain ends the receive.
+// cancelRecv cancels the armed receive; its final completion ends it.
 func (pc *PacketConn) cancelRecv() {
-	if !pc.recvArmed {
-		return
-	}
-	switch err := pc.l.Cancel(pc.recvID); {
-	case err == nil:
-	case errors.Is(err, loop.ErrUnknownOp):
-		pc.recvArmed = false // it had ended: no completion follows
-	default:
-		_ = pc.l.ExecuteAfterTurn(pc.cancelRecv)
+	if pc.recvArmed && !cancelOp(pc.l, pc.recvID) {
+		pc.recvArmed = false // it had ended
 	}
 }
 
@@ -941,18 +923,15 @@ func (pc *PacketConn) maybeFinish() {
 		return
 	}
 	pc.mu.Lock()
-	left := pc.n
-	if pc.closeErr == nil && left > 0 && pc.l.State() < loop.StateShuttingDown {
+	if pc.closeErr == nil && pc.out.n > 0 && pc.l.State() < loop.StateShuttingDown {
 		pc.mu.Unlock()
 		// More was queued than may be in flight: the flush goes on (and
 		// comes back here when it has handed everything over).
 		pc.flush()
 		return
 	}
-	for pc.n > 0 { // dropped: the socket or its loop is gone
-		pc.out[pc.head] = dgramOut{}
-		pc.head = (pc.head + 1) % len(pc.out)
-		pc.n--
+	for pc.out.n > 0 { // dropped: the socket or its loop is gone
+		pc.out.pop()
 	}
 	pc.mu.Unlock()
 	pc.closeFd()
@@ -961,11 +940,7 @@ func (pc *PacketConn) maybeFinish() {
 	}
 	if pc.ch != nil {
 		func() {
-			defer func() {
-				if v := recover(); v != nil {
-					pc.recoveredPacket("OnPacketClose", v)
-				}
-			}()
+			defer pc.logPanic("OnPacketClose")
 			pc.ch.OnPacketClose(pc, pc.closeErr)
 		}()
 	}

@@ -5,51 +5,23 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
 
 	"github.com/ringloop/ringloop/loop"
 	"golang.org/x/sys/unix"
 )
 
-// The receive path.
-//
-// A connection keeps one receive armed while open: RecvProvided, the loop's
-// multishot receive into its provided-buffer ring, whose completions carry
-// the bytes in a loop-owned buffer that returns to the ring as soon as
-// OnData returns. A completion without F_MORE ends the multishot receive
-// (a kernel that ends it for its own reasons, or a single-shot provided
-// receive); while the connection is open, it re-arms. A receive the ring
-// ran dry for never ends here: the loop parks it and resubmits it when
-// buffers are back (loop/starved.go). Where the backend has no multishot receive, or refuses
-// RecvProvided, the connection falls back to single-shot Recv into a buffer
-// of its own (allocated on first use, kept for the connection's life).
-//
-// A zero-byte completion is the peer's FIN: receiving stops, queued writes
-// are flushed, then the connection closes and OnClose reports io.EOF. Under
-// WithHalfClose the FIN is reported instead (OnHalfClose) and the
-// connection stays open for writing.
-//
-// Inbound flow control and framing share one per-connection buffer of kept
-// bytes (keptInput, made when bytes are first kept). While reading is
-// paused (PauseRead, or WithPauseReadWhenUnwritable while unwritable) no
-// receive is armed: the armed one is canceled, and bytes the kernel had
-// already received into completions still to come are kept, not delivered,
-// until reading resumes. A ReadHandler's unconsumed bytes are kept too and
-// come first in its next call. Bytes that arrive whole and are consumed
-// whole are never kept.
+// The receive path (docs/conn.md has the whole story). A connection keeps
+// one RecvProvided armed while open and re-arms it after a completion
+// without F_MORE; the loop parks a receive the buffer ring ran dry for. A
+// zero-byte completion is the peer's FIN. Flow control and framing share
+// one per-connection buffer of kept bytes (keptInput): bytes received
+// while paused, and a ReadHandler's unconsumed ones. Bytes that arrive
+// whole and are consumed whole are never kept.
 
-// singleRecvSize is the per-connection buffer of the single-shot fallback
-// (hard-coded; the multishot path uses the loop's buffer ring instead).
-const singleRecvSize = 16 << 10
-
-// forceSingleRecv makes every connection use the single-shot fallback (a
-// test seam set through export_test.go).
-var forceSingleRecv atomic.Bool
-
-// recvOp is the connection's armed receive and its completer.
-type recvOp struct {
-	id loop.OpID // while Conn.recvActive
-}
+// deliverMax is the most bytes one OnData call gets from a bundle receive
+// or from the kept bytes, so that a pause stops them within one receive
+// buffer (hard-coded).
+const deliverMax = 16 << 10
 
 // Why reading is paused (Conn.pause bits).
 const (
@@ -59,41 +31,25 @@ const (
 
 // armRecv starts the connection's receive. Must be called on c's loop.
 func (c *Conn) armRecv() {
-	r := &c.recv
 	if c.recvActive || c.state != stateOpen || c.eof || c.lingering || c.pause != 0 || c.pending() > 0 {
 		return // paused, or kept bytes go first (resume arms after them)
-	}
-	if !c.recvSingle && forceSingleRecv.Load() {
-		c.recvSingle = true
 	}
 	var (
 		id  loop.OpID
 		err error
 	)
-	if !c.recvSingle {
-		if c.unixSock {
-			// Single shots: a multishot receive over AF_UNIX can miss
-			// the peer's shutdown (RecvProvidedOnce).
-			id, err = c.l.RecvProvidedOnce(int(c.fd), 0, (*recvDone)(c))
-		} else {
-			id, err = c.l.RecvProvided(int(c.fd), 0, (*recvDone)(c))
-		}
-		if err != nil {
-			c.recvSingle = true // provided buffers refused: fall back for good
-		}
-	}
-	if c.recvSingle {
-		x := c.rareX()
-		if x.rbuf == nil {
-			x.rbuf = new([singleRecvSize]byte)
-		}
-		id, err = c.l.Recv(int(c.fd), x.rbuf[:], 0, (*recvDone)(c))
+	if c.unixSock {
+		// Single shots: a multishot receive over AF_UNIX can miss the
+		// peer's shutdown (RecvProvidedOnce).
+		id, err = c.l.RecvProvidedOnce(int(c.fd), 0, (*recvDone)(c))
+	} else {
+		id, err = c.l.RecvProvided(int(c.fd), 0, (*recvDone)(c))
 	}
 	if err != nil {
 		c.closeNow(c.opError("read", "", err))
 		return
 	}
-	r.id, c.recvActive, c.recvCanceled = id, true, false
+	c.recvID, c.recvActive, c.recvCanceled = id, true, false
 	c.ops++
 }
 
@@ -112,12 +68,8 @@ func (d *recvDone) Complete(cp *loop.Completion) {
 		c.ops--
 	}
 	if cp.Quarantined {
-		// Given up without the kernel's final word: the kernel may still
-		// write the buffer, and bytes may have been consumed. Never reuse
-		// the buffer, and reset the connection (the stream is broken).
-		if c.rare != nil {
-			c.rare.rbuf = nil
-		}
+		// Given up without the kernel's final word: bytes may have been
+		// consumed, so reset the connection (the stream is broken).
 		if c.state == stateOpen {
 			c.abort = true
 			c.closeNow(c.opError("read", "", loop.ErrGivenUp))
@@ -138,11 +90,7 @@ func (d *recvDone) Complete(cp *loop.Completion) {
 			t := now()
 			tm.lastRead, tm.lastIO = t, t
 		}
-		data := cp.Data
-		if c.recvSingle {
-			data = c.rare.rbuf[:res]
-		}
-		c.deliverChunks(data)
+		c.deliverChunks(cp.Data)
 		if final {
 			c.armRecv()
 		}
@@ -152,17 +100,7 @@ func (d *recvDone) Complete(cp *loop.Completion) {
 			return
 		}
 		c.onEOF()
-	case errnoOf(res) == unix.ENOBUFS:
-		// Only where the loop could not park the receive (it was being
-		// canceled, or the backend has no buffers to wait for): the
-		// fallback's own buffer, unless the cancel was a pause.
-		if final {
-			if !c.recvCanceled {
-				c.recvSingle = true
-			}
-			c.armRecv()
-		}
-	case errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR,
+	case errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR || errnoOf(res) == unix.ENOBUFS,
 		errnoOf(res) == unix.ECANCELED && c.recvCanceled:
 		if final {
 			c.armRecv() // unless still paused
@@ -238,16 +176,15 @@ func (c *Conn) consume(n int) {
 }
 
 // deliverChunks delivers data in pieces of one receive buffer when it is
-// longer (a bundle receive fills several buffers at once): 16 KiB, as the
-// own-buffer receive and the resume of kept bytes deliver, or the loop's
-// buffer size if larger. A handler that pauses reading, or a connection
+// longer (a bundle receive fills several buffers at once): deliverMax, as
+// the resume of kept bytes delivers, or the loop's buffer size if larger. A handler that pauses reading, or a connection
 // that does on becoming unwritable, stops the bytes after the piece it was
 // given, and the rest is kept for the resume, as bytes arriving while
 // paused are. So what a paused connection takes in stays within one
 // receive buffer of what it had when it paused. Must be called on c's loop.
 func (c *Conn) deliverChunks(data []byte) {
-	if len(data) > singleRecvSize {
-		chunk := max(int(c.l.Features().BufSize), singleRecvSize)
+	if len(data) > deliverMax {
+		chunk := max(int(c.l.Features().BufSize), deliverMax)
 		for len(data) > chunk && c.pause == 0 && c.pending() == 0 && c.state == stateOpen {
 			c.deliver(data[:chunk])
 			data = data[chunk:]
@@ -398,7 +335,7 @@ func (c *Conn) applyPause(bit uint8, on bool) {
 	if c.pause != 0 {
 		if c.recvActive && !c.recvCanceled {
 			c.recvCanceled = true
-			cancelOp(c.l, c.recv.id)
+			cancelOp(c.l, c.recvID)
 		}
 		return
 	}
@@ -434,7 +371,7 @@ func (c *Conn) resume() {
 	// handler whose writes pause reading again (WithPauseReadWhenUnwritable)
 	// stops them within one buffer.
 	for c.pending() > 0 && c.state == stateOpen && c.pause == 0 {
-		n := min(c.pending(), singleRecvSize)
+		n := min(c.pending(), deliverMax)
 		c.kin.pending -= n
 		c.callData(c.kept()[:n])
 		c.consume(n)
@@ -473,7 +410,7 @@ func (c *Conn) onEOF() {
 		stopTimer(&c.rare.readTimer)
 	}
 	if c.recvActive {
-		cancelOp(c.l, c.recv.id)
+		cancelOp(c.l, c.recvID)
 	}
 	if c.cfg.halfClose {
 		switch {

@@ -7,11 +7,8 @@ import (
 )
 
 // Every open connection is tracked by its loop's registry, so that a group
-// shutting down closes them at its first shutdown check (Netty's closeAll)
-// instead of serving them through the quiet period: a connection with
-// queued bytes lingers for them (WithLinger), then OnClose reports an error
-// wrapping net.ErrClosed. A connection that would open on a loop already
-// shutting down is closed at once.
+// shutting down closes them at its first shutdown check (Netty's closeAll),
+// not after the quiet period (docs/conn.md, Closing).
 
 // loopConns is one loop's open connections. Loop goroutine only, but for
 // deadlines.
@@ -23,12 +20,10 @@ type loopConns struct {
 	overflow  overflow      // tasks a full task queue refused, in order (executeRetrying)
 }
 
-// A connSet is a set of connections kept in fixed chunks of a slice each,
-// every connection holding its own 1-based index (0: not in the set), so
-// adding and removing are O(1) and an entry costs one pointer. Chunks are
-// never copied: a slice doubling under thousands of connections would hold
-// up to twice the room it needs and leave the old arrays behind as
-// garbage, and a map several times that per connection.
+// A connSet is a set of connections kept in fixed chunks, every connection
+// holding its own 1-based index (0: not in the set): adding and removing
+// are O(1), an entry costs one pointer, and chunks are never copied (a
+// doubling slice would hold up to twice the room and leave garbage).
 type connSet struct {
 	chunks [][]*Conn // each of connChunk entries; the last one partly used
 	n      int
@@ -37,22 +32,20 @@ type connSet struct {
 // connChunk is the number of entries per chunk of a connSet.
 const connChunk = 256
 
-func regIdx(c *Conn) *int32 { return &c.regIdx }
-
 func (s *connSet) at(i int) **Conn { return &s.chunks[i/connChunk][i%connChunk] }
 
-func (s *connSet) add(c *Conn, idx func(*Conn) *int32) {
+func (s *connSet) add(c *Conn) {
 	if s.n == len(s.chunks)*connChunk {
 		s.chunks = append(s.chunks, make([]*Conn, connChunk))
 	}
 	*s.at(s.n) = c
 	s.n++
-	*idx(c) = int32(s.n)
+	c.regIdx = int32(s.n)
 }
 
 // remove takes c out of the set and reports whether it was in it.
-func (s *connSet) remove(c *Conn, idx func(*Conn) *int32) bool {
-	i := int(*idx(c)) - 1
+func (s *connSet) remove(c *Conn) bool {
+	i := int(c.regIdx) - 1
 	if i < 0 || i >= s.n || *s.at(i) != c {
 		return false
 	}
@@ -60,11 +53,11 @@ func (s *connSet) remove(c *Conn, idx func(*Conn) *int32) bool {
 	if i != last {
 		moved := *s.at(last)
 		*s.at(i) = moved
-		*idx(moved) = int32(i + 1)
+		moved.regIdx = int32(i + 1)
 	}
 	*s.at(last) = nil
 	s.n = last
-	*idx(c) = 0
+	c.regIdx = 0
 	// Keep one empty chunk past the last used one, so that a connection
 	// opening and closing at a chunk's edge does not make and drop it
 	// each time; give back the others.
@@ -74,8 +67,6 @@ func (s *connSet) remove(c *Conn, idx func(*Conn) *int32) bool {
 	}
 	return true
 }
-
-func (s *connSet) len() int { return s.n }
 
 // snapshot returns a copy of the members, to iterate while they leave.
 func (s *connSet) snapshot() []*Conn {
@@ -116,13 +107,13 @@ func (c *Conn) track() bool {
 	if r.closing {
 		return false
 	}
-	r.conns.add(c, regIdx)
+	r.conns.add(c)
 	return true
 }
 
 // untrack removes c from its loop's registry. Must be called on c's loop.
 func (c *Conn) untrack() {
-	registryFor(c.l).conns.remove(c, regIdx)
+	registryFor(c.l).conns.remove(c)
 }
 
 // closeAll closes every connection of its loop as the loop's shutdown

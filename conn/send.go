@@ -9,26 +9,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The send path.
+// The send path. Write copies into the outbound chunkQueue under c.mu and
+// queues one flush tail task per loop turn (flushQueued deduplicates it);
+// the flush submits one SEND or SENDMSG of up to maxSendIov ranges. One
+// send is in flight per connection; its completion consumes what was sent
+// and submits the next, so a short write continues where it stopped.
 //
-// Write copies into the connection's outbound queue, a FIFO of fixed-size
-// chunks taken from a process-wide pool, under c.mu, and queues one flush
-// tail task per loop turn (c.flushQueued deduplicates it). The flush, on the
-// loop, gathers up to maxSendIov queued ranges into one SEND (one range) or
-// one SENDMSG (several). Only one send is in flight per connection; its
-// completion consumes the bytes sent, hands emptied chunks back to the pool,
-// and submits the next send if bytes remain, so a short write continues
-// exactly where it stopped and order is kept.
-//
-// Writers only ever append to the last chunk; a chunk that is not last
-// never changes again. A send snapshot therefore covers whole frozen chunks
-// plus a prefix of the last one, and writers may keep appending behind that
-// prefix while the kernel reads it: the two ranges never overlap.
-//
-// Steady state allocates nothing: chunks come from the pool, the chunk FIFO
-// keeps its backing array, the list of ranges for a SENDMSG is gathered on
-// the stack (the loop copies it into the op's record), and the flush is
-// queued as the Conn itself (flushTask). An idle connection holds no chunk.
+// Writers only ever append to the last chunk, and a chunk that is not last
+// never changes again: a send covers whole frozen chunks plus a prefix of
+// the last one, so writers appending behind that prefix while the kernel
+// reads it never overlap it.
 
 const (
 	// chunkSize is the outbound chunk size. 16 KiB keeps a small echo in
@@ -61,8 +51,44 @@ const smallChunkSize = 2 << 10
 
 var smallChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, smallChunkSize)} }}
 
-// outQueue is a FIFO of chunks: q[head:] are live.
-type outQueue struct {
+// inChunkSize is the size of a NetConn's inbound chunk: small, since most
+// reads of a request-response protocol are a few hundred bytes and every
+// connection with unread bytes holds at least one chunk.
+const inChunkSize = 4 << 10
+
+var inChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, inChunkSize)} }}
+
+// getChunk takes an empty chunk: an inbound one, or for outbound bytes a
+// small one for a small write (n bytes) to an empty queue, else a full one.
+func getChunk(inbound, empty bool, n int) *chunk {
+	pool := &chunkPool
+	switch {
+	case inbound:
+		pool = &inChunkPool
+	case empty && n <= smallChunkSize:
+		pool = &smallChunkPool
+	}
+	t := pool.Get().(*chunk)
+	t.r, t.w = 0, 0
+	return t
+}
+
+// putChunk gives t back to its pool unless the kernel may still read it.
+func putChunk(t *chunk) {
+	switch {
+	case t.pinned:
+	case len(t.buf) == smallChunkSize:
+		smallChunkPool.Put(t)
+	case len(t.buf) == inChunkSize:
+		inChunkPool.Put(t)
+	default:
+		chunkPool.Put(t)
+	}
+}
+
+// chunkQueue is a FIFO of chunks, q[head:] live: a connection's outbound
+// bytes, or a NetConn's inbound ones. An empty queue holds no chunk.
+type chunkQueue struct {
 	q    []*chunk
 	head int
 	n    int // bytes queued
@@ -79,8 +105,7 @@ func fillChunks(bufs [][]byte) []*chunk {
 	for _, p := range bufs {
 		for len(p) > 0 {
 			if t == nil || t.w == len(t.buf) {
-				t = chunkPool.Get().(*chunk)
-				t.r, t.w = 0, 0
+				t = getChunk(false, false, 0)
 				cs = append(cs, t)
 			}
 			k := copy(t.buf[t.w:], p)
@@ -91,21 +116,29 @@ func fillChunks(bufs [][]byte) []*chunk {
 	return cs
 }
 
+// makeRoom slides the live chunks down, instead of growing q, when k more
+// would not fit: a queue that never quite empties (a stream into a slower
+// reader) would otherwise grow by a slot per chunk for as long as it runs.
+func (o *chunkQueue) makeRoom(k int) {
+	if o.head > 0 && len(o.q)+k > cap(o.q) {
+		n := copy(o.q, o.q[o.head:])
+		clear(o.q[n:])
+		o.q, o.head = o.q[:n], 0
+	}
+}
+
 // splice queues chunks filled by fillChunks (n bytes) behind the queued
 // bytes. The chunk that was last is frozen from now on, as the rule for
 // writers requires. Caller holds c.mu.
-func (o *outQueue) splice(cs []*chunk, n int) {
+func (o *chunkQueue) splice(cs []*chunk, n int) {
 	o.n += n
-	if o.head > 0 && len(o.q)+len(cs) > cap(o.q) {
-		k := copy(o.q, o.q[o.head:])
-		clear(o.q[k:])
-		o.q, o.head = o.q[:k], 0
-	}
+	o.makeRoom(len(cs))
 	o.q = append(o.q, cs...)
 }
 
-// append copies p behind the queued bytes. Caller holds c.mu.
-func (o *outQueue) append(p []byte) {
+// push copies p behind the queued bytes, into inbound or outbound chunks.
+// Caller holds the owner's lock.
+func (o *chunkQueue) push(p []byte, inbound bool) {
 	o.n += len(p)
 	for len(p) > 0 {
 		var t *chunk
@@ -113,18 +146,8 @@ func (o *outQueue) append(p []byte) {
 			t = o.q[len(o.q)-1]
 		}
 		if t == nil || t.w == len(t.buf) {
-			if t == nil && len(p) <= smallChunkSize {
-				t = smallChunkPool.Get().(*chunk)
-			} else {
-				t = chunkPool.Get().(*chunk)
-			}
-			t.r, t.w = 0, 0
-			if o.head > 0 && len(o.q) == cap(o.q) {
-				// Slide the live chunks down instead of growing.
-				k := copy(o.q, o.q[o.head:])
-				clear(o.q[k:])
-				o.q, o.head = o.q[:k], 0
-			}
+			t = getChunk(inbound, t == nil, len(p))
+			o.makeRoom(1)
 			o.q = append(o.q, t)
 		}
 		k := copy(t.buf[t.w:], p)
@@ -134,7 +157,7 @@ func (o *outQueue) append(p []byte) {
 }
 
 // gather appends up to max queued ranges to iov. Caller holds c.mu.
-func (o *outQueue) gather(iov [][]byte, max int) ([][]byte, int) {
+func (o *chunkQueue) gather(iov [][]byte, max int) ([][]byte, int) {
 	total := 0
 	for i := o.head; i < len(o.q) && len(iov) < max; i++ {
 		t := o.q[i]
@@ -146,9 +169,25 @@ func (o *outQueue) gather(iov [][]byte, max int) ([][]byte, int) {
 	return iov, total
 }
 
+// read copies up to len(p) queued bytes out and consumes them; an emptied
+// queue gives a large slot array back.
+func (o *chunkQueue) read(p []byte) int {
+	n := 0
+	for i := o.head; n < len(p) && i < len(o.q); i++ {
+		t := o.q[i]
+		n += copy(p[n:], t.buf[t.r:t.w])
+	}
+	o.consume(n)
+	if o.n == 0 && cap(o.q) > 8 {
+		o.q = nil
+	}
+	return n
+}
+
 // consume drops the first n queued bytes, returning emptied chunks to the
-// pool. Caller holds c.mu, and no send may still reference those bytes.
-func (o *outQueue) consume(n int) {
+// pool. Caller holds the owner's lock, and no send may still reference
+// those bytes.
+func (o *chunkQueue) consume(n int) {
 	o.n -= n
 	for n > 0 {
 		t := o.q[o.head]
@@ -168,33 +207,22 @@ func (o *outQueue) consume(n int) {
 
 // release returns every chunk to the pool (but pinned ones) and drops the
 // queue.
-func (o *outQueue) release() {
+func (o *chunkQueue) release() {
 	for i := o.head; i < len(o.q); i++ {
 		putChunk(o.q[i])
 	}
-	*o = outQueue{}
+	*o = chunkQueue{}
 }
 
 // pin marks the chunks holding the first n queued ranges, the ones a send
 // gathered (gather skips no chunk but an empty last one), as pinned. Caller
 // holds c.mu.
-func (o *outQueue) pin(n int) {
+func (o *chunkQueue) pin(n int) {
 	for i := o.head; i < len(o.q) && n > 0; i++ {
 		if t := o.q[i]; t.w > t.r {
 			t.pinned = true
 			n--
 		}
-	}
-}
-
-// putChunk gives t back to the pool unless the kernel may still read it.
-func putChunk(t *chunk) {
-	switch {
-	case t.pinned:
-	case len(t.buf) == smallChunkSize:
-		smallChunkPool.Put(t)
-	default:
-		chunkPool.Put(t)
 	}
 }
 
@@ -236,7 +264,7 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 		return 0, nil
 	}
 	for _, b := range bufs {
-		c.out.append(b)
+		c.out.push(b, false)
 	}
 	c.afterAppend()
 	return n, nil

@@ -11,9 +11,46 @@ import (
 
 // newSocket returns a non-blocking, close-on-exec stream socket of family.
 func newSocket(family int) (int, error) {
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	return socketOf(family, unix.SOCK_STREAM)
+}
+
+func socketOf(family, typ int) (int, error) {
+	fd, err := unix.Socket(family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, os.NewSyscallError("socket", err)
+	}
+	return fd, nil
+}
+
+// A sockopt is an integer socket option, set when on.
+type sockopt struct {
+	level, opt, val int
+	on              bool
+}
+
+// setup sets opts on fd, then binds it to sa, then runs last (listen or
+// connect) unless it is nil. On failure it closes fd.
+func setup(fd int, opts []sockopt, sa unix.Sockaddr, last func() (string, error)) (int, error) {
+	fail := func(call string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, os.NewSyscallError(call, err)
+	}
+	for _, o := range opts {
+		if o.on {
+			if err := unix.SetsockoptInt(fd, o.level, o.opt, o.val); err != nil {
+				return fail("setsockopt", err)
+			}
+		}
+	}
+	if sa != nil {
+		if err := unix.Bind(fd, sa); err != nil {
+			return fail("bind", err)
+		}
+	}
+	if last != nil {
+		if call, err := last(); err != nil {
+			return fail(call, err)
+		}
 	}
 	return fd, nil
 }
@@ -25,32 +62,12 @@ func listenSocket(family int, sa unix.Sockaddr, v6only, reusePort bool, backlog 
 	if err != nil {
 		return -1, err
 	}
-	fail := func(call string, err error) (int, error) {
-		unix.Close(fd)
-		return -1, os.NewSyscallError(call, err)
-	}
-	if family != unix.AF_UNIX {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-			return fail("setsockopt", err)
-		}
-		if reusePort {
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-				return fail("setsockopt", err)
-			}
-		}
-	}
-	if family == unix.AF_INET6 {
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(v6only)); err != nil {
-			return fail("setsockopt", err)
-		}
-	}
-	if err := unix.Bind(fd, sa); err != nil {
-		return fail("bind", err)
-	}
-	if err := unix.Listen(fd, backlog); err != nil {
-		return fail("listen", err)
-	}
-	return fd, nil
+	inet := family != unix.AF_UNIX
+	return setup(fd, []sockopt{
+		{unix.SOL_SOCKET, unix.SO_REUSEADDR, 1, inet},
+		{unix.SOL_SOCKET, unix.SO_REUSEPORT, 1, inet && reusePort},
+		{unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(v6only), family == unix.AF_INET6},
+	}, sa, func() (string, error) { return "listen", unix.Listen(fd, backlog) })
 }
 
 // applySockopts sets the options cfg asks for on a new connection. Errors
@@ -115,59 +132,29 @@ func boolInt(b bool) int {
 // packetSocket creates a non-blocking datagram socket of family for sa:
 // bound to it, or (connect) connected to it. A unixgram socket that
 // connects is bound first to an abstract name the kernel picks, so that
-// its peer can reply. Buffer sizes and SO_REUSEPORT come from cfg.
+// its peer can reply. Buffer sizes, SO_REUSEPORT
+// and UDP_SEGMENT come from cfg.
 func packetSocket(family int, sa unix.Sockaddr, v6only, connect bool, cfg *config) (int, error) {
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if cfg.udpSegment > 0 && family == unix.AF_UNIX {
+		return -1, invalidOption("UDP segmentation on a unixgram socket")
+	}
+	fd, err := socketOf(family, unix.SOCK_DGRAM)
 	if err != nil {
-		return -1, os.NewSyscallError("socket", err)
+		return -1, err
 	}
-	fail := func(call string, err error) (int, error) {
-		unix.Close(fd)
-		return -1, os.NewSyscallError(call, err)
-	}
-	if family == unix.AF_INET6 && !connect {
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(v6only)); err != nil {
-			return fail("setsockopt", err)
-		}
-	}
-	if cfg.reusePort && family != unix.AF_UNIX && !connect {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-			return fail("setsockopt", err)
-		}
-	}
-	if cfg.readBuf > 0 {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, cfg.readBuf); err != nil {
-			return fail("setsockopt", err)
-		}
-	}
-	if cfg.writeBuf > 0 {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, cfg.writeBuf); err != nil {
-			return fail("setsockopt", err)
-		}
-	}
-	if cfg.udpSegment > 0 {
-		if family == unix.AF_UNIX {
-			unix.Close(fd)
-			return -1, invalidOption("UDP segmentation on a unixgram socket")
-		}
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT, cfg.udpSegment); err != nil {
-			return fail("setsockopt(UDP_SEGMENT)", err)
-		}
+	opts := []sockopt{
+		{unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(v6only), family == unix.AF_INET6 && !connect},
+		{unix.SOL_SOCKET, unix.SO_REUSEPORT, 1, cfg.reusePort && family != unix.AF_UNIX && !connect},
+		{unix.SOL_SOCKET, unix.SO_RCVBUF, cfg.readBuf, cfg.readBuf > 0},
+		{unix.SOL_SOCKET, unix.SO_SNDBUF, cfg.writeBuf, cfg.writeBuf > 0},
+		{unix.IPPROTO_UDP, unix.UDP_SEGMENT, cfg.udpSegment, cfg.udpSegment > 0},
 	}
 	if !connect {
-		if err := unix.Bind(fd, sa); err != nil {
-			return fail("bind", err)
-		}
-		return fd, nil
+		return setup(fd, opts, sa, nil)
 	}
+	var self unix.Sockaddr
 	if family == unix.AF_UNIX {
-		// An empty name: autobind (an abstract name of the kernel's).
-		if err := unix.Bind(fd, &unix.SockaddrUnix{}); err != nil {
-			return fail("bind", err)
-		}
+		self = &unix.SockaddrUnix{} // autobind
 	}
-	if err := unix.Connect(fd, sa); err != nil {
-		return fail("connect", err)
-	}
-	return fd, nil
+	return setup(fd, opts, self, func() (string, error) { return "connect", unix.Connect(fd, sa) })
 }

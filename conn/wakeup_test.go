@@ -19,7 +19,7 @@ func TestWakeup(t *testing.T) {
 	w.signal()
 	w.signal() // pending already: dropped
 	done := make(chan struct{})
-	go func() { w.wait(); close(done) }()
+	go func() { w.wait(new(atomic.Int32)); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -27,7 +27,7 @@ func TestWakeup(t *testing.T) {
 	}
 
 	done = make(chan struct{})
-	go func() { w.wait(); close(done) }()
+	go func() { w.wait(new(atomic.Int32)); close(done) }()
 	select {
 	case <-done:
 		t.Fatal("wait returned with no wakeup pending")
@@ -72,7 +72,7 @@ func TestWakeup(t *testing.T) {
 			if n == producers*bumps {
 				return
 			}
-			w.wait()
+			w.wait(new(atomic.Int32))
 			waits.Add(1)
 		}
 	}()
