@@ -356,18 +356,12 @@ func (d *epollDriver) tryRecv(fd int, o *op) epStep {
 // until EAGAIN, end of stream or the error. Outside an edge (submit, retry,
 // rebuild) it always reads until EAGAIN.
 //
-// With every buffer still held by queued
-// completions, the op yields until poll has delivered (and so freed) some.
-// With no pool at all the op fails with ENOBUFS, as a receive naming an
-// empty buffer group does on io_uring.
+// With every buffer still held by queued completions, the op yields until
+// poll has delivered (and so freed) some.
 func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 	for i := 0; i < epollBudget; i++ {
 		bi, b := d.pool.get()
 		if bi < 0 {
-			if d.pool.count == 0 || d.pool.size == 0 {
-				d.finish(fd, o, -int32(unix.ENOBUFS))
-				return epDone
-			}
 			return epYield
 		}
 		n, err := epollRecv(fd, b, o.arg)
@@ -410,10 +404,6 @@ func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 		case err == unix.EAGAIN:
 			return epWait
 		case err == errNoBufs:
-			if d.pool.count == 0 || d.pool.size <= dgramHead {
-				d.finish(fd, o, -int32(unix.ENOBUFS))
-				return epDone
-			}
 			return epYield
 		default:
 			d.finish(fd, o, epollRes(err))
@@ -508,12 +498,7 @@ func (d *epollDriver) tryConnect(fd int, o *op) epStep {
 	if d.pollNow(fd, unix.POLLOUT) == 0 {
 		return epWait
 	}
-	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
-	if err != nil {
-		d.finish(fd, o, epollRes(err))
-	} else {
-		d.finish(fd, o, -int32(v))
-	}
+	d.finish(fd, o, soError(fd))
 	return epDone
 }
 

@@ -97,10 +97,10 @@ type uringDriver struct {
 
 	// Loop-thread state.
 	r       *ring.Ring
-	br      *ring.BufRing // nil only when no provided buffers are configured
-	entries uint32        // SQ entries asked for
-	flags   uint32        // setup flags of the current ring (without R_DISABLED once enabled)
-	feat    Features      // the loop thread's copy; features() reads featPub
+	br      *ring.BufRing
+	entries uint32   // SQ entries asked for
+	flags   uint32   // setup flags of the current ring (without R_DISABLED once enabled)
+	feat    Features // the loop thread's copy; features() reads featPub
 	started bool
 	closed  bool
 
@@ -147,8 +147,7 @@ type uringDriver struct {
 	rebuildSkipCancel bool          // rebuild does not cancel the old ring's ops
 	rebuildReaped     func()        // runs after rebuild reaped the old ring, before it moves the ops
 
-	// stall counts the polls injectStall still wants to return empty.
-	stall atomic.Int64
+	stallSeam
 
 	// featPub is the last published copy of feat: features() is reached
 	// from Loop.Features on any goroutine, while start and rebuild change
@@ -272,9 +271,9 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		BufCount:     d.cfg.bufCount,
 		BufSize:      d.cfg.bufSize,
 		RecvBundle:   r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
+		SharedThread: cfg.shared,
 		Kernel:       cfg.kernel.String(),
 	}
-	d.feat.SharedThread = cfg.shared
 	d.publishFeatures()
 	return d, nil
 }
@@ -381,19 +380,7 @@ func (d *uringDriver) startNetpoll() {
 // eventfdSignaled consumes the eventfd's counter and reports whether it was
 // non-zero. It is the waiter's readiness check.
 func (d *uringDriver) eventfdSignaled() bool {
-	if d.r.CQReady() > 0 {
-		return true
-	}
-	for {
-		_, err := unix.Read(d.efd, d.wakeBuf[:])
-		switch err {
-		case nil:
-			return true
-		case unix.EINTR:
-			continue
-		}
-		return false // EAGAIN: nothing signaled
-	}
+	return d.r.CQReady() > 0 || readCounter(d.efd, d.wakeBuf[:])
 }
 
 // waitNetpoll is poll's blocking wait in wakeNetpoll mode (a shared-thread
@@ -444,9 +431,8 @@ func waitLeft(end time.Time) time.Duration {
 }
 
 // prepareRing registers r's fd with the loop thread (an optimisation: a
-// failure is only logged) and makes r's provided-buffer ring, which it
-// returns (nil if no provided buffers are configured). It changes nothing
-// in d.
+// failure is only logged) and makes and returns r's provided-buffer ring.
+// It changes nothing in d.
 func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	if d.cfg.shared {
 		// A registered ring fd belongs to the thread that registered it.
@@ -459,31 +445,31 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 			return nil, fmt.Errorf("loop: uring backend: register eventfd: %w", err)
 		}
 	}
-	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
-		return nil, nil
-	}
+	var err error
 	if faultsEnabled {
-		if err := d.faultBufRing(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize); err != nil {
-			return nil, fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
-		}
+		err = d.faultBufRing()
 	}
-	br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize)
+	var br *ring.BufRing
+	if err == nil {
+		br, err = newBufRingFn(r, 0, d.cfg.bufCount, d.cfg.bufSize)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
 	}
 	return br, nil
 }
 
-// getSQE returns a free SQE of the current ring, flushing the SQ to the
-// kernel when it is full.
+// getSQE returns a free SQE of the current ring, flushing a full SQ first.
+func (d *uringDriver) getSQE() (*ring.SQE, error) { return getSQE(d.r) }
 
-func (d *uringDriver) getSQE() (*ring.SQE, error) {
-	sqe, err := d.r.GetSQE()
+// getSQE returns a free SQE of r, flushing a full SQ to the kernel first.
+func getSQE(r *ring.Ring) (*ring.SQE, error) {
+	sqe, err := r.GetSQE()
 	if err == ring.ErrSQFull {
-		if _, err = d.r.Submit(); err != nil {
+		if _, err = r.Submit(); err != nil {
 			return nil, err
 		}
-		sqe, err = d.r.GetSQE()
+		sqe, err = r.GetSQE()
 	}
 	return sqe, err
 }
@@ -511,9 +497,6 @@ func (d *uringDriver) submit(o *op) error {
 	if d.closed {
 		return errDriverClosed
 	}
-	if err := d.check(o); err != nil {
-		return err
-	}
 	sqe, err := d.getSQE()
 	if err != nil {
 		return err
@@ -524,26 +507,6 @@ func (d *uringDriver) submit(o *op) error {
 	}
 	o.state = opInFlight
 	return nil
-}
-
-// check refuses ops this ring cannot run, before an SQE is taken.
-func (d *uringDriver) check(o *op) error {
-	switch o.tag {
-	case tagAccept, tagRecv, tagSend, tagSendmsg, tagConnect, tagClose,
-		tagShutdown, tagNop:
-		return nil
-	case tagRecvBuf:
-		if d.br == nil {
-			return fmt.Errorf("loop: uring backend: receive into provided buffers: none configured")
-		}
-		return nil
-	case tagRecvmsgBuf:
-		if d.br == nil || int(d.cfg.bufSize) <= dgramHead {
-			return fmt.Errorf("loop: uring backend: receive of datagrams into provided buffers: no buffers of more than %d bytes", dgramHead)
-		}
-		return nil
-	}
-	return fmt.Errorf("loop: uring backend: unknown op tag %v", o.tag)
 }
 
 // prep encodes o into sqe, reading the fields op.go's contract names for
@@ -646,9 +609,6 @@ func (d *uringDriver) cancel(o *op) error {
 	sqe.PrepCancel64(o.userData(), 0)
 	sqe.UserData = internalUserData(internalCancel)
 	d.cancelQueued = true
-	if o.state == opInFlight || o.state == opQueued {
-		o.state = opCanceling
-	}
 	return nil
 }
 
@@ -674,8 +634,8 @@ var (
 // logged as an error. The path allocates nothing.
 func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) (pollResult, error) {
 	var res pollResult
-	if d.stall.Load() > 0 && d.stall.Add(-1) >= 0 {
-		return res, nil // injected stall: return at once, nothing seen
+	if d.takeStall() {
+		return res, nil // injected stall: nothing seen
 	}
 	if d.closed {
 		return res, errDriverClosed
@@ -781,10 +741,10 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	ud, res, flags := c.UserData, c.Res, c.Flags
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
-	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil && d.feat.RecvBundle:
+	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && d.feat.RecvBundle:
 		d.deliverBundle(c, br, sink)
 		return
-	case tag.providedRecv() && flags&ring.CQEFBuffer != 0 && br != nil:
+	case tag.providedRecv() && flags&ring.CQEFBuffer != 0:
 		// The buffer id is the CQE's, also on failure (a kernel may post
 		// res < 0 with the buffer the receive selected): that buffer,
 		// and no other, goes back to the ring.
@@ -876,18 +836,7 @@ func connectResult(fd int32, res int32) int32 {
 	if res < 0 {
 		return res // canceled, or the poll itself failed
 	}
-	soerr, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
-	switch {
-	case err != nil:
-		var errno unix.Errno
-		if errors.As(err, &errno) {
-			return -int32(errno)
-		}
-		return -int32(unix.EIO)
-	case soerr != 0:
-		return -int32(soerr)
-	}
-	return 0
+	return soError(int(fd))
 }
 
 // internal handles the completion of one of the driver's own ops.
@@ -901,8 +850,6 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 		// sticky.
 	case internalCancel:
 		d.cancelCQEs++
-	case internalProbe:
-		// A probe's completions are reaped by the probe; nothing to do.
 	}
 }
 
@@ -919,16 +866,7 @@ func (d *uringDriver) wake() error {
 	// Before the signal: a netpoll wait that sees the signal tells wake's
 	// from the kernel's by this flag.
 	d.wakeReq.Store(true)
-	for {
-		_, err := unix.Write(d.efd, eventfdOne[:])
-		switch err {
-		case nil, unix.EAGAIN:
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return fmt.Errorf("loop: uring backend: %w", os.NewSyscallError("write eventfd", err))
-	}
+	return writeEventfd(d.efd)
 }
 
 // close implements driver: it closes the ring (which unregisters the ring
@@ -940,11 +878,7 @@ func (d *uringDriver) close() error {
 		return nil
 	}
 	d.closed = true
-	var first error
-	if d.r != nil {
-		first = d.r.Close()
-	}
-	d.br = nil
+	first := d.r.Close()
 	d.wakeArmed = false
 	if err := d.waiter.close(); err != nil && first == nil {
 		first = err
@@ -970,31 +904,14 @@ func (d *uringDriver) counters(s *Stats) {
 }
 
 // setHandOff implements driver.
-func (d *uringDriver) setHandOff(on bool) {
-	if d.r != nil {
-		d.r.SetHandOff(on)
-	}
-}
+func (d *uringDriver) setHandOff(on bool) { d.r.SetHandOff(on) }
 
 // quarantineBufs implements driver: the current provided-buffer ring stays
 // mapped after close.
-func (d *uringDriver) quarantineBufs() uint64 {
-	if d.br == nil {
-		return 0
-	}
-	return uint64(d.br.Quarantine())
-}
+func (d *uringDriver) quarantineBufs() uint64 { return uint64(d.br.Quarantine()) }
 
 // features implements driver. Safe for concurrent use.
-func (d *uringDriver) features() Features {
-	if f := d.featPub.Load(); f != nil {
-		return *f
-	}
-	return Features{Backend: BackendUring}
-}
-
-// injectStall implements driver. Safe for concurrent use.
-func (d *uringDriver) injectStall(n int) { d.stall.Add(int64(n)) }
+func (d *uringDriver) features() Features { return *d.featPub.Load() }
 
 // bundleBufs is how many buffers a bundle takes at most: 16, 64 KiB of
 // the default 4 KiB buffers.
@@ -1007,8 +924,7 @@ const bundleBufs = 16
 // is that length, else 0.
 func (d *uringDriver) setRecvCap() {
 	d.feat.RecvCap, d.recvLen = 0, 0
-	if d.br == nil || !d.feat.RecvBundle {
-		d.feat.RecvBundle = false
+	if !d.feat.RecvBundle {
 		return
 	}
 	// The probe also stands for bundles' length: kernels before 6.17

@@ -206,7 +206,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// buffers: their mapping stays for the life of the process.
 	var brBytes uint64
 	for _, m := range lost {
-		if m.o.tag.providedRecv() && oldBR != nil && brBytes == 0 {
+		if m.o.tag.providedRecv() && brBytes == 0 {
 			brBytes = uint64(oldBR.Quarantine())
 		}
 	}
@@ -243,11 +243,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 // cancelOld cancels every op of the old ring, the eventfd read included,
 // with one ASYNC_CANCEL_ANY.
 func (d *uringDriver) cancelOld(old *ring.Ring) {
-	sqe, err := old.GetSQE()
-	if err == ring.ErrSQFull {
-		old.Submit()
-		sqe, err = old.GetSQE()
-	}
+	sqe, err := getSQE(old)
 	if err != nil {
 		d.cfg.logger.Warn("io_uring rebuild: no SQE for a cancel", "loop", d.cfg.name, "err", err)
 		return
@@ -286,9 +282,6 @@ func (d *uringDriver) reapOld(c *ring.CQE, live map[uint64]*migration, oldBR *ri
 
 // resubmit puts a migrated op on the (new) current ring.
 func (d *uringDriver) resubmit(o *op) error {
-	if err := d.check(o); err != nil {
-		return err
-	}
 	sqe, err := d.getSQE()
 	if err != nil {
 		return err

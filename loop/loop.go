@@ -71,7 +71,7 @@ type Loop struct {
 	holdSeq     uint64      // the last hold's id
 	sinkRefused bool        // the last timer move hit a full queue
 	parked      parkedQueue // receives waiting for provided buffers (starved.go)
-	parkBudget  int         // parked receives resubmitted per turn; 0: no buffers to wait for, never park
+	parkBudget  int         // parked receives resubmitted per turn
 	runTaskFn   func(sched.Task)
 	timerSinkFn func(*sched.Timer) bool
 }
@@ -108,9 +108,7 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 	l.ioRatio.Store(int32(c.ioRatio))
 	l.runTaskFn = l.runTask
 	l.timerSinkFn = l.timerSink
-	if n := int(drv.features().BufCount); n > 0 {
-		l.parkBudget = max(1, n/starvedPerBuffers)
-	}
+	l.parkBudget = max(1, int(c.bufCount)/starvedPerBuffers)
 	return l, nil
 }
 
@@ -142,10 +140,7 @@ func (l *Loop) Backend() Backend { return l.drv.backend() }
 // BackendAuto fell back to epoll if it did. Safe for concurrent use.
 func (l *Loop) Features() Features {
 	f := l.drv.features()
-	f.Backend = l.drv.backend()
-	if f.FallbackReason == "" {
-		f.FallbackReason = l.fallback
-	}
+	f.FallbackReason = l.fallback
 	return f
 }
 

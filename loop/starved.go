@@ -50,8 +50,7 @@ func (q *parkedQueue) len() int { return len(q.ops) - q.head }
 
 // park keeps o, a provided-buffer receive whose final completion was
 // -ENOBUFS, for a later resubmission, and reports whether it did: not
-// while the op is being canceled, nor where the backend has no buffers to
-// wait for.
+// while the op is being canceled.
 func (l *Loop) park(o *op, res int32) bool {
 	if !o.tag.providedRecv() {
 		return false
@@ -66,7 +65,7 @@ func (l *Loop) park(o *op, res int32) bool {
 			o.state, res = opInFlight, -int32(unix.ENOBUFS)
 		}
 	}
-	if res != -int32(unix.ENOBUFS) || o.state != opInFlight || l.parkBudget == 0 {
+	if res != -int32(unix.ENOBUFS) || o.state != opInFlight {
 		return false
 	}
 	if State(l.state.Load()) >= StateShutdown {
@@ -98,14 +97,10 @@ func (l *Loop) queueParked(o *op) {
 
 // rotating reports whether the loop rotates its provided-buffer receives
 // while some are parked: only with bundles (a rotated single shot then
-// takes up to 16 buffers), not where nothing parks, nor while the loop
-// terminates (a receive armed then goes to the kernel, where the drain
-// cancels it).
+// takes up to 16 buffers), not while the loop terminates (a receive armed
+// then goes to the kernel, where the drain cancels it).
 func (l *Loop) rotating() bool {
-	if l.parkBudget == 0 || State(l.state.Load()) >= StateShutdown {
-		return false
-	}
-	return l.drv.features().RecvBundle
+	return State(l.state.Load()) < StateShutdown && l.drv.features().RecvBundle
 }
 
 // cancelParked marks a parked op canceled; the turn's end completes it.
@@ -160,11 +155,11 @@ func (l *Loop) endParked(o *op) {
 }
 
 // noBufsResult is the final result a provided-buffer receive reports for
-// -ENOBUFS where the loop parks such receives: -ECANCELED when the op was
-// being canceled (it consumed nothing, as a canceled one) or the loop is
-// terminating, so that its Completer never sees -ENOBUFS.
+// -ENOBUFS it was not parked for: -ECANCELED (the op was being canceled and
+// consumed nothing, or the loop is terminating), so that its Completer
+// never sees -ENOBUFS.
 func (l *Loop) noBufsResult(o *op, res int32) int32 {
-	if o.tag.providedRecv() && res == -int32(unix.ENOBUFS) && l.parkBudget > 0 {
+	if o.tag.providedRecv() && res == -int32(unix.ENOBUFS) {
 		return -int32(unix.ECANCELED)
 	}
 	return res
