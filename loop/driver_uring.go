@@ -69,21 +69,6 @@ var eventfdOne = func() (b [8]byte) {
 	return b
 }()
 
-// wakeKind is how the eventfd is watched.
-type wakeKind uint8
-
-const (
-	// wakeRead: an IORING_OP_READ of 8 bytes, whose completion consumes
-	// the counter. The kernel turns a READ of a pollable O_NONBLOCK file
-	// that would block into an internal poll.
-	wakeRead wakeKind = iota
-	// wakeNetpoll: no op in the ring. The eventfd is registered with the
-	// ring (IORING_REGISTER_EVENTFD), so the kernel signals it when it
-	// queues work for the loop, and the loop goroutine waits for it on the
-	// Go netpoller (netwait.go) instead of in io_uring_enter.
-	wakeNetpoll
-)
-
 // faultPlan is a fake result the fault-injection mode planned for an op
 // (by slot; gen names the op). Unused in ordinary builds.
 type faultPlan struct {
@@ -98,7 +83,6 @@ type uringDriver struct {
 	// Loop-thread state.
 	r       *ring.Ring
 	br      *ring.BufRing
-	entries uint32   // SQ entries asked for
 	flags   uint32   // setup flags of the current ring (without R_DISABLED once enabled)
 	feat    Features // the loop thread's copy; features() reads featPub
 	started bool
@@ -108,23 +92,23 @@ type uringDriver struct {
 	// (countSubmissions).
 	subs ring.SubmitCounts
 
-	// The eventfd wakeup. wakeBuf is the READ's 8-byte target: a field of
-	// this long-lived heap object, so it outlives every READ armed on it.
+	// The eventfd wakeup: an 8-byte READ in the ring (the kernel turns it
+	// into an internal poll) into wakeBuf, a field of this long-lived
+	// object so it outlives every READ; or, with netpoll, no READ: the
+	// eventfd is registered with the ring, which signals it when it queues
+	// work, and the loop waits for it on the Go netpoller (netwait.go).
 	wakeBuf      [8]byte
-	wakeArmed    bool       // a READ of the eventfd is in the ring
-	wakeKind     wakeKind   // how the armed wake op watches the eventfd
+	wakeArmed    bool // a READ of the eventfd is in the ring
+	netpoll      bool
 	waiter       *netWaiter // the eventfd on the netpoller (a shared-thread loop)
 	waitErr      error      // why the waiter could not be made
 	pendingWoken bool       // a wakeup consumed by rebuild, reported by the next poll
 	cancelQueued bool       // a cancel SQE waits in the SQ: reap ends its batch so poll submits it
 
-	// cqes receives PeekBatch copies; reaping never allocates.
-	cqes [uringCQEBatch]ring.CQE
+	cqes [uringCQEBatch]ring.CQE // PeekBatch's target: reaping never allocates
 
 	// connWait holds the connects a rebuild continued as a POLL_ADD for
-	// POLLOUT (user_data → fd): re-issuing CONNECT on a socket whose
-	// connect is under way fails with EALREADY, so the new ring waits for
-	// writability instead and the result is read from SO_ERROR.
+	// POLLOUT (user_data → fd): a second CONNECT fails with EALREADY.
 	connWait map[uint64]int32
 
 	// Counters (loop thread).
@@ -137,8 +121,8 @@ type uringDriver struct {
 	bundleBids   []uint16      // TakeBundle's scratch
 	recvLen      uint32        // provided-buffer receives' length with bundles (setRecvCap); 0: a buffer's
 
-	// Fault-injection state (fault_on.go; unused in ordinary builds):
-	// fake results planned by slot, buffers held back for fake failures.
+	// Fault injection (fault_on.go): fake results planned by slot, buffers
+	// held back for fake failures.
 	faultPlans []faultPlan
 	faultHeld  []uint16
 
@@ -149,19 +133,16 @@ type uringDriver struct {
 
 	stallSeam
 
-	// featPub is the last published copy of feat: features() is reached
-	// from Loop.Features on any goroutine, while start and rebuild change
-	// feat on the loop thread.
+	// featPub is feat as last published for features(), which any
+	// goroutine may call.
 	featPub atomic.Pointer[Features]
 
-	// wakeMu guards efd against close while wake writes to it: without it
-	// a wake racing with close could write into an fd number reused by
-	// someone else.
+	// wakeMu guards efd against close while wake writes to it, so a late
+	// wake never writes into a reused fd number.
 	wakeMu sync.RWMutex
 	efd    int
-	// wakeReq is set by wake before it signals the eventfd, and taken by
-	// a shared-thread loop's netpoll wait (wakeNetpoll), where the kernel signals the same
-	// eventfd for completions.
+	// wakeReq is set by wake before it signals the eventfd, so a netpoll
+	// wait tells wake's signal from the kernel's.
 	wakeReq atomic.Bool
 }
 
@@ -238,13 +219,8 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	if err := checkFloor(cfg.kernel); err != nil {
 		return nil, err
 	}
-	entries := cfg.ringEntries
-	if entries == 0 {
-		entries = 256
-	}
 	d := &uringDriver{
 		cfg:            cfg,
-		entries:        entries,
 		efd:            -1,
 		rebuildTimeout: uringRebuildTimeout,
 	}
@@ -313,8 +289,9 @@ func setupFlags(k ring.Kernel, disabled, shared bool) uint32 {
 // newRing creates a ring with the driver's size and the best setup flags;
 // the CQ is twice the SQ.
 func (d *uringDriver) newRing(disabled bool) (*ring.Ring, error) {
-	p := ring.Params{Flags: setupFlags(d.cfg.kernel, disabled, d.cfg.shared), CQEntries: min(2*d.entries, ring.MaxCQEntries)}
-	r, err := newRingFn(d.cfg.kernel, d.entries, &p)
+	n := d.cfg.ringEntries
+	p := ring.Params{Flags: setupFlags(d.cfg.kernel, disabled, d.cfg.shared), CQEntries: min(2*n, ring.MaxCQEntries)}
+	r, err := newRingFn(d.cfg.kernel, n, &p)
 	if err == nil && countSubmissions {
 		r.CountSubmissions(true)
 	}
@@ -359,7 +336,7 @@ func (d *uringDriver) start() error {
 	return d.armWake()
 }
 
-// startNetpoll switches the wakeup to wakeNetpoll: the eventfd goes on the
+// startNetpoll switches the wakeup to netpoll: the eventfd goes on the
 // Go netpoller and is registered with the ring. Where either is refused the
 // loop keeps waiting in io_uring_enter on an armed READ, and says so once.
 func (d *uringDriver) startNetpoll() {
@@ -374,7 +351,7 @@ func (d *uringDriver) startNetpoll() {
 			"loop", d.cfg.name, "err", err)
 		return
 	}
-	d.wakeKind = wakeNetpoll
+	d.netpoll = true
 }
 
 // eventfdSignaled consumes the eventfd's counter and reports whether it was
@@ -383,7 +360,7 @@ func (d *uringDriver) eventfdSignaled() bool {
 	return d.r.CQReady() > 0 || readCounter(d.efd, d.wakeBuf[:])
 }
 
-// waitNetpoll is poll's blocking wait in wakeNetpoll mode (a shared-thread
+// waitNetpoll is poll's blocking wait in netpoll mode (a shared-thread
 // loop), on a ring without DEFER_TASKRUN, after a submit that found no
 // completion. The kernel posts completions itself, as task work on
 // the submitting thread, and signals the eventfd for every one: the signal
@@ -439,7 +416,7 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	} else if err := r.RegisterRingFd(); err != nil {
 		d.cfg.logger.Debug("io_uring ring fd not registered", "loop", d.cfg.name, "err", err)
 	}
-	if d.wakeKind == wakeNetpoll {
+	if d.netpoll {
 		// A rebuild: the new ring signals the same eventfd.
 		if err := r.RegisterEventfd(d.efd); err != nil {
 			return nil, fmt.Errorf("loop: uring backend: register eventfd: %w", err)
@@ -477,7 +454,7 @@ func getSQE(r *ring.Ring) (*ring.SQE, error) {
 // armWake puts a READ of the eventfd in the SQ; the next poll's enter
 // submits it.
 func (d *uringDriver) armWake() error {
-	if d.wakeKind == wakeNetpoll {
+	if d.netpoll {
 		return nil // nothing to arm: the kernel signals the eventfd itself
 	}
 	sqe, err := d.getSQE()
@@ -658,7 +635,7 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	switch {
 	case timeout == 0 || d.r.CQReady() > 0:
 		_, err = d.r.Submit()
-	case d.wakeKind == wakeNetpoll:
+	case d.netpoll:
 		err = d.waitNetpoll(timeout, &res)
 	case timeout < 0:
 		_, err = d.r.SubmitAndWait(1)

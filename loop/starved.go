@@ -2,17 +2,18 @@ package loop
 
 import "golang.org/x/sys/unix"
 
-// Provided-buffer receives starved of buffers.
-//
-// When many sockets hold data, the first receives the kernel runs empty
-// the buffer ring and every other armed receive ends with -ENOBUFS;
-// re-arming them all at once only repeats that, one SQE and one CQE each,
-// turn after turn (docs/benchmarks-analysis.md, "The bulk cells").
-//
-// So the loop parks a provided-buffer receive whose final completion is
-// -ENOBUFS instead of delivering it: the op stays live under the same
-// OpID, and at the end of each turn (when the turn's buffers are back in
-// the ring) the loop resubmits the oldest parked receives, one per
+// Provided-buffer receives starved of buffers (docs/op-lifecycle.md,
+// "States", Parked). When many sockets hold data, the first receives run
+// the buffer ring empty and the others end with -ENOBUFS; re-arming them all
+// at once only repeats that, turn after turn. So such a receive is parked
+// instead of delivered (same OpID, out of the kernel), and each turn's end
+// resubmits the oldest, one per starvedPerBuffers buffers. With bundles,
+// while any is parked the loop also rotates them, so that a multishot
+// receive still armed cannot take every recycled buffer: resubmitted ones
+// run as single shots, new ones queue behind, and an armed multishot one is
+// canceled after its next completion and parked (without bundles a rotated
+// single shot would take one buffer, too little to be worth it).
+
 // starvedPerBuffers buffers, at least one. The bytes stay in the socket
 // meanwhile; the Completer never sees that -ENOBUFS.
 //
