@@ -16,30 +16,18 @@ import (
 
 // epollDriver runs the op contract of docs/op-lifecycle.md on epoll, the
 // way Netty's NIO loop runs on a selector: each fd that gets an op is
-// registered once, edge-triggered, and the driver performs the op's system
-// call itself when the fd is ready. To the loop it looks like io_uring:
-// the same user_data, the same results (-errno on failure), the same
-// completion flags (ring.CQEFMore for multishot ops) and provided-buffer
-// receives whose bytes are valid only during the Completer call.
-//
-// Per fd, waiting ops sit in two FIFO lists kept in a table indexed by fd:
-//
-//	read   accept, recv, recv-provided, recvmsg-provided
-//	write  send, sendmsg, connect (after EINPROGRESS)
-//
-// The links live in a side array indexed by op slot (epollOp), so waiting
-// costs no allocation. Edge-triggered readiness is reported once per change,
-// so a side is tried when its first op is submitted (the fd may be ready
-// already), on each event and on each retry, always from the head, until
-// the system call says EAGAIN. A side that is still ready after
-// epollBudget system calls yields: the fd goes on the retry list, which the
-// next poll serves without blocking, so one busy fd cannot starve the
-// others.
-//
-// Completions are queued and delivered only by poll, never from inside
-// submit or cancel, so a Completer is never re-entered by the op it starts.
-//
-// Every method but wake and injectStall runs on the loop goroutine.
+// registered once, edge-triggered, and the driver makes the op's system
+// call itself when the fd is ready, with io_uring's user_data, results and
+// flags. Per fd, waiting ops sit in two FIFO lists (read: accept and the
+// receives; write: sends and a connect in progress), linked through a side
+// table indexed by op slot, so waiting allocates nothing. An edge fires
+// once per change, so a side is tried when its first op is submitted, on
+// each event and on each retry, from the head, until EAGAIN; a side still
+// ready after epollBudget system calls yields to the retry list, which the
+// next poll serves without blocking, so one busy fd cannot starve others.
+// Completions are delivered only by poll, never from inside submit or
+// cancel, so a Completer is never re-entered by the op it starts. Every
+// method but wake and injectStall runs on the loop goroutine.
 type epollDriver struct {
 	cfg   driverConfig
 	feats Features
@@ -555,14 +543,10 @@ func (d *epollDriver) close() error {
 	d.wakeMu.Unlock()
 	first := d.waiter.close()
 	d.waiter = nil
-	if err := unix.Close(d.epfd); err != nil && first == nil {
-		first = os.NewSyscallError("close", err)
-	}
-	if err := unix.Close(d.evfd); err != nil && first == nil {
-		first = os.NewSyscallError("close", err)
-	}
-	if err := unix.Close(d.tfd); err != nil && first == nil {
-		first = os.NewSyscallError("close", err)
+	for _, fd := range [...]int{d.epfd, d.evfd, d.tfd} {
+		if err := unix.Close(fd); err != nil && first == nil {
+			first = os.NewSyscallError("close", err)
+		}
 	}
 	d.epfd, d.evfd, d.tfd = -1, -1, -1
 	for d.ready.n > 0 {

@@ -209,68 +209,49 @@ func (d *epollDriver) wait(o *op, where uint8) {
 	}
 	first := d.fds.at(fd).lists[where-1].head == noSlot
 	d.enlist(fd, where, o.slot)
-	if !first {
-		return
-	}
-	if where == epRead {
-		d.runRead(fd)
-	} else {
-		d.runWrite(fd)
+	if first {
+		d.run(fd, where)
 	}
 }
 
-// runRead tries the read side of fd from its head until it would block.
-func (d *epollDriver) runRead(fd int) {
-	for {
-		s := d.fds.at(fd).lists[epRead-1].head
+// runRead and runWrite try one side of fd.
+func (d *epollDriver) runRead(fd int)  { d.run(fd, epRead) }
+func (d *epollDriver) runWrite(fd int) { d.run(fd, epWrite) }
+
+// run tries side where of fd from its head until it would block, or yields
+// (the read side's ops count their own budgets; the write side gets
+// epollBudget ops).
+func (d *epollDriver) run(fd int, where uint8) {
+	for i := 0; ; i++ {
+		s := d.fds.at(fd).lists[where-1].head
 		if s == noSlot {
 			return
 		}
 		o := d.cfg.ops.at(s)
 		var st epStep
-		switch o.tag {
-		case tagAccept:
+		switch {
+		case where == epWrite && i == epollBudget:
+			st = epYield
+		case o.tag == tagAccept:
 			st = d.tryAccept(fd, o)
-		case tagRecv:
+		case o.tag == tagRecv:
 			st = d.tryRecv(fd, o)
-		case tagRecvmsgBuf:
+		case o.tag == tagRecvmsgBuf:
 			st = d.tryRecvmsgBuf(fd, o)
-		default: // tagRecvBuf
+		case o.tag == tagRecvBuf:
 			st = d.tryRecvBuf(fd, o)
+		case o.tag == tagConnect:
+			st = d.tryConnect(fd, o)
+		case o.tag == tagSendmsg:
+			st = d.trySendmsg(fd, o)
+		default: // tagSend
+			st = d.trySend(fd, o)
 		}
 		switch st {
 		case epWait:
 			return
 		case epYield:
 			d.addRetry(fd)
-			return
-		}
-	}
-}
-
-// runWrite tries the write side of fd from its head until it would block
-// or has used its budget.
-func (d *epollDriver) runWrite(fd int) {
-	for i := 0; ; i++ {
-		s := d.fds.at(fd).lists[epWrite-1].head
-		if s == noSlot {
-			return
-		}
-		if i == epollBudget {
-			d.addRetry(fd)
-			return
-		}
-		o := d.cfg.ops.at(s)
-		var st epStep
-		switch o.tag {
-		case tagConnect:
-			st = d.tryConnect(fd, o)
-		case tagSendmsg:
-			st = d.trySendmsg(fd, o)
-		default: // tagSend
-			st = d.trySend(fd, o)
-		}
-		if st == epWait {
 			return
 		}
 	}
@@ -483,7 +464,7 @@ func (d *epollDriver) connect(o *op) {
 		first := d.fds.at(fd).lists[epWrite-1].head == noSlot
 		d.enlist(fd, epWrite, o.slot)
 		if first {
-			d.runWrite(fd)
+			d.run(fd, epWrite)
 		}
 	default:
 		d.final(o, epollRes(err))

@@ -305,9 +305,8 @@ var countSubmissions bool
 // backend implements driver.
 func (d *uringDriver) backend() Backend { return BackendUring }
 
-// start enables the ring on the calling (loop, locked) thread, registers
-// the ring fd with that thread, registers the provided-buffer ring and arms
-// the eventfd read.
+// start enables the ring on the loop thread (its single issuer), registers
+// the ring fd and the provided-buffer ring and arms the eventfd read.
 func (d *uringDriver) start() error {
 	if d.closed {
 		return errDriverClosed
@@ -467,9 +466,8 @@ func (d *uringDriver) armWake() error {
 	return nil
 }
 
-// submit implements driver: it writes o's SQE into the SQ (flushing a full
-// SQ to the kernel first) and marks o in flight. The SQE reaches the kernel
-// with the next poll (or the next flush of a full SQ).
+// submit implements driver: o's SQE goes into the SQ, and reaches the
+// kernel with the next poll (or the flush of a full SQ).
 func (d *uringDriver) submit(o *op) error {
 	if d.closed {
 		return errDriverClosed
@@ -571,10 +569,8 @@ func buildMsg(o *op) {
 	}
 }
 
-// cancel implements driver: an ASYNC_CANCEL keyed by o's user_data. Its own
-// completion (0, -ENOENT when o already finished, -EALREADY when o is
-// running and cannot be stopped) is counted and otherwise ignored; o's
-// final completion follows through poll.
+// cancel implements driver: an ASYNC_CANCEL keyed by o's user_data, whose
+// own completion is counted and otherwise ignored.
 func (d *uringDriver) cancel(o *op) error {
 	if d.closed {
 		return errDriverClosed
@@ -595,20 +591,15 @@ var (
 	errEINTR error = unix.EINTR
 )
 
-// poll implements driver. It flushes the SQ and waits in one
-// io_uring_enter (EXT_ARG for timeout > 0, unbounded for timeout < 0, no
-// wait for timeout 0, where the enter still carries GETEVENTS when the
-// kernel flags deferred task work: that is what makes DEFER_TASKRUN post
-// completions), or on the netpoller for a shared-thread loop. Then it reaps:
-// internal completions are handled here, at most max others go to sink
-// (max <= 0: no limit), and the rest stay in the CQ for the next poll.
-//
-// -ETIME from the wait, and a poll(0) that finds nothing, report timedOut;
-// EINTR reports interrupted. Other enter errors (EBUSY, EAGAIN) are
-// returned after reaping, so the loop counts persistent ones as a stall.
-// Surplus CQEs the kernel parked on its overflow list (NODROP) are moved
-// in by PeekBatch; an increase of its dropped-CQE counter is counted and
-// logged as an error. The path allocates nothing.
+// poll implements driver: one io_uring_enter flushes the SQ and waits
+// (EXT_ARG for timeout > 0; timeout 0 still enters with GETEVENTS when the
+// kernel flags deferred task work, which is what makes DEFER_TASKRUN post
+// completions), or the netpoller waits (netpoll). Then it reaps: at most
+// max completions (<= 0: no limit) go to sink, the rest stay in the CQ.
+// Enter errors other than ETIME and EINTR are returned after reaping, so
+// the loop counts persistent ones as a stall. CQEs the kernel parked on its
+// overflow list are moved in by PeekBatch; a rise of its dropped-CQE
+// counter is counted and logged. The path allocates nothing.
 func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) (pollResult, error) {
 	var res pollResult
 	if d.takeStall() {
@@ -830,10 +821,8 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 	}
 }
 
-// wake implements driver: it adds 1 to the eventfd counter, which completes
-// the armed READ and ends the loop's wait (or its next wait, the counter
-// being sticky). EAGAIN means the counter is saturated, so a wakeup is
-// already pending: success. Safe for concurrent use.
+// wake implements driver: the eventfd's counter completes the armed READ,
+// or the next one (it is sticky). Safe for concurrent use.
 func (d *uringDriver) wake() error {
 	d.wakeMu.RLock()
 	defer d.wakeMu.RUnlock()
@@ -846,10 +835,9 @@ func (d *uringDriver) wake() error {
 	return writeEventfd(d.efd)
 }
 
-// close implements driver: it closes the ring (which unregisters the ring
-// fd and the provided-buffer ring and unmaps everything; the kernel cancels
-// what is still in flight, such as the eventfd read, whose target is this
-// struct and stays valid) and the eventfd. Idempotent.
+// close implements driver: it closes the ring (the kernel cancels what is
+// still in flight, such as the eventfd read, whose target is this struct
+// and stays valid) and the eventfd. Idempotent.
 func (d *uringDriver) close() error {
 	if d.closed {
 		return nil
