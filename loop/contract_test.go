@@ -114,7 +114,6 @@ func contractConfig(tb testing.TB, k ring.Kernel) driverConfig {
 		ringEntries: 64,
 		bufCount:    16,
 		bufSize:     4096,
-		bufGroup:    7,
 		logger:      slog.New(slog.NewTextHandler(logWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		kernel:      k,
 	}

@@ -48,12 +48,8 @@ func (l *Loop) RecvmsgProvided(fd int, flags int, c Completer) (OpID, error) {
 
 // MaxDatagram is the longest datagram RecvmsgProvided delivers whole: the
 // provided buffers' size (WithBufferRing) less the 128 bytes each
-// datagram's header and source address take. 0 when the loop has no
-// provided buffers or they are too small.
+// datagram's header and source address take; 0 when they are too small.
 func (l *Loop) MaxDatagram() int {
-	if l.cfg.bufCount == 0 {
-		return 0
-	}
 	return max(int(l.cfg.bufSize)-dgramHead, 0)
 }
 

@@ -30,11 +30,7 @@ func (r *dgramReader) read(fd int, p *epollBufPool, flags uint32, max int) (int,
 	for k < max {
 		bi, b := p.get()
 		if bi < 0 {
-			break
-		}
-		if len(b) <= dgramHead {
-			p.put(bi)
-			break
+			break // RecvmsgProvided ensures the buffers are longer than dgramHead
 		}
 		r.bufs[k] = bi
 		r.iovs[k] = unix.Iovec{Base: &b[dgramHead]}

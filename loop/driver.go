@@ -2,6 +2,7 @@ package loop
 
 import (
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringloop/ringloop/ring"
@@ -71,13 +72,22 @@ type driver interface {
 	injectStall(n int)
 }
 
+// stallSeam implements injectStall for a driver that embeds it; poll calls
+// takeStall first.
+type stallSeam struct{ stall atomic.Int64 }
+
+func (s *stallSeam) injectStall(n int) { s.stall.Add(int64(n)) }
+
+// takeStall consumes one injected stall, if any is left (the loop goroutine
+// is the only taker).
+func (s *stallSeam) takeStall() bool { return s.stall.Load() > 0 && s.stall.Add(-1) >= 0 }
+
 // driverConfig is what a driver needs from the group's options.
 type driverConfig struct {
 	name        string       // loop name, "ringloop-<group>-<index>", for logs
 	ringEntries uint32       // SQ entries (uring); CQ is twice that
 	bufCount    uint32       // provided buffers per loop (power of two)
 	bufSize     uint32       // bytes per provided buffer
-	bufGroup    uint16       // provided-buffer group id
 	logger      *slog.Logger // never nil
 	shared      bool         // the loop goroutine is not locked to one thread and waits on the netpoller (WithSharedThread)
 	park        *parkHooks   // set by the loop; called around netpoller waits

@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ringloop/ringloop/ring"
@@ -17,30 +16,18 @@ import (
 
 // epollDriver runs the op contract of docs/op-lifecycle.md on epoll, the
 // way Netty's NIO loop runs on a selector: each fd that gets an op is
-// registered once, edge-triggered, and the driver performs the op's system
-// call itself when the fd is ready. To the loop it looks like io_uring:
-// the same user_data, the same results (-errno on failure), the same
-// completion flags (ring.CQEFMore for multishot ops) and provided-buffer
-// receives whose bytes are valid only during the Completer call.
-//
-// Per fd, waiting ops sit in two FIFO lists kept in a table indexed by fd:
-//
-//	read   accept, recv, recv-provided, recvmsg-provided
-//	write  send, sendmsg, connect (after EINPROGRESS)
-//
-// The links live in a side array indexed by op slot (epollOp), so waiting
-// costs no allocation. Edge-triggered readiness is reported once per change,
-// so a side is tried when its first op is submitted (the fd may be ready
-// already), on each event and on each retry, always from the head, until
-// the system call says EAGAIN. A side that is still ready after
-// epollBudget system calls yields: the fd goes on the retry list, which the
-// next poll serves without blocking, so one busy fd cannot starve the
-// others.
-//
-// Completions are queued and delivered only by poll, never from inside
-// submit or cancel, so a Completer is never re-entered by the op it starts.
-//
-// Every method but wake and injectStall runs on the loop goroutine.
+// registered once, edge-triggered, and the driver makes the op's system
+// call itself when the fd is ready, with io_uring's user_data, results and
+// flags. Per fd, waiting ops sit in two FIFO lists (read: accept and the
+// receives; write: sends and a connect in progress), linked through a side
+// table indexed by op slot, so waiting allocates nothing. An edge fires
+// once per change, so a side is tried when its first op is submitted, on
+// each event and on each retry, from the head, until EAGAIN; a side still
+// ready after epollBudget system calls yields to the retry list, which the
+// next poll serves without blocking, so one busy fd cannot starve others.
+// Completions are delivered only by poll, never from inside submit or
+// cancel, so a Completer is never re-entered by the op it starts. Every
+// method but wake and injectStall runs on the loop goroutine.
 type epollDriver struct {
 	cfg   driverConfig
 	feats Features
@@ -61,7 +48,7 @@ type epollDriver struct {
 	wakeMu sync.RWMutex
 	wakeFd int
 
-	stall atomic.Int64 // polls left to fake as stalled (injectStall)
+	stallSeam
 
 	events    []unix.EpollEvent // epoll_wait results
 	harvested int               // events harvest left in events
@@ -169,13 +156,14 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 		events: make([]unix.EpollEvent, epollMaxEvents),
 		epoch:  time.Now(),
 		feats: Features{
-			Backend:  BackendEpoll,
-			BufCount: cfg.bufCount,
-			BufSize:  cfg.bufSize,
-			Kernel:   cfg.kernel.String(),
+			Backend:      BackendEpoll,
+			BufCount:     cfg.bufCount,
+			BufSize:      cfg.bufSize,
+			SharedThread: cfg.shared,
+			Kernel:       cfg.kernel.String(),
 		},
+		pool: epollBufPool{count: int(cfg.bufCount), size: int(cfg.bufSize)},
 	}
-	d.pool.init(cfg.bufCount, cfg.bufSize)
 	if err := d.addInternal(epfd); err != nil {
 		unix.Close(tfd)
 		unix.Close(evfd)
@@ -185,7 +173,6 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 	if cfg.shared {
 		d.startNetpoll()
 	}
-	d.feats.SharedThread = cfg.shared
 	return d, nil
 }
 
@@ -267,27 +254,6 @@ func (d *epollDriver) quarantineBufs() uint64 { return 0 }
 // setHandOff implements driver.
 func (d *epollDriver) setHandOff(on bool) { d.handOff = on }
 
-// injectStall makes the next n polls return at once with nothing.
-// Safe for concurrent use.
-func (d *epollDriver) injectStall(n int) {
-	if n > 0 {
-		d.stall.Add(int64(n))
-	}
-}
-
-// takeStall consumes one injected stall, if any is left.
-func (d *epollDriver) takeStall() bool {
-	for {
-		n := d.stall.Load()
-		if n <= 0 {
-			return false
-		}
-		if d.stall.CompareAndSwap(n, n-1) {
-			return true
-		}
-	}
-}
-
 // now returns nanoseconds on the driver's monotonic clock.
 func (d *epollDriver) now() int64 { return int64(time.Since(d.epoch)) }
 
@@ -307,12 +273,6 @@ func (d *epollDriver) track(o *op) error {
 func (d *epollDriver) submit(o *op) error {
 	if d.closed {
 		return errEpollClosed
-	}
-	switch o.tag {
-	case tagAccept, tagRecv, tagRecvBuf, tagRecvmsgBuf, tagSend, tagSendmsg,
-		tagConnect, tagClose, tagShutdown, tagNop:
-	default:
-		return fmt.Errorf("loop: epoll: cannot submit a %v op", o.tag)
 	}
 	if err := d.track(o); err != nil {
 		return err
@@ -345,25 +305,12 @@ func (d *epollDriver) cancel(o *op) error {
 	if d.closed {
 		return errEpollClosed
 	}
-	d.withdraw(o)
+	if int(o.slot) < d.side.len() {
+		if e := d.side.at(o.slot); e.gen == o.gen && e.where != epIdle {
+			d.finish(int(o.fd), o, -int32(unix.ECANCELED))
+		}
+	}
 	return nil
-}
-
-// withdraw takes o off its list and queues -ECANCELED.
-func (d *epollDriver) withdraw(o *op) bool {
-	if int(o.slot) >= d.side.len() {
-		return false
-	}
-	e := d.side.at(o.slot)
-	if e.gen != o.gen {
-		return false
-	}
-	if e.where == epIdle {
-		return false
-	}
-	d.unlist(d.fds.at(int(o.fd)), o.slot)
-	d.final(o, -int32(unix.ECANCELED))
-	return true
 }
 
 // final queues o's last completion. o must not be waiting any more.
@@ -384,7 +331,7 @@ func (d *epollDriver) more(o *op, res int32, flags uint32, buf int32) {
 func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) (pollResult, error) {
 	var r pollResult
 	if d.takeStall() {
-		return r, nil
+		return r, nil // injected stall: nothing seen
 	}
 	if d.closed {
 		return r, errEpollClosed
@@ -423,7 +370,7 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 			ev := &d.events[i]
 			switch ev.Fd {
 			case epollWakeTag:
-				d.drainWake()
+				readCounter(d.evfd, d.wakeBuf[:])
 				r.woken = true
 			case epollTimerTag:
 				d.drainTimer()
@@ -479,12 +426,7 @@ func (d *epollDriver) setTimer(w time.Duration) {
 // drainTimer consumes the timerfd's expiry count.
 func (d *epollDriver) drainTimer() {
 	d.timerArmed = false
-	for {
-		_, err := unix.Read(d.tfd, d.wakeBuf[:])
-		if err != unix.EINTR {
-			return
-		}
-	}
+	readCounter(d.tfd, d.wakeBuf[:])
 }
 
 // epollWaitMillis converts a wait to epoll_wait's milliseconds, rounding up so a
@@ -518,16 +460,6 @@ func (d *epollDriver) deliver(max int, sink completionSink) int {
 	return n
 }
 
-// drainWake consumes the eventfd counter.
-func (d *epollDriver) drainWake() {
-	for {
-		_, err := unix.Read(d.evfd, d.wakeBuf[:])
-		if err != unix.EINTR {
-			return
-		}
-	}
-}
-
 // wake makes the current or next poll return. A full counter (EAGAIN)
 // means a wakeup is already pending. Safe for concurrent use.
 func (d *epollDriver) wake() error {
@@ -536,16 +468,7 @@ func (d *epollDriver) wake() error {
 	if d.wakeFd < 0 {
 		return errEpollClosed
 	}
-	for {
-		_, err := unix.Write(d.wakeFd, eventfdOne[:])
-		switch err {
-		case nil, unix.EAGAIN:
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return os.NewSyscallError("write", err)
-	}
+	return writeEventfd(d.wakeFd)
 }
 
 // rebuild is Netty's selector rebuild: a new epoll instance gets the
@@ -620,14 +543,10 @@ func (d *epollDriver) close() error {
 	d.wakeMu.Unlock()
 	first := d.waiter.close()
 	d.waiter = nil
-	if err := unix.Close(d.epfd); err != nil && first == nil {
-		first = os.NewSyscallError("close", err)
-	}
-	if err := unix.Close(d.evfd); err != nil && first == nil {
-		first = os.NewSyscallError("close", err)
-	}
-	if err := unix.Close(d.tfd); err != nil && first == nil {
-		first = os.NewSyscallError("close", err)
+	for _, fd := range [...]int{d.epfd, d.evfd, d.tfd} {
+		if err := unix.Close(fd); err != nil && first == nil {
+			first = os.NewSyscallError("close", err)
+		}
 	}
 	d.epfd, d.evfd, d.tfd = -1, -1, -1
 	for d.ready.n > 0 {
@@ -639,6 +558,41 @@ func (d *epollDriver) close() error {
 	d.pool.release()
 	d.fds, d.side = fdTable{}, sideTable{}
 	return first
+}
+
+// writeEventfd adds 1 to eventfd fd's counter. EAGAIN means the counter is
+// saturated, so a wakeup is already pending: success.
+func writeEventfd(fd int) error {
+	for {
+		_, err := unix.Write(fd, eventfdOne[:])
+		switch err {
+		case nil, unix.EAGAIN:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return fmt.Errorf("loop: %w", os.NewSyscallError("write eventfd", err))
+	}
+}
+
+// readCounter reads the 8-byte counter of fd (an eventfd, a timerfd) into
+// buf, which resets it, and reports whether it was non-zero (else EAGAIN).
+func readCounter(fd int, buf []byte) bool {
+	for {
+		_, err := unix.Read(fd, buf)
+		if err != unix.EINTR {
+			return err == nil
+		}
+	}
+}
+
+// soError is fd's pending socket error as a completion result: 0 or -errno.
+func soError(fd int) int32 {
+	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err != nil {
+		return epollRes(err)
+	}
+	return -int32(v)
 }
 
 // epollRes turns a system call error into a completion result: 0 or -errno.

@@ -209,68 +209,49 @@ func (d *epollDriver) wait(o *op, where uint8) {
 	}
 	first := d.fds.at(fd).lists[where-1].head == noSlot
 	d.enlist(fd, where, o.slot)
-	if !first {
-		return
-	}
-	if where == epRead {
-		d.runRead(fd)
-	} else {
-		d.runWrite(fd)
+	if first {
+		d.run(fd, where)
 	}
 }
 
-// runRead tries the read side of fd from its head until it would block.
-func (d *epollDriver) runRead(fd int) {
-	for {
-		s := d.fds.at(fd).lists[epRead-1].head
+// runRead and runWrite try one side of fd.
+func (d *epollDriver) runRead(fd int)  { d.run(fd, epRead) }
+func (d *epollDriver) runWrite(fd int) { d.run(fd, epWrite) }
+
+// run tries side where of fd from its head until it would block, or yields
+// (the read side's ops count their own budgets; the write side gets
+// epollBudget ops).
+func (d *epollDriver) run(fd int, where uint8) {
+	for i := 0; ; i++ {
+		s := d.fds.at(fd).lists[where-1].head
 		if s == noSlot {
 			return
 		}
 		o := d.cfg.ops.at(s)
 		var st epStep
-		switch o.tag {
-		case tagAccept:
+		switch {
+		case where == epWrite && i == epollBudget:
+			st = epYield
+		case o.tag == tagAccept:
 			st = d.tryAccept(fd, o)
-		case tagRecv:
+		case o.tag == tagRecv:
 			st = d.tryRecv(fd, o)
-		case tagRecvmsgBuf:
+		case o.tag == tagRecvmsgBuf:
 			st = d.tryRecvmsgBuf(fd, o)
-		default: // tagRecvBuf
+		case o.tag == tagRecvBuf:
 			st = d.tryRecvBuf(fd, o)
+		case o.tag == tagConnect:
+			st = d.tryConnect(fd, o)
+		case o.tag == tagSendmsg:
+			st = d.trySendmsg(fd, o)
+		default: // tagSend
+			st = d.trySend(fd, o)
 		}
 		switch st {
 		case epWait:
 			return
 		case epYield:
 			d.addRetry(fd)
-			return
-		}
-	}
-}
-
-// runWrite tries the write side of fd from its head until it would block
-// or has used its budget.
-func (d *epollDriver) runWrite(fd int) {
-	for i := 0; ; i++ {
-		s := d.fds.at(fd).lists[epWrite-1].head
-		if s == noSlot {
-			return
-		}
-		if i == epollBudget {
-			d.addRetry(fd)
-			return
-		}
-		o := d.cfg.ops.at(s)
-		var st epStep
-		switch o.tag {
-		case tagConnect:
-			st = d.tryConnect(fd, o)
-		case tagSendmsg:
-			st = d.trySendmsg(fd, o)
-		default: // tagSend
-			st = d.trySend(fd, o)
-		}
-		if st == epWait {
 			return
 		}
 	}
@@ -356,18 +337,12 @@ func (d *epollDriver) tryRecv(fd int, o *op) epStep {
 // until EAGAIN, end of stream or the error. Outside an edge (submit, retry,
 // rebuild) it always reads until EAGAIN.
 //
-// With every buffer still held by queued
-// completions, the op yields until poll has delivered (and so freed) some.
-// With no pool at all the op fails with ENOBUFS, as a receive naming an
-// empty buffer group does on io_uring.
+// With every buffer still held by queued completions, the op yields until
+// poll has delivered (and so freed) some.
 func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 	for i := 0; i < epollBudget; i++ {
 		bi, b := d.pool.get()
 		if bi < 0 {
-			if d.pool.count == 0 || d.pool.size == 0 {
-				d.finish(fd, o, -int32(unix.ENOBUFS))
-				return epDone
-			}
 			return epYield
 		}
 		n, err := epollRecv(fd, b, o.arg)
@@ -410,10 +385,6 @@ func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 		case err == unix.EAGAIN:
 			return epWait
 		case err == errNoBufs:
-			if d.pool.count == 0 || d.pool.size <= dgramHead {
-				d.finish(fd, o, -int32(unix.ENOBUFS))
-				return epDone
-			}
 			return epYield
 		default:
 			d.finish(fd, o, epollRes(err))
@@ -493,7 +464,7 @@ func (d *epollDriver) connect(o *op) {
 		first := d.fds.at(fd).lists[epWrite-1].head == noSlot
 		d.enlist(fd, epWrite, o.slot)
 		if first {
-			d.runWrite(fd)
+			d.run(fd, epWrite)
 		}
 	default:
 		d.final(o, epollRes(err))
@@ -508,12 +479,7 @@ func (d *epollDriver) tryConnect(fd int, o *op) epStep {
 	if d.pollNow(fd, unix.POLLOUT) == 0 {
 		return epWait
 	}
-	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
-	if err != nil {
-		d.finish(fd, o, epollRes(err))
-	} else {
-		d.finish(fd, o, -int32(v))
-	}
+	d.finish(fd, o, soError(fd))
 	return epDone
 }
 

@@ -64,16 +64,9 @@ type epollBufPool struct {
 	free   []int32 // stack of free buffer indices
 }
 
-func (p *epollBufPool) init(count, size uint32) {
-	p.count, p.size = int(count), int(size)
-}
-
 // get returns a free buffer index and its bytes, or -1 when none is free.
 func (p *epollBufPool) get() (int32, []byte) {
 	if p.mem == nil {
-		if p.count == 0 || p.size == 0 {
-			return -1, nil
-		}
 		// Mapped, not made: the pages stay untouched (out of the RSS)
 		// until a receive first lands in them, and the stack of free
 		// buffers hands the same few back while traffic is light.

@@ -29,15 +29,6 @@ func TestEpollDriverFeatures(t *testing.T) {
 	}
 }
 
-// TestEpollDriverRecvProvidedNoPool: with no receive pool, a provided recv
-// fails with -ENOBUFS, as io_uring does for an empty buffer group.
-func TestEpollDriverRecvProvidedNoPool(t *testing.T) {
-	h := newDriverHarness(t, epollKind(), withBufs(0, 0))
-	a, _ := testutil.SocketPair(t)
-	ud := h.start(tagRecvBuf, func(o *op) { o.fd = int32(a) })
-	wantCQE(t, "recv-provided", h.final("recv-provided", ud), -int32(unix.ENOBUFS), false)
-}
-
 // TestEpollDriverCloseWithdraws: a close op ends every op waiting on the fd
 // with -ECANCELED before its own result, and closes the fd.
 func TestEpollDriverCloseWithdraws(t *testing.T) {

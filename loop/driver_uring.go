@@ -69,21 +69,6 @@ var eventfdOne = func() (b [8]byte) {
 	return b
 }()
 
-// wakeKind is how the eventfd is watched.
-type wakeKind uint8
-
-const (
-	// wakeRead: an IORING_OP_READ of 8 bytes, whose completion consumes
-	// the counter. The kernel turns a READ of a pollable O_NONBLOCK file
-	// that would block into an internal poll.
-	wakeRead wakeKind = iota
-	// wakeNetpoll: no op in the ring. The eventfd is registered with the
-	// ring (IORING_REGISTER_EVENTFD), so the kernel signals it when it
-	// queues work for the loop, and the loop goroutine waits for it on the
-	// Go netpoller (netwait.go) instead of in io_uring_enter.
-	wakeNetpoll
-)
-
 // faultPlan is a fake result the fault-injection mode planned for an op
 // (by slot; gen names the op). Unused in ordinary builds.
 type faultPlan struct {
@@ -97,10 +82,9 @@ type uringDriver struct {
 
 	// Loop-thread state.
 	r       *ring.Ring
-	br      *ring.BufRing // nil only when no provided buffers are configured
-	entries uint32        // SQ entries asked for
-	flags   uint32        // setup flags of the current ring (without R_DISABLED once enabled)
-	feat    Features      // the loop thread's copy; features() reads featPub
+	br      *ring.BufRing
+	flags   uint32   // setup flags of the current ring (without R_DISABLED once enabled)
+	feat    Features // the loop thread's copy; features() reads featPub
 	started bool
 	closed  bool
 
@@ -108,23 +92,23 @@ type uringDriver struct {
 	// (countSubmissions).
 	subs ring.SubmitCounts
 
-	// The eventfd wakeup. wakeBuf is the READ's 8-byte target: a field of
-	// this long-lived heap object, so it outlives every READ armed on it.
+	// The eventfd wakeup: an 8-byte READ in the ring (the kernel turns it
+	// into an internal poll) into wakeBuf, a field of this long-lived
+	// object so it outlives every READ; or, with netpoll, no READ: the
+	// eventfd is registered with the ring, which signals it when it queues
+	// work, and the loop waits for it on the Go netpoller (netwait.go).
 	wakeBuf      [8]byte
-	wakeArmed    bool       // a READ of the eventfd is in the ring
-	wakeKind     wakeKind   // how the armed wake op watches the eventfd
+	wakeArmed    bool // a READ of the eventfd is in the ring
+	netpoll      bool
 	waiter       *netWaiter // the eventfd on the netpoller (a shared-thread loop)
 	waitErr      error      // why the waiter could not be made
 	pendingWoken bool       // a wakeup consumed by rebuild, reported by the next poll
 	cancelQueued bool       // a cancel SQE waits in the SQ: reap ends its batch so poll submits it
 
-	// cqes receives PeekBatch copies; reaping never allocates.
-	cqes [uringCQEBatch]ring.CQE
+	cqes [uringCQEBatch]ring.CQE // PeekBatch's target: reaping never allocates
 
 	// connWait holds the connects a rebuild continued as a POLL_ADD for
-	// POLLOUT (user_data → fd): re-issuing CONNECT on a socket whose
-	// connect is under way fails with EALREADY, so the new ring waits for
-	// writability instead and the result is read from SO_ERROR.
+	// POLLOUT (user_data → fd): a second CONNECT fails with EALREADY.
 	connWait map[uint64]int32
 
 	// Counters (loop thread).
@@ -137,8 +121,8 @@ type uringDriver struct {
 	bundleBids   []uint16      // TakeBundle's scratch
 	recvLen      uint32        // provided-buffer receives' length with bundles (setRecvCap); 0: a buffer's
 
-	// Fault-injection state (fault_on.go; unused in ordinary builds):
-	// fake results planned by slot, buffers held back for fake failures.
+	// Fault injection (fault_on.go): fake results planned by slot, buffers
+	// held back for fake failures.
 	faultPlans []faultPlan
 	faultHeld  []uint16
 
@@ -147,22 +131,18 @@ type uringDriver struct {
 	rebuildSkipCancel bool          // rebuild does not cancel the old ring's ops
 	rebuildReaped     func()        // runs after rebuild reaped the old ring, before it moves the ops
 
-	// stall counts the polls injectStall still wants to return empty.
-	stall atomic.Int64
+	stallSeam
 
-	// featPub is the last published copy of feat: features() is reached
-	// from Loop.Features on any goroutine, while start and rebuild change
-	// feat on the loop thread.
+	// featPub is feat as last published for features(), which any
+	// goroutine may call.
 	featPub atomic.Pointer[Features]
 
-	// wakeMu guards efd against close while wake writes to it: without it
-	// a wake racing with close could write into an fd number reused by
-	// someone else.
+	// wakeMu guards efd against close while wake writes to it, so a late
+	// wake never writes into a reused fd number.
 	wakeMu sync.RWMutex
 	efd    int
-	// wakeReq is set by wake before it signals the eventfd, and taken by
-	// a shared-thread loop's netpoll wait (wakeNetpoll), where the kernel signals the same
-	// eventfd for completions.
+	// wakeReq is set by wake before it signals the eventfd, so a netpoll
+	// wait tells wake's signal from the kernel's.
 	wakeReq atomic.Bool
 }
 
@@ -239,13 +219,8 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	if err := checkFloor(cfg.kernel); err != nil {
 		return nil, err
 	}
-	entries := cfg.ringEntries
-	if entries == 0 {
-		entries = 256
-	}
 	d := &uringDriver{
 		cfg:            cfg,
-		entries:        entries,
 		efd:            -1,
 		rebuildTimeout: uringRebuildTimeout,
 	}
@@ -272,9 +247,9 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		BufCount:     d.cfg.bufCount,
 		BufSize:      d.cfg.bufSize,
 		RecvBundle:   r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
+		SharedThread: cfg.shared,
 		Kernel:       cfg.kernel.String(),
 	}
-	d.feat.SharedThread = cfg.shared
 	d.publishFeatures()
 	return d, nil
 }
@@ -314,8 +289,9 @@ func setupFlags(k ring.Kernel, disabled, shared bool) uint32 {
 // newRing creates a ring with the driver's size and the best setup flags;
 // the CQ is twice the SQ.
 func (d *uringDriver) newRing(disabled bool) (*ring.Ring, error) {
-	p := ring.Params{Flags: setupFlags(d.cfg.kernel, disabled, d.cfg.shared), CQEntries: min(2*d.entries, ring.MaxCQEntries)}
-	r, err := newRingFn(d.cfg.kernel, d.entries, &p)
+	n := d.cfg.ringEntries
+	p := ring.Params{Flags: setupFlags(d.cfg.kernel, disabled, d.cfg.shared), CQEntries: min(2*n, ring.MaxCQEntries)}
+	r, err := newRingFn(d.cfg.kernel, n, &p)
 	if err == nil && countSubmissions {
 		r.CountSubmissions(true)
 	}
@@ -329,9 +305,8 @@ var countSubmissions bool
 // backend implements driver.
 func (d *uringDriver) backend() Backend { return BackendUring }
 
-// start enables the ring on the calling (loop, locked) thread, registers
-// the ring fd with that thread, registers the provided-buffer ring and arms
-// the eventfd read.
+// start enables the ring on the loop thread (its single issuer), registers
+// the ring fd and the provided-buffer ring and arms the eventfd read.
 func (d *uringDriver) start() error {
 	if d.closed {
 		return errDriverClosed
@@ -360,7 +335,7 @@ func (d *uringDriver) start() error {
 	return d.armWake()
 }
 
-// startNetpoll switches the wakeup to wakeNetpoll: the eventfd goes on the
+// startNetpoll switches the wakeup to netpoll: the eventfd goes on the
 // Go netpoller and is registered with the ring. Where either is refused the
 // loop keeps waiting in io_uring_enter on an armed READ, and says so once.
 func (d *uringDriver) startNetpoll() {
@@ -375,28 +350,16 @@ func (d *uringDriver) startNetpoll() {
 			"loop", d.cfg.name, "err", err)
 		return
 	}
-	d.wakeKind = wakeNetpoll
+	d.netpoll = true
 }
 
 // eventfdSignaled consumes the eventfd's counter and reports whether it was
 // non-zero. It is the waiter's readiness check.
 func (d *uringDriver) eventfdSignaled() bool {
-	if d.r.CQReady() > 0 {
-		return true
-	}
-	for {
-		_, err := unix.Read(d.efd, d.wakeBuf[:])
-		switch err {
-		case nil:
-			return true
-		case unix.EINTR:
-			continue
-		}
-		return false // EAGAIN: nothing signaled
-	}
+	return d.r.CQReady() > 0 || readCounter(d.efd, d.wakeBuf[:])
 }
 
-// waitNetpoll is poll's blocking wait in wakeNetpoll mode (a shared-thread
+// waitNetpoll is poll's blocking wait in netpoll mode (a shared-thread
 // loop), on a ring without DEFER_TASKRUN, after a submit that found no
 // completion. The kernel posts completions itself, as task work on
 // the submitting thread, and signals the eventfd for every one: the signal
@@ -444,46 +407,45 @@ func waitLeft(end time.Time) time.Duration {
 }
 
 // prepareRing registers r's fd with the loop thread (an optimisation: a
-// failure is only logged) and makes r's provided-buffer ring, which it
-// returns (nil if no provided buffers are configured). It changes nothing
-// in d.
+// failure is only logged) and makes and returns r's provided-buffer ring.
+// It changes nothing in d.
 func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	if d.cfg.shared {
 		// A registered ring fd belongs to the thread that registered it.
 	} else if err := r.RegisterRingFd(); err != nil {
 		d.cfg.logger.Debug("io_uring ring fd not registered", "loop", d.cfg.name, "err", err)
 	}
-	if d.wakeKind == wakeNetpoll {
+	if d.netpoll {
 		// A rebuild: the new ring signals the same eventfd.
 		if err := r.RegisterEventfd(d.efd); err != nil {
 			return nil, fmt.Errorf("loop: uring backend: register eventfd: %w", err)
 		}
 	}
-	if d.cfg.bufCount == 0 || d.cfg.bufSize == 0 {
-		return nil, nil
-	}
+	var err error
 	if faultsEnabled {
-		if err := d.faultBufRing(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize); err != nil {
-			return nil, fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
-		}
+		err = d.faultBufRing()
 	}
-	br, err := newBufRingFn(r, d.cfg.bufGroup, d.cfg.bufCount, d.cfg.bufSize)
+	var br *ring.BufRing
+	if err == nil {
+		br, err = newBufRingFn(r, 0, d.cfg.bufCount, d.cfg.bufSize)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
 	}
 	return br, nil
 }
 
-// getSQE returns a free SQE of the current ring, flushing the SQ to the
-// kernel when it is full.
+// getSQE returns a free SQE of the current ring, flushing a full SQ first.
+func (d *uringDriver) getSQE() (*ring.SQE, error) { return getSQE(d.r) }
 
-func (d *uringDriver) getSQE() (*ring.SQE, error) {
-	sqe, err := d.r.GetSQE()
+// getSQE returns a free SQE of r, flushing a full SQ to the kernel first.
+func getSQE(r *ring.Ring) (*ring.SQE, error) {
+	sqe, err := r.GetSQE()
 	if err == ring.ErrSQFull {
-		if _, err = d.r.Submit(); err != nil {
+		if _, err = r.Submit(); err != nil {
 			return nil, err
 		}
-		sqe, err = d.r.GetSQE()
+		sqe, err = r.GetSQE()
 	}
 	return sqe, err
 }
@@ -491,7 +453,7 @@ func (d *uringDriver) getSQE() (*ring.SQE, error) {
 // armWake puts a READ of the eventfd in the SQ; the next poll's enter
 // submits it.
 func (d *uringDriver) armWake() error {
-	if d.wakeKind == wakeNetpoll {
+	if d.netpoll {
 		return nil // nothing to arm: the kernel signals the eventfd itself
 	}
 	sqe, err := d.getSQE()
@@ -504,15 +466,11 @@ func (d *uringDriver) armWake() error {
 	return nil
 }
 
-// submit implements driver: it writes o's SQE into the SQ (flushing a full
-// SQ to the kernel first) and marks o in flight. The SQE reaches the kernel
-// with the next poll (or the next flush of a full SQ).
+// submit implements driver: o's SQE goes into the SQ, and reaches the
+// kernel with the next poll (or the flush of a full SQ).
 func (d *uringDriver) submit(o *op) error {
 	if d.closed {
 		return errDriverClosed
-	}
-	if err := d.check(o); err != nil {
-		return err
 	}
 	sqe, err := d.getSQE()
 	if err != nil {
@@ -524,26 +482,6 @@ func (d *uringDriver) submit(o *op) error {
 	}
 	o.state = opInFlight
 	return nil
-}
-
-// check refuses ops this ring cannot run, before an SQE is taken.
-func (d *uringDriver) check(o *op) error {
-	switch o.tag {
-	case tagAccept, tagRecv, tagSend, tagSendmsg, tagConnect, tagClose,
-		tagShutdown, tagNop:
-		return nil
-	case tagRecvBuf:
-		if d.br == nil {
-			return fmt.Errorf("loop: uring backend: receive into provided buffers: none configured")
-		}
-		return nil
-	case tagRecvmsgBuf:
-		if d.br == nil || int(d.cfg.bufSize) <= dgramHead {
-			return fmt.Errorf("loop: uring backend: receive of datagrams into provided buffers: no buffers of more than %d bytes", dgramHead)
-		}
-		return nil
-	}
-	return fmt.Errorf("loop: uring backend: unknown op tag %v", o.tag)
 }
 
 // prep encodes o into sqe, reading the fields op.go's contract names for
@@ -631,10 +569,8 @@ func buildMsg(o *op) {
 	}
 }
 
-// cancel implements driver: an ASYNC_CANCEL keyed by o's user_data. Its own
-// completion (0, -ENOENT when o already finished, -EALREADY when o is
-// running and cannot be stopped) is counted and otherwise ignored; o's
-// final completion follows through poll.
+// cancel implements driver: an ASYNC_CANCEL keyed by o's user_data, whose
+// own completion is counted and otherwise ignored.
 func (d *uringDriver) cancel(o *op) error {
 	if d.closed {
 		return errDriverClosed
@@ -646,9 +582,6 @@ func (d *uringDriver) cancel(o *op) error {
 	sqe.PrepCancel64(o.userData(), 0)
 	sqe.UserData = internalUserData(internalCancel)
 	d.cancelQueued = true
-	if o.state == opInFlight || o.state == opQueued {
-		o.state = opCanceling
-	}
 	return nil
 }
 
@@ -658,24 +591,19 @@ var (
 	errEINTR error = unix.EINTR
 )
 
-// poll implements driver. It flushes the SQ and waits in one
-// io_uring_enter (EXT_ARG for timeout > 0, unbounded for timeout < 0, no
-// wait for timeout 0, where the enter still carries GETEVENTS when the
-// kernel flags deferred task work: that is what makes DEFER_TASKRUN post
-// completions), or on the netpoller for a shared-thread loop. Then it reaps:
-// internal completions are handled here, at most max others go to sink
-// (max <= 0: no limit), and the rest stay in the CQ for the next poll.
-//
-// -ETIME from the wait, and a poll(0) that finds nothing, report timedOut;
-// EINTR reports interrupted. Other enter errors (EBUSY, EAGAIN) are
-// returned after reaping, so the loop counts persistent ones as a stall.
-// Surplus CQEs the kernel parked on its overflow list (NODROP) are moved
-// in by PeekBatch; an increase of its dropped-CQE counter is counted and
-// logged as an error. The path allocates nothing.
+// poll implements driver: one io_uring_enter flushes the SQ and waits
+// (EXT_ARG for timeout > 0; timeout 0 still enters with GETEVENTS when the
+// kernel flags deferred task work, which is what makes DEFER_TASKRUN post
+// completions), or the netpoller waits (netpoll). Then it reaps: at most
+// max completions (<= 0: no limit) go to sink, the rest stay in the CQ.
+// Enter errors other than ETIME and EINTR are returned after reaping, so
+// the loop counts persistent ones as a stall. CQEs the kernel parked on its
+// overflow list are moved in by PeekBatch; a rise of its dropped-CQE
+// counter is counted and logged. The path allocates nothing.
 func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) (pollResult, error) {
 	var res pollResult
-	if d.stall.Load() > 0 && d.stall.Add(-1) >= 0 {
-		return res, nil // injected stall: return at once, nothing seen
+	if d.takeStall() {
+		return res, nil // injected stall: nothing seen
 	}
 	if d.closed {
 		return res, errDriverClosed
@@ -698,7 +626,7 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	switch {
 	case timeout == 0 || d.r.CQReady() > 0:
 		_, err = d.r.Submit()
-	case d.wakeKind == wakeNetpoll:
+	case d.netpoll:
 		err = d.waitNetpoll(timeout, &res)
 	case timeout < 0:
 		_, err = d.r.SubmitAndWait(1)
@@ -781,10 +709,10 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	ud, res, flags := c.UserData, c.Res, c.Flags
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
-	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && br != nil && d.feat.RecvBundle:
+	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && d.feat.RecvBundle:
 		d.deliverBundle(c, br, sink)
 		return
-	case tag.providedRecv() && flags&ring.CQEFBuffer != 0 && br != nil:
+	case tag.providedRecv() && flags&ring.CQEFBuffer != 0:
 		// The buffer id is the CQE's, also on failure (a kernel may post
 		// res < 0 with the buffer the receive selected): that buffer,
 		// and no other, goes back to the ring.
@@ -876,18 +804,7 @@ func connectResult(fd int32, res int32) int32 {
 	if res < 0 {
 		return res // canceled, or the poll itself failed
 	}
-	soerr, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
-	switch {
-	case err != nil:
-		var errno unix.Errno
-		if errors.As(err, &errno) {
-			return -int32(errno)
-		}
-		return -int32(unix.EIO)
-	case soerr != 0:
-		return -int32(soerr)
-	}
-	return 0
+	return soError(int(fd))
 }
 
 // internal handles the completion of one of the driver's own ops.
@@ -901,15 +818,11 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 		// sticky.
 	case internalCancel:
 		d.cancelCQEs++
-	case internalProbe:
-		// A probe's completions are reaped by the probe; nothing to do.
 	}
 }
 
-// wake implements driver: it adds 1 to the eventfd counter, which completes
-// the armed READ and ends the loop's wait (or its next wait, the counter
-// being sticky). EAGAIN means the counter is saturated, so a wakeup is
-// already pending: success. Safe for concurrent use.
+// wake implements driver: the eventfd's counter completes the armed READ,
+// or the next one (it is sticky). Safe for concurrent use.
 func (d *uringDriver) wake() error {
 	d.wakeMu.RLock()
 	defer d.wakeMu.RUnlock()
@@ -919,32 +832,18 @@ func (d *uringDriver) wake() error {
 	// Before the signal: a netpoll wait that sees the signal tells wake's
 	// from the kernel's by this flag.
 	d.wakeReq.Store(true)
-	for {
-		_, err := unix.Write(d.efd, eventfdOne[:])
-		switch err {
-		case nil, unix.EAGAIN:
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return fmt.Errorf("loop: uring backend: %w", os.NewSyscallError("write eventfd", err))
-	}
+	return writeEventfd(d.efd)
 }
 
-// close implements driver: it closes the ring (which unregisters the ring
-// fd and the provided-buffer ring and unmaps everything; the kernel cancels
-// what is still in flight, such as the eventfd read, whose target is this
-// struct and stays valid) and the eventfd. Idempotent.
+// close implements driver: it closes the ring (the kernel cancels what is
+// still in flight, such as the eventfd read, whose target is this struct
+// and stays valid) and the eventfd. Idempotent.
 func (d *uringDriver) close() error {
 	if d.closed {
 		return nil
 	}
 	d.closed = true
-	var first error
-	if d.r != nil {
-		first = d.r.Close()
-	}
-	d.br = nil
+	first := d.r.Close()
 	d.wakeArmed = false
 	if err := d.waiter.close(); err != nil && first == nil {
 		first = err
@@ -970,31 +869,14 @@ func (d *uringDriver) counters(s *Stats) {
 }
 
 // setHandOff implements driver.
-func (d *uringDriver) setHandOff(on bool) {
-	if d.r != nil {
-		d.r.SetHandOff(on)
-	}
-}
+func (d *uringDriver) setHandOff(on bool) { d.r.SetHandOff(on) }
 
 // quarantineBufs implements driver: the current provided-buffer ring stays
 // mapped after close.
-func (d *uringDriver) quarantineBufs() uint64 {
-	if d.br == nil {
-		return 0
-	}
-	return uint64(d.br.Quarantine())
-}
+func (d *uringDriver) quarantineBufs() uint64 { return uint64(d.br.Quarantine()) }
 
 // features implements driver. Safe for concurrent use.
-func (d *uringDriver) features() Features {
-	if f := d.featPub.Load(); f != nil {
-		return *f
-	}
-	return Features{Backend: BackendUring}
-}
-
-// injectStall implements driver. Safe for concurrent use.
-func (d *uringDriver) injectStall(n int) { d.stall.Add(int64(n)) }
+func (d *uringDriver) features() Features { return *d.featPub.Load() }
 
 // bundleBufs is how many buffers a bundle takes at most: 16, 64 KiB of
 // the default 4 KiB buffers.
@@ -1007,8 +889,7 @@ const bundleBufs = 16
 // is that length, else 0.
 func (d *uringDriver) setRecvCap() {
 	d.feat.RecvCap, d.recvLen = 0, 0
-	if d.br == nil || !d.feat.RecvBundle {
-		d.feat.RecvBundle = false
+	if !d.feat.RecvBundle {
 		return
 	}
 	// The probe also stands for bundles' length: kernels before 6.17

@@ -11,43 +11,20 @@ import (
 	"github.com/ringloop/ringloop/ring"
 )
 
-// Rebuild: the stalled-ring recovery (docs/loop.md, "Stall recovery"). A
-// ring that stopped making progress is replaced, and every live op moves to
-// the new one without a result being lost, delivered twice or reordered:
-//
-//  1. A new ring is made on the loop thread (its single issuer) with the
-//     same size and flags, its ring fd registered and its own buffer ring
-//     (same group id). If that fails nothing has changed: the old ring
-//     stays in use with every op on it.
-//  2. The old ring's SQ is flushed, then everything on it is canceled (one
-//     ASYNC_CANCEL_ANY).
-//  3. The new ring becomes current and gets the eventfd read, so whatever
-//     the callbacks of step 4 submit goes to it, never to the old ring.
-//  4. The old ring is reaped until every op live at step 2 (and the old
-//     eventfd read) has its final completion, or uringRebuildTimeout
-//     passes. A real result (anything but the rebuild's own -ECANCELED:
-//     an op that moved bytes before the cancel reports them) is delivered
-//     once, in CQ order, provided-buffer bytes included. A final
-//     -ECANCELED of an op the loop did not cancel (opInFlight) is not
-//     delivered: the op is resubmitted on the new ring with the same
-//     record, so the same user_data and buffers. An op the loop was
-//     canceling (opCanceling) gets its -ECANCELED. If the old eventfd read
-//     consumed a wakeup, the next poll reports woken.
-//  5. Resubmission, in slot order, re-arms multishot ops from scratch. A
-//     CONNECT is not re-issued (a second one fails with EALREADY while the
-//     first is under way) but continued as a POLL_ADD for POLLOUT, whose
-//     completion becomes the connect's result from SO_ERROR.
-//  6. The old ring is closed, with its buffer ring.
-//  7. An op with no final completion by the deadline is given up, never
-//     resubmitted (that could duplicate or lose bytes): the kernel may
-//     still use its record and buffers, so they are quarantined for the
-//     life of the process (quarantine.go), the old buffer ring stays
-//     mapped if a provided-buffer receive was given up, and its final
-//     completion is -ECANCELED with Completion.Quarantined, which the conn
-//     layer answers with a reset.
-//
-// rebuild returns the number of ops resubmitted (the eventfd read not
-// included).
+// Rebuild: the stalled-ring recovery (docs/loop.md, "Stall recovery";
+// docs/op-lifecycle.md, "Ring rebuild"). A new ring with its own buffer
+// ring is made first (if that fails, nothing has changed). The old ring's
+// SQ is flushed and everything on it canceled; the new ring becomes
+// current; the old one is reaped until every op live at the cancel has its
+// final completion, or uringRebuildTimeout passes. A real result is
+// delivered once, in CQ order. The rebuild's own -ECANCELED of an op the
+// loop was not canceling is not delivered: the op is resubmitted on the
+// new ring with the same record, in slot order (a CONNECT continues as a
+// POLL_ADD for POLLOUT: a second CONNECT fails with EALREADY). An op with
+// no final completion by the deadline is given up, never resubmitted (that
+// could duplicate or lose bytes): its memory is quarantined (quarantine.go,
+// with the old buffer ring if a provided receive was given up) and its
+// final completion is -ECANCELED with Completion.Quarantined.
 
 // rebuildLostRes is the result delivered for an op whose outcome the
 // rebuild could not learn by its deadline (see step 7 above).
@@ -206,7 +183,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// buffers: their mapping stays for the life of the process.
 	var brBytes uint64
 	for _, m := range lost {
-		if m.o.tag.providedRecv() && oldBR != nil && brBytes == 0 {
+		if m.o.tag.providedRecv() && brBytes == 0 {
 			brBytes = uint64(oldBR.Quarantine())
 		}
 	}
@@ -243,11 +220,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 // cancelOld cancels every op of the old ring, the eventfd read included,
 // with one ASYNC_CANCEL_ANY.
 func (d *uringDriver) cancelOld(old *ring.Ring) {
-	sqe, err := old.GetSQE()
-	if err == ring.ErrSQFull {
-		old.Submit()
-		sqe, err = old.GetSQE()
-	}
+	sqe, err := getSQE(old)
 	if err != nil {
 		d.cfg.logger.Warn("io_uring rebuild: no SQE for a cancel", "loop", d.cfg.name, "err", err)
 		return
@@ -286,9 +259,6 @@ func (d *uringDriver) reapOld(c *ring.CQE, live map[uint64]*migration, oldBR *ri
 
 // resubmit puts a migrated op on the (new) current ring.
 func (d *uringDriver) resubmit(o *op) error {
-	if err := d.check(o); err != nil {
-		return err
-	}
 	sqe, err := d.getSQE()
 	if err != nil {
 		return err

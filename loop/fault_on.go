@@ -108,7 +108,8 @@ const faultsEnabled = true
 
 // roll reports true with probability p (read under the lock with the
 // config), and returns a random number in [0, n) alongside when n > 0.
-func roll(p func(*Faults) float64, n int) (bool, int) {
+// count, if not nil, counts a hit.
+func roll(p func(*Faults) float64, n int, count *atomic.Uint64) (bool, int) {
 	faults.mu.Lock()
 	defer faults.mu.Unlock()
 	if !faults.on {
@@ -117,6 +118,9 @@ func roll(p func(*Faults) float64, n int) (bool, int) {
 	pr := p(&faults.cfg)
 	if pr <= 0 || faults.rng.Float64() >= pr {
 		return false, 0
+	}
+	if count != nil {
+		count.Add(1)
 	}
 	if n > 0 {
 		return true, faults.rng.IntN(n)
@@ -132,8 +136,7 @@ func faultConfig() (Faults, bool) {
 
 // faultTurn may rebuild the loop's backend at the start of a turn.
 func (l *Loop) faultTurn() {
-	if ok, _ := roll(func(f *Faults) float64 { return f.Rebuild }, 0); ok {
-		faults.rebuilds.Add(1)
+	if ok, _ := roll(func(f *Faults) float64 { return f.Rebuild }, 0, &faults.rebuilds); ok {
 		l.rebuild("injected fault")
 	}
 }
@@ -145,18 +148,15 @@ func fakeResult(tag opTag) int32 {
 	default:
 		return 0
 	}
-	if ok, _ := roll(func(f *Faults) float64 { return f.Cancel }, 0); ok {
-		faults.cancels.Add(1)
+	if ok, _ := roll(func(f *Faults) float64 { return f.Cancel }, 0, &faults.cancels); ok {
 		return -int32(unix.ECANCELED)
 	}
 	if tag.providedRecv() {
-		if ok, _ := roll(func(f *Faults) float64 { return f.NoBufs }, 0); ok {
-			faults.noBufs.Add(1)
+		if ok, _ := roll(func(f *Faults) float64 { return f.NoBufs }, 0, &faults.noBufs); ok {
 			return -int32(unix.ENOBUFS)
 		}
 	}
-	if ok, k := roll(func(f *Faults) float64 { return f.Retry }, 2); ok {
-		faults.retries.Add(1)
+	if ok, k := roll(func(f *Faults) float64 { return f.Retry }, 2, &faults.retries); ok {
 		if k == 0 {
 			return -int32(unix.EAGAIN)
 		}
@@ -170,8 +170,7 @@ func faultSendLen(n int) int {
 	if n < 2 {
 		return n
 	}
-	if ok, k := roll(func(f *Faults) float64 { return f.ShortSend }, n-1); ok {
-		faults.shortSends.Add(1)
+	if ok, k := roll(func(f *Faults) float64 { return f.ShortSend }, n-1, &faults.shortSends); ok {
 		return 1 + k
 	}
 	return n
@@ -204,17 +203,17 @@ func (d *uringDriver) faultPrep(sqe *ring.SQE, o *op) {
 }
 
 // faultResult turns the NOP completion of an op faultPrep replaced into
-// its fake result, and reports whether it did. A fake failure of a
-// provided receive may carry a buffer held back by faultHoldBuf, as
-// some kernels post a failed receive with the buffer it selected.
-func (d *uringDriver) faultResult(c *ring.CQE) bool {
+// its fake result. A fake failure of a provided receive may carry a buffer
+// held back by faultHoldBuf, as some kernels post a failed receive with
+// the buffer it selected.
+func (d *uringDriver) faultResult(c *ring.CQE) {
 	tag, gen, slot := unpackUserData(c.UserData)
 	if int(slot) >= len(d.faultPlans) || d.faultPlans[slot].res == 0 || d.faultPlans[slot].gen != gen {
-		return false
+		return
 	}
 	c.Res, c.Flags = d.faultPlans[slot].res, 0
 	d.faultPlans[slot] = faultPlan{}
-	if tag.providedRecv() && len(d.faultHeld) > 0 && d.br != nil {
+	if tag.providedRecv() && len(d.faultHeld) > 0 {
 		bid := d.faultHeld[len(d.faultHeld)-1]
 		d.faultHeld = d.faultHeld[:len(d.faultHeld)-1]
 		// Back in the kernel's hands, unpublished: it "selected" it.
@@ -222,7 +221,6 @@ func (d *uringDriver) faultResult(c *ring.CQE) bool {
 		c.Flags = ring.CQEFBuffer | uint32(bid)<<ring.CQEBufferShift
 		faults.bufsOnFailure.Add(1)
 	}
-	return true
 }
 
 // faultHoldBuf may keep buffer bid (its data delivered) from going back to
@@ -232,7 +230,7 @@ func (d *uringDriver) faultHoldBuf(br *ring.BufRing, bid uint16) bool {
 	if br != d.br || len(d.faultHeld) >= 2 {
 		return false
 	}
-	if ok, _ := roll(func(f *Faults) float64 { return f.BufOnFailure }, 0); !ok {
+	if ok, _ := roll(func(f *Faults) float64 { return f.BufOnFailure }, 0, nil); !ok {
 		return false
 	}
 	d.faultHeld = append(d.faultHeld, bid)
@@ -241,8 +239,7 @@ func (d *uringDriver) faultHoldBuf(br *ring.BufRing, bid uint16) bool {
 
 // faultReapMax may cut a poll's reap to one completion.
 func (d *uringDriver) faultReapMax(max int) int {
-	if ok, _ := roll(func(f *Faults) float64 { return f.ReapOne }, 0); ok {
-		faults.reapOnes.Add(1)
+	if ok, _ := roll(func(f *Faults) float64 { return f.ReapOne }, 0, &faults.reapOnes); ok {
 		return 1
 	}
 	return max
@@ -254,11 +251,8 @@ func (d *uringDriver) faultHide(c *ring.CQE) bool {
 	if c.Res != -int32(unix.ECANCELED) || c.Flags&(ring.CQEFMore|ring.CQEFBuffer) != 0 {
 		return false
 	}
-	if ok, _ := roll(func(f *Faults) float64 { return f.GiveUp }, 0); ok {
-		faults.giveUps.Add(1)
-		return true
-	}
-	return false
+	ok, _ := roll(func(f *Faults) float64 { return f.GiveUp }, 0, &faults.giveUps)
+	return ok
 }
 
 // faultRebuilt runs when a rebuild starts: the deadline comes from the
@@ -271,12 +265,11 @@ func (d *uringDriver) faultRebuilt() {
 
 // faultBufRing may fail the buffer-ring registration of a rebuild's new
 // ring.
-func (d *uringDriver) faultBufRing(*ring.Ring, uint16, uint32, uint32) error {
+func (d *uringDriver) faultBufRing() error {
 	if !d.started {
 		return nil
 	}
-	if ok, _ := roll(func(f *Faults) float64 { return f.BufRingFail }, 0); ok {
-		faults.bufRingFails.Add(1)
+	if ok, _ := roll(func(f *Faults) float64 { return f.BufRingFail }, 0, &faults.bufRingFails); ok {
 		return unix.EINVAL
 	}
 	return nil
@@ -298,8 +291,7 @@ var errFaultStart = errors.New("loop: injected fault: backend start failed")
 
 // faultStart may fail a loop's start.
 func faultStart() error {
-	if ok, _ := roll(func(f *Faults) float64 { return f.StartFail }, 0); ok {
-		faults.startFails.Add(1)
+	if ok, _ := roll(func(f *Faults) float64 { return f.StartFail }, 0, &faults.startFails); ok {
 		return errFaultStart
 	}
 	return nil

@@ -61,7 +61,6 @@ func NewGroup(opts ...Option) (*Group, error) {
 			ringEntries: c.ringEntries,
 			bufCount:    c.bufCount,
 			bufSize:     c.bufSize,
-			bufGroup:    0,
 			logger:      c.logger,
 			shared:      c.sharedThread,
 			kernel:      c.profile,

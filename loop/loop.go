@@ -71,7 +71,7 @@ type Loop struct {
 	holdSeq     uint64      // the last hold's id
 	sinkRefused bool        // the last timer move hit a full queue
 	parked      parkedQueue // receives waiting for provided buffers (starved.go)
-	parkBudget  int         // parked receives resubmitted per turn; 0: no buffers to wait for, never park
+	parkBudget  int         // parked receives resubmitted per turn
 	runTaskFn   func(sched.Task)
 	timerSinkFn func(*sched.Timer) bool
 }
@@ -108,9 +108,7 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 	l.ioRatio.Store(int32(c.ioRatio))
 	l.runTaskFn = l.runTask
 	l.timerSinkFn = l.timerSink
-	if n := int(drv.features().BufCount); n > 0 {
-		l.parkBudget = max(1, n/starvedPerBuffers)
-	}
+	l.parkBudget = max(1, int(c.bufCount)/starvedPerBuffers)
 	return l, nil
 }
 
@@ -142,10 +140,7 @@ func (l *Loop) Backend() Backend { return l.drv.backend() }
 // BackendAuto fell back to epoll if it did. Safe for concurrent use.
 func (l *Loop) Features() Features {
 	f := l.drv.features()
-	f.Backend = l.drv.backend()
-	if f.FallbackReason == "" {
-		f.FallbackReason = l.fallback
-	}
+	f.FallbackReason = l.fallback
 	return f
 }
 
@@ -235,23 +230,13 @@ func Current() *Loop {
 // the call that started it returns an error wrapping ErrRejected and the
 // cause, and the loop terminates for good; f, already queued, still runs
 // during that termination. Safe for concurrent use.
-func (l *Loop) Execute(f func()) error {
-	if f == nil {
-		return ErrNilTask
-	}
-	return l.submit(l.tasks, sched.TaskFunc(f))
-}
+func (l *Loop) Execute(f func()) error { return l.ExecuteTask(sched.TaskFunc(f)) }
 
 // ExecuteAfterTurn queues f as a tail task: it runs once, at the end of the
 // current (or next) loop turn, after the turn's tasks, also on turns that
 // ran no task (Netty's executeAfterEventLoopIteration). A pending tail task
 // keeps the loop from blocking. Safe for concurrent use.
-func (l *Loop) ExecuteAfterTurn(f func()) error {
-	if f == nil {
-		return ErrNilTask
-	}
-	return l.submit(l.tail, sched.TaskFunc(f))
-}
+func (l *Loop) ExecuteAfterTurn(f func()) error { return l.ExecuteTaskAfterTurn(sched.TaskFunc(f)) }
 
 // ExecuteTask queues t as Execute queues a function. A caller that keeps
 // its task value (a pointer type with a Run method) queues it without the
@@ -288,11 +273,7 @@ func (l *Loop) Schedule(d time.Duration, f func()) (*sched.Timer, error) {
 	if f == nil {
 		return nil, ErrNilTask
 	}
-	t, err := l.wheel.NewTimer(l.deadline(d), f)
-	if err != nil {
-		return nil, err
-	}
-	return l.scheduleTimer(t)
+	return l.scheduleTimer(l.wheel.NewTimer(l.deadline(d), f))
 }
 
 // ScheduleAtFixedRate runs f first after initial and then every period,
@@ -305,9 +286,9 @@ func (l *Loop) ScheduleAtFixedRate(initial, period time.Duration, f func()) (*sc
 	}
 	t, err := l.wheel.NewFixedRate(l.deadline(initial), period, f)
 	if err != nil {
-		return nil, invalidArgument("period %v: %w", period, err)
+		err = invalidArgument("period %v: %w", period, err)
 	}
-	return l.scheduleTimer(t)
+	return l.scheduleTimer(t, err)
 }
 
 // ScheduleWithFixedDelay runs f first after initial and then delay after
@@ -319,9 +300,9 @@ func (l *Loop) ScheduleWithFixedDelay(initial, delay time.Duration, f func()) (*
 	}
 	t, err := l.wheel.NewFixedDelay(l.deadline(initial), delay, f)
 	if err != nil {
-		return nil, invalidArgument("delay %v: %w", delay, err)
+		err = invalidArgument("delay %v: %w", delay, err)
 	}
-	return l.scheduleTimer(t)
+	return l.scheduleTimer(t, err)
 }
 
 // deadline turns a delay into a wheel deadline, saturating: a delay too
@@ -455,11 +436,15 @@ func (l *Loop) rejectedFull() {
 	l.submitters.Add(-1)
 }
 
-// scheduleTimer posts a new timer to the loop (Timer.Run inserts it into the
-// wheel on the loop goroutine) and wakes the loop only if the timer is due
-// before the loop's published wait deadline. On the loop itself it inserts
-// the timer directly, so a full task queue never refuses it.
-func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
+// scheduleTimer posts a new timer (unless err says it could not be made) to
+// the loop (Timer.Run inserts it into the wheel on the loop goroutine) and
+// wakes the loop only if the timer is due before the loop's published wait
+// deadline. On the loop itself it inserts the timer directly, so a full
+// task queue never refuses it.
+func (l *Loop) scheduleTimer(t *sched.Timer, err error) (*sched.Timer, error) {
+	if err != nil {
+		return nil, err
+	}
 	when := t.When() // read before the loop owns the timer
 	l.submitters.Add(1)
 	if s := State(l.state.Load()); s >= StateShuttingDown {
@@ -482,7 +467,7 @@ func (l *Loop) scheduleTimer(t *sched.Timer) (*sched.Timer, error) {
 		l.rejectedFull()
 		return nil, errRejectedFull
 	}
-	err := l.ensureStarted()
+	err = l.ensureStarted()
 	if err == nil {
 		l.wakeupBefore(when)
 	}

@@ -5,18 +5,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The op record and its states. See docs/op-lifecycle.md for the diagram:
-//
-//	opFree ─prepare─► opQueued ─enter─► opInFlight ─final completion─► opFree (gen++)
-//	                     │                  │  ▲
-//	                     │ cancel           │  └─ completion with F_MORE: deliver, keep slot
-//	                     ▼                  ▼
-//	                  opCanceling ◄─────────┘
-//	                     └─ final completion ─► opFree (gen++)
-//
-// A provided-buffer receive whose final completion is -ENOBUFS goes from
-// opInFlight to opParked instead, and back to opQueued when the loop
-// resubmits it; Cancel takes it to opParkedCanceled (starved.go).
+// The op record and its states (docs/op-lifecycle.md, "States"): opFree →
+// opQueued → opInFlight → (opCanceling →) opFree with gen++ at the final
+// completion; a provided-buffer receive ending with -ENOBUFS is opParked
+// until resubmitted (starved.go).
 
 // opState is the lifecycle state of an op record.
 type opState uint8

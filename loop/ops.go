@@ -47,6 +47,16 @@ func (l *Loop) newOp(tag opTag, fd int, c Completer) (*op, error) {
 	return o, nil
 }
 
+// simpleOp allocates, fills and starts an op of the fields most ops use.
+func (l *Loop) simpleOp(tag opTag, fd int, buf []byte, arg uint32, multishot bool, c Completer) (OpID, error) {
+	o, err := l.newOp(tag, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.buf, o.arg, o.multishot = buf, arg, multishot
+	return l.startOp(o)
+}
+
 // startOp hands a filled record to the backend.
 func (l *Loop) startOp(o *op) (OpID, error) {
 	id := OpID(o.userData())
@@ -64,12 +74,7 @@ func (l *Loop) startOp(o *op) (OpID, error) {
 // fd (non-blocking, close-on-exec) or -errno. Must be called on the loop
 // goroutine.
 func (l *Loop) Accept(fd int, multishot bool, c Completer) (OpID, error) {
-	o, err := l.newOp(tagAccept, fd, c)
-	if err != nil {
-		return 0, err
-	}
-	o.multishot = multishot
-	return l.startOp(o)
+	return l.simpleOp(tagAccept, fd, nil, 0, multishot, c)
 }
 
 // Recv receives into buf (single shot). Res is the byte count, 0 at end of
@@ -79,13 +84,7 @@ func (l *Loop) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 	if len(buf) == 0 {
 		return 0, invalidArgument("recv: empty buffer")
 	}
-	o, err := l.newOp(tagRecv, fd, c)
-	if err != nil {
-		return 0, err
-	}
-	o.buf = buf
-	o.arg = uint32(flags)
-	return l.startOp(o)
+	return l.simpleOp(tagRecv, fd, buf, uint32(flags), false, c)
 }
 
 // RecvProvided receives into the loop's provided buffers, multishot: each
@@ -142,13 +141,7 @@ func (l *Loop) Send(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 	if len(buf) == 0 {
 		return 0, invalidArgument("send: empty buffer")
 	}
-	o, err := l.newOp(tagSend, fd, c)
-	if err != nil {
-		return 0, err
-	}
-	o.buf = buf
-	o.arg = uint32(flags)
-	return l.startOp(o)
+	return l.simpleOp(tagSend, fd, buf, uint32(flags), false, c)
 }
 
 // Sendmsg sends bufs in order as one gathered write (at most 1024 buffers).
@@ -200,11 +193,7 @@ func (l *Loop) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
 // completions first: an fd is closed only when no op still names it. Res is 0
 // or -errno. Must be called on the loop goroutine.
 func (l *Loop) Close(fd int, c Completer) (OpID, error) {
-	o, err := l.newOp(tagClose, fd, c)
-	if err != nil {
-		return 0, err
-	}
-	return l.startOp(o)
+	return l.simpleOp(tagClose, fd, nil, 0, false, c)
 }
 
 // Shutdown shuts down part of a full-duplex connection (how is unix.SHUT_RD,
@@ -215,12 +204,7 @@ func (l *Loop) Shutdown(fd int, how int, c Completer) (OpID, error) {
 	if how != unix.SHUT_RD && how != unix.SHUT_WR && how != unix.SHUT_RDWR {
 		return 0, invalidArgument("shutdown: how %d", how)
 	}
-	o, err := l.newOp(tagShutdown, fd, c)
-	if err != nil {
-		return 0, err
-	}
-	o.arg = uint32(how)
-	return l.startOp(o)
+	return l.simpleOp(tagShutdown, fd, nil, uint32(how), false, c)
 }
 
 // Cancel asks the backend to stop op id. Its final completion still

@@ -116,24 +116,18 @@ func WithIORatio(r int) Option { return func(c *config) { c.ioRatio = r } }
 // WithRingEntries sets the SQ size of each loop's ring (uring backend).
 // 0 means 4096; the CQ is twice the SQ. Values above 32768 are rejected; the
 // kernel rounds others up to a power of two.
-func WithRingEntries(n uint32) Option {
-	return func(c *config) { c.ringEntries = n }
-}
+func WithRingEntries(n uint32) Option { return func(c *config) { c.ringEntries = n } }
 
 // WithMaxPendingTasks bounds each loop's task queue: beyond n unrun tasks,
 // Execute returns an error wrapping ErrRejected and ErrQueueFull. 0 (the
 // default) means unbounded, like Netty; negative values are rejected.
-func WithMaxPendingTasks(n int) Option {
-	return func(c *config) { c.maxPending = n }
-}
+func WithMaxPendingTasks(n int) Option { return func(c *config) { c.maxPending = n } }
 
 // WithStallThreshold sets how many consecutive empty early returns of a
 // loop's wait make the stalled-ring detector rebuild the ring (default 512,
 // Netty's SELECTOR_AUTO_REBUILD_THRESHOLD). 0 disables the detector;
 // negative values are rejected.
-func WithStallThreshold(n int) Option {
-	return func(c *config) { c.stallThreshold = n }
-}
+func WithStallThreshold(n int) Option { return func(c *config) { c.stallThreshold = n } }
 
 // WithLogger sets the logger for warnings (fallback, stalls, panics). nil
 // means slog.Default().

@@ -2,20 +2,12 @@ package loop
 
 import "sync"
 
-// Quarantine: memory whose final word from the kernel never came.
-//
-// Memory the kernel may still read or write (an op's buffers, and the op
-// record itself, which holds the sockaddr an accept writes, the msghdr and
-// iovecs of a sendmsg) goes back to any pool or free
-// list only after the kernel's final word on it: the op's final
-// completion. Where that word can never
-// come, because the op was given up (a ring rebuild whose old ring did not
-// complete it by the deadline), the record and everything it references
-// are quarantined here for the life of the process: never reused, never
-// freed. The Completer learns it from Completion.Quarantined and must not
-// reuse the memory it gave the op either; Stats counts the ops and bytes.
-// A leak is a bug report; a buffer reused while the kernel still reads it
-// sends one connection's bytes on another's socket.
+// Quarantine (docs/op-lifecycle.md, "Memory and the kernel's final word"):
+// memory the kernel may still use (an op's buffers and its record) is
+// reused only after the op's final completion. Where that never comes (an
+// op given up), the record and everything it references are kept here for
+// the life of the process: a leak is a bug report, a buffer reused while
+// the kernel still reads it sends one connection's bytes on another's.
 
 // quarantined keeps given-up op records (and, through them, their buffers)
 // reachable forever.

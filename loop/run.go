@@ -243,13 +243,12 @@ func (l *Loop) runTask(t sched.Task) {
 	}
 }
 
-// moveDueTimers hands due timers to the task queue. It reports whether
-// every due timer fit; those that did not stay in the wheel, in order, for
-// the next call (Netty's fetchFromScheduledTaskQueue).
-func (l *Loop) moveDueTimers(now int64) bool {
+// moveDueTimers hands due timers to the task queue. Those that do not fit
+// stay in the wheel, in order, for the next call, and set sinkRefused
+// (Netty's fetchFromScheduledTaskQueue).
+func (l *Loop) moveDueTimers(now int64) {
 	l.sinkRefused = false
 	l.wheel.Advance(now, l.timerSinkFn)
-	return !l.sinkRefused
 }
 
 func (l *Loop) timerSink(t *sched.Timer) bool {

@@ -8,23 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Graceful shutdown (Netty's shutdownGracefully / confirmShutdown).
-//
-//	ShutdownGracefully ──► ShuttingDown: tasks still accepted and run; the
-//	                       loop wakes at least every 100 ms
-//	  every turn: confirmShutdown
-//	    cancel pending timers (handles report sched.ErrCanceled)
-//	    run queued tasks and shutdown hooks (hooks repeat until none is left)
-//	    done when: the timeout passed since the call (also checked right
-//	               after running tasks, so a loop that never goes quiet
-//	               still ends), or no task or hook ran for the quiet period
-//	               (which starts no earlier than the call: a task queued in
-//	               it restarts it)
-//	finish ──► Shutdown: new tasks rejected; wait for in-progress submitters;
-//	           run what slipped in; cancel every op (again those being
-//	           canceled: a cancel is idempotent) and reap until the table
-//	           is empty or the drain deadline passes (orphaning the rest);
-//	           close the backend ──► Terminated; Done() closes last.
+// Graceful shutdown (Netty's shutdownGracefully / confirmShutdown;
+// docs/loop.md, "Graceful shutdown").
 
 // Defaults of Group.ShutdownGracefully callers (Netty's values).
 const (

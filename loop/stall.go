@@ -7,23 +7,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The stalled-ring detector (Netty's premature-select counter and
-// SELECTOR_AUTO_REBUILD_THRESHOLD; docs/loop.md, "Stall recovery").
-//
-// A blocking wait that returns before its deadline with nothing to show (no
-// completion, no wakeup, no queued task, no due timer) is an empty early
-// return: the symptom of a ring (or epoll instance) that stopped blocking,
-// as with the JDK epoll bug. The loop counts consecutive empty early
-// returns; a real event or a wait that ran to its full timeout resets the
-// count; a wait interrupted by a signal (EINTR) is neither counted nor a
-// reset. A failed wait counts like an empty early return, after a 1 ms pause
-// so persistent errors cannot spin the thread. When the count reaches the
-// threshold (WithStallThreshold, default 512; 0 disables) the loop logs one
-// warning, rebuilds its backend (driver.rebuild: a new ring, every live op
-// migrated without losing, duplicating or reordering a result), counts it in
-// Stats.Rebuilds and starts counting afresh.
-//
-// RebuildRing runs the same recovery on demand, as a task on the loop.
+// The stalled-ring detector (Netty's premature-select counter;
+// docs/loop.md, "Stall recovery"): consecutive empty early returns of the
+// wait, up to WithStallThreshold, make the loop rebuild its backend.
+// RebuildRing runs the same recovery on demand.
 
 // observeWait feeds one poll's outcome to the detector.
 func (l *Loop) observeWait(timeout time.Duration, res pollResult, err error, now int64) {

@@ -2,17 +2,18 @@ package loop
 
 import "golang.org/x/sys/unix"
 
-// Provided-buffer receives starved of buffers.
-//
-// When many sockets hold data, the first receives the kernel runs empty
-// the buffer ring and every other armed receive ends with -ENOBUFS;
-// re-arming them all at once only repeats that, one SQE and one CQE each,
-// turn after turn (docs/benchmarks-analysis.md, "The bulk cells").
-//
-// So the loop parks a provided-buffer receive whose final completion is
-// -ENOBUFS instead of delivering it: the op stays live under the same
-// OpID, and at the end of each turn (when the turn's buffers are back in
-// the ring) the loop resubmits the oldest parked receives, one per
+// Provided-buffer receives starved of buffers (docs/op-lifecycle.md,
+// "States", Parked). When many sockets hold data, the first receives run
+// the buffer ring empty and the others end with -ENOBUFS; re-arming them all
+// at once only repeats that, turn after turn. So such a receive is parked
+// instead of delivered (same OpID, out of the kernel), and each turn's end
+// resubmits the oldest, one per starvedPerBuffers buffers. With bundles,
+// while any is parked the loop also rotates them, so that a multishot
+// receive still armed cannot take every recycled buffer: resubmitted ones
+// run as single shots, new ones queue behind, and an armed multishot one is
+// canceled after its next completion and parked (without bundles a rotated
+// single shot would take one buffer, too little to be worth it).
+
 // starvedPerBuffers buffers, at least one. The bytes stay in the socket
 // meanwhile; the Completer never sees that -ENOBUFS.
 //
@@ -50,8 +51,7 @@ func (q *parkedQueue) len() int { return len(q.ops) - q.head }
 
 // park keeps o, a provided-buffer receive whose final completion was
 // -ENOBUFS, for a later resubmission, and reports whether it did: not
-// while the op is being canceled, nor where the backend has no buffers to
-// wait for.
+// while the op is being canceled.
 func (l *Loop) park(o *op, res int32) bool {
 	if !o.tag.providedRecv() {
 		return false
@@ -66,7 +66,7 @@ func (l *Loop) park(o *op, res int32) bool {
 			o.state, res = opInFlight, -int32(unix.ENOBUFS)
 		}
 	}
-	if res != -int32(unix.ENOBUFS) || o.state != opInFlight || l.parkBudget == 0 {
+	if res != -int32(unix.ENOBUFS) || o.state != opInFlight {
 		return false
 	}
 	if State(l.state.Load()) >= StateShutdown {
@@ -98,14 +98,10 @@ func (l *Loop) queueParked(o *op) {
 
 // rotating reports whether the loop rotates its provided-buffer receives
 // while some are parked: only with bundles (a rotated single shot then
-// takes up to 16 buffers), not where nothing parks, nor while the loop
-// terminates (a receive armed then goes to the kernel, where the drain
-// cancels it).
+// takes up to 16 buffers), not while the loop terminates (a receive armed
+// then goes to the kernel, where the drain cancels it).
 func (l *Loop) rotating() bool {
-	if l.parkBudget == 0 || State(l.state.Load()) >= StateShutdown {
-		return false
-	}
-	return l.drv.features().RecvBundle
+	return State(l.state.Load()) < StateShutdown && l.drv.features().RecvBundle
 }
 
 // cancelParked marks a parked op canceled; the turn's end completes it.
@@ -160,11 +156,11 @@ func (l *Loop) endParked(o *op) {
 }
 
 // noBufsResult is the final result a provided-buffer receive reports for
-// -ENOBUFS where the loop parks such receives: -ECANCELED when the op was
-// being canceled (it consumed nothing, as a canceled one) or the loop is
-// terminating, so that its Completer never sees -ENOBUFS.
+// -ENOBUFS it was not parked for: -ECANCELED (the op was being canceled and
+// consumed nothing, or the loop is terminating), so that its Completer
+// never sees -ENOBUFS.
 func (l *Loop) noBufsResult(o *op, res int32) int32 {
-	if o.tag.providedRecv() && res == -int32(unix.ENOBUFS) && l.parkBudget > 0 {
+	if o.tag.providedRecv() && res == -int32(unix.ENOBUFS) {
 		return -int32(unix.ECANCELED)
 	}
 	return res

@@ -1,6 +1,9 @@
 package loop
 
-import "sync/atomic"
+import (
+	"reflect"
+	"sync/atomic"
+)
 
 // Stats is a snapshot of one loop's counters. Counters only grow; gauges
 // (PendingTasks, OpsInFlight) are read at snapshot time. Values are read one
@@ -114,34 +117,16 @@ func (c *counters) snapshot(s *Stats) {
 	s.QuarantinedBytes = c.quarantinedBytes.Load()
 }
 
-// add sums the counters and gauges of o into s.
+// add sums the counters and gauges of o into s: every uint64 and int
+// field (Name, State and Backend are not summed).
 func (s *Stats) add(o *Stats) {
-	s.Turns += o.Turns
-	s.Tasks += o.Tasks
-	s.Panics += o.Panics
-	s.Rejected += o.Rejected
-	s.PendingTasks += o.PendingTasks
-	s.Sleeps += o.Sleeps
-	s.WakeWrites += o.WakeWrites
-	s.Wakeups += o.Wakeups
-	s.OpsSubmitted += o.OpsSubmitted
-	s.Completions += o.Completions
-	s.StaleCompletions += o.StaleCompletions
-	s.OpsInFlight += o.OpsInFlight
-	s.ParkedRecvs += o.ParkedRecvs
-	s.EarlyReturns += o.EarlyReturns
-	s.Interrupts += o.Interrupts
-	s.PollErrors += o.PollErrors
-	s.Rebuilds += o.Rebuilds
-	s.RebuildFailures += o.RebuildFailures
-	s.MigratedOps += o.MigratedOps
-	s.IONanos += o.IONanos
-	s.TaskNanos += o.TaskNanos
-	s.Orphaned += o.Orphaned
-	s.Quarantined += o.Quarantined
-	s.QuarantinedBytes += o.QuarantinedBytes
-	s.LostCompletions += o.LostCompletions
-	s.CQOverflows += o.CQOverflows
-	s.RecvBundles += o.RecvBundles
-	s.BufferMisuse += o.BufferMisuse
+	sv, ov := reflect.ValueOf(s).Elem(), reflect.ValueOf(o).Elem()
+	for i := range sv.NumField() {
+		switch f := sv.Field(i); f.Type() {
+		case reflect.TypeFor[uint64]():
+			f.SetUint(f.Uint() + ov.Field(i).Uint())
+		case reflect.TypeFor[int]():
+			f.SetInt(f.Int() + ov.Field(i).Int())
+		}
+	}
 }

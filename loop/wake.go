@@ -1,22 +1,12 @@
 package loop
 
 // The wakeup protocol (Netty 4.1's nextWakeupNanos, on an eventfd;
-// docs/loop.md, "Wakeup protocol").
-//
-// nextWakeup holds awake while the loop runs, and the clock instant its wait
-// will end while it waits. The loop publishes the deadline, re-checks its
-// queues and either waits or CASes the deadline back to awake; a producer
-// that pushed work and sees a published deadline Swaps it to awake and, if
-// it won, writes the eventfd. Exactly one party moves a published deadline
-// back to awake, so there is at most one eventfd write per wait
-// (Stats.WakeWrites <= Stats.Sleeps) and none from the loop itself. A task
-// pushed just after the re-check cannot be missed: its producer sees the
-// deadline and writes, and the eventfd is sticky, so a write landing before
-// the wait begins ends it at once. A write that finds the counter
-// saturated (EAGAIN) means a wakeup is already pending.
-//
-// A timer scheduled from outside wakes the loop only if it is due before the
-// published deadline.
+// docs/loop.md, "Wakeup protocol"). nextWakeup holds awake while the loop
+// runs and the clock instant its wait ends while it waits. Exactly one party
+// moves a published deadline back to awake (the loop's CAS or a producer's
+// Swap), so there is at most one eventfd write per wait and none from the
+// loop itself; the eventfd is sticky, so a write landing before the wait
+// ends it at once.
 const awake int64 = -1
 
 // wakeup ends the loop's current wait, if it waits, with at most one eventfd
