@@ -67,12 +67,11 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		backlog:      DefaultBacklog,
-		lowWater:     DefaultLowWaterMark,
-		highWater:    DefaultHighWaterMark,
-		dgramQueue:   DefaultDatagramQueue,
-		linger:       DefaultLinger,
-		inboundLimit: DefaultInboundLimit,
+		backlog:    DefaultBacklog,
+		lowWater:   DefaultLowWaterMark,
+		highWater:  DefaultHighWaterMark,
+		dgramQueue: DefaultDatagramQueue,
+		linger:     DefaultLinger,
 	}
 }
 
@@ -250,7 +249,7 @@ func (c *config) validate() error {
 		// Under a NetConn the limit holds only the bytes already on their
 		// way when the NetConn pauses at its own bound: never below the
 		// default.
-		c.inboundLimit = max(c.inboundLimit, d.inboundLimit)
+		c.inboundLimit = max(c.inboundLimit, DefaultInboundLimit)
 	}
 	if c.dgramQueue == 0 {
 		c.dgramQueue = d.dgramQueue
