@@ -164,8 +164,8 @@ var (
 )
 
 // checkFloor refuses a kernel older than uringFloor: the profile k, or the
-// running kernel's release when k is zero (or a running kernel that lacks
-// DEFER_TASKRUN whatever its release says). The error matches
+// running kernel's release when k is zero, or a running kernel that lacks
+// DEFER_TASKRUN whatever its release or the profile says. The error matches
 // ring.ErrNotSupported and names the release and what it lacks.
 func checkFloor(k ring.Kernel) error {
 	rel, what := k, "Linux "+k.String()
@@ -187,7 +187,7 @@ func checkFloor(k ring.Kernel) error {
 			}
 		}
 	}
-	if len(lacks) == 0 && k.IsZero() && !ring.SetupFlagSupported(ring.SetupSingleIssuer|ring.SetupDeferTaskrun) &&
+	if len(lacks) == 0 && !ring.SetupFlagSupported(ring.SetupSingleIssuer|ring.SetupDeferTaskrun) &&
 		ring.SupportedSetupFlags() != 0 {
 		lacks = append(lacks, "IORING_SETUP_DEFER_TASKRUN")
 	}

@@ -38,7 +38,7 @@ var (
 	ErrNilCompleter = errors.New("loop: nil completer")
 
 	// ErrInvalidOption is wrapped by every option validation error of
-	// NewGroup and by invalid arguments of setters such as SetIORatio.
+	// NewGroup.
 	ErrInvalidOption = errors.New("loop: invalid option")
 
 	// ErrInvalidArgument is wrapped by op API errors for bad arguments

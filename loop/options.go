@@ -110,7 +110,7 @@ func WithBackend(b Backend) Option { return func(c *config) { c.backend = b } }
 // WithIORatio sets the percentage of loop time given to I/O, 1..100
 // (default 50). After dispatching completions for ioTime, a loop runs tasks
 // for ioTime*(100-ratio)/ratio; 100 runs every queued task each turn.
-// Values outside 1..100 are rejected. See also Loop.SetIORatio.
+// Values outside 1..100 are rejected.
 func WithIORatio(r int) Option { return func(c *config) { c.ioRatio = r } }
 
 // WithRingEntries sets the SQ size of each loop's ring (uring backend).

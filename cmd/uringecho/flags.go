@@ -22,8 +22,8 @@ type config struct {
 }
 
 const description = `uringecho is an echo server running on ringloop event loops: each loop is a
-goroutine locked to one OS thread that owns one io_uring ring (or one epoll
-instance with -backend epoll). Connections are accepted on one loop and handed
+goroutine locked to one OS thread (or a shared one, with RINGLOOP=thread=shared)
+that owns one io_uring ring (or one epoll instance with -backend epoll). Connections are accepted on one loop and handed
 round robin to the loops of the group (or, with -reuseport, accepted by every
 loop on its own SO_REUSEPORT listener), and every byte a client sends is
 written back to it. With -network udp it echoes each datagram to its sender
@@ -40,7 +40,7 @@ func parseFlags(args []string) config {
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7777", "`address` to listen on; port 0 picks a free port (the banner shows it)")
 	fs.StringVar(&cfg.network, "network", "tcp", "`network`: tcp (echo streams) or udp (echo each datagram to its sender)")
 	fs.IntVar(&cfg.loops, "loops", 0, "number of event `loops`; 0 means GOMAXPROCS")
-	fs.StringVar(&backend, "backend", backend, "I/O `backend`: uring, epoll, or auto (io_uring, epoll if io_uring is unusable)")
+	fs.StringVar(&backend, "backend", backend, "I/O `backend`: uring, epoll, or auto (io_uring from Linux 6.1, epoll before or where io_uring is unusable)")
 	fs.IntVar(&cfg.ioRatio, "ioratio", loop.DefaultIORatio, "`percent` of loop time given to I/O versus tasks, 1..100 (100: run every task each turn)")
 	fs.BoolVar(&cfg.reusePort, "reuseport", false, "one SO_REUSEPORT listener per loop instead of one acceptor handing connections out")
 	fs.DurationVar(&cfg.stats, "stats", 0, "print connection and loop counters every `interval` (e.g. 1s); 0 disables")

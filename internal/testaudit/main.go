@@ -5,11 +5,11 @@
 // no test matching -must-pass passed (so that a pattern that matches
 // nothing cannot pass unnoticed).
 //
-//	RINGLOOP=kernel=5.10 go test -json ./conn/ | go run ./internal/testaudit \
+//	RINGLOOP=kernel=6.1 go test -json ./conn/ | go run ./internal/testaudit \
 //	    -no-skip 'TestAcceptance\w*/backend=uring' -must-pass 'TestAcceptanceScale/backend=uring'
 //
-// .ci/run uses it for the kernel-profile passes: the acceptance tests must
-// run on io_uring under every profile, not skip.
+// .ci/run uses it for the kernel-profile pass: the acceptance tests must
+// run on io_uring under the profile, not skip.
 package main
 
 import (

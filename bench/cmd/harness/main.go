@@ -438,10 +438,10 @@ func parseKernels(v string) ([]string, error) {
 		}
 		maj, min, ok := strings.Cut(k, ".")
 		if _, err := strconv.Atoi(maj); err != nil || !ok {
-			return nil, fmt.Errorf("-kernels: %q is not a kernel version like 5.15", k)
+			return nil, fmt.Errorf("-kernels: %q is not a kernel version like 6.1", k)
 		}
 		if _, err := strconv.Atoi(min); err != nil {
-			return nil, fmt.Errorf("-kernels: %q is not a kernel version like 5.15", k)
+			return nil, fmt.Errorf("-kernels: %q is not a kernel version like 6.1", k)
 		}
 		if contains(out, k) {
 			return nil, fmt.Errorf("-kernels: %s given twice", k)
