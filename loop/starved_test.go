@@ -542,7 +542,9 @@ func TestBundleRotationOrder(t *testing.T) {
 // A ring rebuild leaves parked receives parked; they go to the new ring
 // and nothing is lost.
 func TestParkedRecvRebuild(t *testing.T) {
-	const pairs, size = 8, 512 << 10
+	// Enough bytes that receives stay parked for a while even when the
+	// machine is loaded and the polling goroutine runs late.
+	const pairs, size = 8, 4 << 20
 	r := newStarveRig(t, pairs)
 	writes := r.sendAll(size)
 	r.waitParked()
@@ -560,7 +562,7 @@ func TestParkedRecvRebuild(t *testing.T) {
 // A loop shutting down gives every parked receive its final completion
 // (-ECANCELED): none is orphaned or left waiting.
 func TestParkedRecvShutdown(t *testing.T) {
-	const pairs, size = 8, 1 << 20
+	const pairs, size = 8, 8 << 20
 	r := newStarveRig(t, pairs)
 	for i := range pairs {
 		r.send(i, size) // the writers end when Cleanup shuts the reading ends
