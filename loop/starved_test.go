@@ -562,7 +562,7 @@ func TestParkedRecvRebuild(t *testing.T) {
 // A loop shutting down gives every parked receive its final completion
 // (-ECANCELED): none is orphaned or left waiting.
 func TestParkedRecvShutdown(t *testing.T) {
-	const pairs, size = 8, 8 << 20
+	const pairs, size = 8, 1 << 20
 	r := newStarveRig(t, pairs)
 	for i := range pairs {
 		r.send(i, size) // the writers end when Cleanup shuts the reading ends
