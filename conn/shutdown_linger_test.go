@@ -20,13 +20,12 @@ import (
 // starts.
 func TestGracefulShutdownLingers(t *testing.T) {
 	const size = 8 << 20
+	// unbounded: a linger too long to add to the clock
+	// (WithLinger(math.MaxInt64)) holds the loop's termination like any
+	// other, up to the shutdown's timeout.
 	for _, b := range []loop.Backend{loop.BackendUring, loop.BackendEpoll} {
-		for _, closeFirst := range []bool{false, true} {
-			name := b.String() + "/shutdown"
-			if closeFirst {
-				name = b.String() + "/close-then-shutdown"
-			}
-			t.Run(name, func(t *testing.T) {
+		for _, mode := range []string{"shutdown", "close-then-shutdown", "unbounded"} {
+			t.Run(b.String()+"/"+mode, func(t *testing.T) {
 				if b == loop.BackendUring {
 					testutil.SkipIfNoUring(t)
 				}
@@ -35,19 +34,23 @@ func TestGracefulShutdownLingers(t *testing.T) {
 				g := ctGroup(t, b, 1)
 				payload := make([]byte, size)
 				for i := range payload {
-					payload[i] = byte(i * 7)
+					payload[i] = byte(i*7 + i>>11)
 				}
 				queued := make(chan struct{})
 				h := ctNewServerHandler(t, func(e *ctEvents) {
 					e.onData = func(c *conn.Conn, _ []byte) {
 						c.Write(payload)
-						if closeFirst {
+						if mode == "close-then-shutdown" {
 							c.Close()
 						}
 						close(queued)
 					}
 				})
-				srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h)
+				var opts []conn.Option
+				if mode == "unbounded" {
+					opts = append(opts, conn.WithLinger(math.MaxInt64))
+				}
+				srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h, opts...)
 				cl, err := net.Dial("tcp4", srv.Addr().String())
 				if err != nil {
 					t.Fatal(err)
@@ -76,61 +79,5 @@ func TestGracefulShutdownLingers(t *testing.T) {
 				<-g.Done()
 			})
 		}
-	}
-}
-
-// TestGracefulShutdownLingersUnbounded: a linger too long to add to the
-// clock (WithLinger(math.MaxInt64)) holds the loop's termination like any
-// other, up to the shutdown's timeout: a slow reader still gets all 8 MiB
-// queued when a group with a quiet period of 0 shuts down.
-func TestGracefulShutdownLingersUnbounded(t *testing.T) {
-	const size = 8 << 20
-	for _, b := range []loop.Backend{loop.BackendUring, loop.BackendEpoll} {
-		t.Run(b.String(), func(t *testing.T) {
-			if b == loop.BackendUring {
-				testutil.SkipIfNoUring(t)
-			}
-			testutil.CheckLeaks(t)
-			testutil.Watchdog(t, 60*time.Second)
-			g := ctGroup(t, b, 1)
-			payload := make([]byte, size)
-			for i := range payload {
-				payload[i] = byte(i*7 + i>>11)
-			}
-			queued := make(chan struct{})
-			h := ctNewServerHandler(t, func(e *ctEvents) {
-				e.onData = func(c *conn.Conn, _ []byte) {
-					c.Write(payload)
-					close(queued)
-				}
-			})
-			srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h, conn.WithLinger(math.MaxInt64))
-			cl, err := net.Dial("tcp4", srv.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			cl.(*net.TCPConn).SetReadBuffer(64 << 10)
-			cl.Write([]byte("go"))
-			<-queued
-			if err := g.ShutdownGracefully(0, 20*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(200 * time.Millisecond) // a slow reader
-			cl.SetReadDeadline(time.Now().Add(30 * time.Second))
-			got, err := io.ReadAll(cl)
-			if err != nil {
-				t.Fatalf("after %d of %d bytes: %v (a reset drops what was queued)", len(got), size, err)
-			}
-			if len(got) != size {
-				t.Fatalf("%d of %d bytes, then an orderly end", len(got), size)
-			}
-			for i := range got {
-				if got[i] != payload[i] {
-					t.Fatalf("byte %d differs", i)
-				}
-			}
-			<-g.Done()
-		})
 	}
 }
