@@ -109,19 +109,7 @@ func TestShutdownTimeoutBoundsBusyLoop(t *testing.T) {
 func TestShutdownQuietZeroAndOps(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
-		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := g.Loop(0)
-		a, _ := testutil.SocketPair(t)
-		res := make(chan int32, 1)
-		buf := make([]byte, 8)
-		runOn(t, l, func() {
-			if _, err := l.Recv(a, buf, 0, completerFunc(func(c *loop.Completion) { res <- c.Res })); err != nil {
-				t.Error(err)
-			}
-		})
+		g, l, res := recvInFlight(t, b, func(*loop.Loop, loop.OpID) {})
 		start := time.Now()
 		if err := g.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
@@ -266,22 +254,7 @@ func TestShutdownReleasedHoldGone(t *testing.T) {
 func TestShutdownDrainRecancels(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
-		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := g.Loop(0)
-		a, _ := testutil.SocketPair(t)
-		res := make(chan int32, 1)
-		buf := make([]byte, 8)
-		runOn(t, l, func() {
-			id, err := l.Recv(a, buf, 0, completerFunc(func(c *loop.Completion) { res <- c.Res }))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			l.LoseCancel(id)
-		})
+		g, l, res := recvInFlight(t, b, (*loop.Loop).LoseCancel)
 		start := time.Now()
 		if err := g.ShutdownGracefully(0, time.Second); err != nil {
 			t.Fatal(err)
@@ -306,4 +279,28 @@ func TestShutdownDrainRecancels(t *testing.T) {
 			t.Errorf("ops in flight %d orphaned %d after termination", s.OpsInFlight, s.Orphaned)
 		}
 	})
+}
+
+// recvInFlight makes a one-loop group with a receive armed on an idle
+// socket pair, calls then on the loop with the receive's id, and returns
+// the channel its final result arrives on.
+func recvInFlight(t *testing.T, b loop.Backend, then func(*loop.Loop, loop.OpID)) (*loop.Group, *loop.Loop, chan int32) {
+	t.Helper()
+	g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := g.Loop(0)
+	a, _ := testutil.SocketPair(t)
+	res := make(chan int32, 1)
+	buf := make([]byte, 8)
+	runOn(t, l, func() {
+		id, err := l.Recv(a, buf, 0, completerFunc(func(c *loop.Completion) { res <- c.Res }))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		then(l, id)
+	})
+	return g, l, res
 }

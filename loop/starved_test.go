@@ -185,24 +185,7 @@ func (r *starveRig) arm(i int) {
 
 // send writes n patterned bytes to pair i from a goroutine; the returned
 // channel yields the write's error.
-func (r *starveRig) send(i, n int) chan error {
-	done := make(chan error, 1)
-	r.writers.Add(1)
-	go func() {
-		defer r.writers.Done()
-		p := pattern(i, n)
-		for len(p) > 0 {
-			k, err := unix.Write(r.wr[i], p)
-			if err != nil {
-				done <- err
-				return
-			}
-			p = p[k:]
-		}
-		done <- nil
-	}()
-	return done
-}
+func (r *starveRig) send(i, n int) chan error { return r.sendBursts(i, n, n, 0) }
 
 // sendBursts is send in bursts of burst bytes, pause apart.
 func (r *starveRig) sendBursts(i, n, burst int, pause time.Duration) chan error {
