@@ -22,6 +22,10 @@ var (
 	// ErrInboundLimit is wrapped by the error a connection closes with when
 	// the bytes it keeps for its handler pass WithInboundLimit.
 	ErrInboundLimit = errors.New("conn: inbound limit exceeded")
+	// ErrOutboundLimit is wrapped by the error a Write returns, and the
+	// connection closes with, when the bytes already queued for sending
+	// pass WithOutboundLimit: the peer does not read what it is sent.
+	ErrOutboundLimit = errors.New("conn: outbound limit exceeded")
 	// ErrServerClosed is returned by Shutdown and Close once the server was
 	// closed before.
 	ErrServerClosed = errors.New("conn: server closed")

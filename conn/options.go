@@ -31,6 +31,10 @@ const (
 	// DefaultInboundLimit caps the bytes a connection keeps for its
 	// handler (WithInboundLimit).
 	DefaultInboundLimit = 4 << 20
+	// DefaultOutboundLimit caps the bytes a connection queues for sending
+	// (WithOutboundLimit): a Write made while more is queued fails with
+	// ErrOutboundLimit and resets the connection.
+	DefaultOutboundLimit = 4 << 20
 	// MaxKeepAlive is the longest keepalive idle time and interval the
 	// kernel takes (TCP_KEEPIDLE and TCP_KEEPINTVL: 32,767 s).
 	MaxKeepAlive = 32767 * time.Second
@@ -57,6 +61,7 @@ type config struct {
 	linger          time.Duration
 	halfClose       bool
 	pauseUnwritable bool
+	outboundLimit   int // bytes queued above which a Write fails (WithOutboundLimit)
 	inboundLimit    int
 	netInbound      int          // WithInboundLimit as given (0: each kind's default), for the adapters
 	dgramQueue      int          // datagrams a PacketConn queues (WithDatagramQueue)
@@ -72,6 +77,9 @@ func defaultConfig() config {
 		highWater:  DefaultHighWaterMark,
 		dgramQueue: DefaultDatagramQueue,
 		linger:     DefaultLinger,
+
+		pauseUnwritable: true,
+		outboundLimit:   DefaultOutboundLimit,
 	}
 }
 
@@ -155,15 +163,34 @@ func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.con
 func WithHalfClose(on bool) Option { return func(c *config) { c.halfClose = on } }
 
 // WithPauseReadWhenUnwritable ties reading to the connection's own
-// writability: reading pauses when the outbound buffer rises above the
-// high-water mark and resumes when it drains to the low mark, so a peer
-// that sends requests and never reads the replies stalls in its own socket
-// instead of growing this process's memory. A Write on the connection's
-// loop pauses at once, so Buffered stays within the high-water mark plus
-// what one OnData call wrote. It is independent of PauseRead.
+// writability (default true): reading pauses when the outbound buffer rises
+// above the high-water mark and resumes when it drains to the low mark, so
+// a peer that sends requests and never reads the replies stalls in its own
+// socket instead of growing this process's memory, as a server blocked in
+// a net.Conn's Write stops reading. A Write on the connection's loop pauses
+// at once, so Buffered stays within the high-water mark plus what one
+// OnData call wrote. It is independent of PauseRead. Turn it off
+// (WithPauseReadWhenUnwritable(false)) only for a handler that watches
+// writability itself (OnWritabilityChanged, PauseRead): a connection that
+// must read its peer to let it drain (both sides writing more than the
+// socket buffers hold before reading) would otherwise stall for good.
+// A NetConn does not use it: its Write blocks instead.
 func WithPauseReadWhenUnwritable(on bool) Option {
 	return func(c *config) { c.pauseUnwritable = on }
 }
+
+// WithOutboundLimit bounds the bytes a connection queues for sending
+// (default DefaultOutboundLimit, 4 MiB; 0 means the default; negative
+// values are rejected). Write never blocks; a Write (or Writev) made while
+// more than n bytes are already queued fails with an error wrapping
+// ErrOutboundLimit, queues nothing, and closes the connection with a reset
+// (OnClose reports that error). So a connection holds at most n plus one
+// write, even for a handler that answers many pipelined requests in one
+// call to a peer that never reads. Raise it for a handler that queues
+// large responses at once; a producer that watches Writable or
+// OnWritabilityChanged never comes near it. A NetConn is not limited: its
+// Write blocks while the connection is unwritable.
+func WithOutboundLimit(n int) Option { return func(c *config) { c.outboundLimit = n } }
 
 // WithInboundLimit bounds the received bytes a connection holds that its
 // reader has not taken yet, so a peer can never make memory grow without
@@ -230,6 +257,8 @@ func (c *config) validate() error {
 		return invalidOption("read timeout %v (expected >= 0)", c.readTimeout)
 	case c.idleTimeout < 0:
 		return invalidOption("idle timeout %v (expected >= 0)", c.idleTimeout)
+	case c.outboundLimit < 0:
+		return invalidOption("outbound limit %d (expected >= 0; 0 means the default)", c.outboundLimit)
 	case c.inboundLimit < 0:
 		return invalidOption("inbound limit %d (expected >= 0)", c.inboundLimit)
 	case c.connTimeout < 0:
@@ -253,6 +282,15 @@ func (c *config) validate() error {
 	}
 	if c.dgramQueue == 0 {
 		c.dgramQueue = d.dgramQueue
+	}
+	if c.outboundLimit == 0 {
+		c.outboundLimit = d.outboundLimit
+	}
+	if c.netConn {
+		// A NetConn's Write blocks while the connection is unwritable,
+		// which bounds its queue; its reader and writer are apart, so
+		// reading must not wait for the writer.
+		c.outboundLimit, c.pauseUnwritable = math.MaxInt, false
 	}
 	if c.lowWater == 0 && c.highWater == 0 {
 		c.lowWater, c.highWater = d.lowWater, d.highWater

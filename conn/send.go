@@ -1,6 +1,7 @@
 package conn
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -231,15 +232,22 @@ func (o *chunkQueue) pin(n int) {
 // return, also across goroutines (each call's bytes stay contiguous). Write
 // does not block and does not wait for the peer: it queues even above the
 // high-water mark, so a producer that can outrun the peer should watch
-// Writable or OnWritabilityChanged. After Close or CloseWrite it returns an
-// error wrapping net.ErrClosed. Safe for concurrent use.
+// Writable or OnWritabilityChanged. The queue is bounded all the same
+// (WithOutboundLimit, default DefaultOutboundLimit): a Write made while
+// more than the limit is already queued queues nothing and returns an
+// error wrapping ErrOutboundLimit, and the connection closes with a reset
+// (the peer sees ECONNRESET, not a FIN) and OnClose reports that error;
+// later Writes return an error wrapping net.ErrClosed. So a peer that never
+// reads holds at most the limit plus one Write. After Close or CloseWrite
+// it returns an error wrapping net.ErrClosed. Safe for concurrent use.
 func (c *Conn) Write(p []byte) (int, error) {
 	n, err := c.Writev([][]byte{p})
 	return int(n), err
 }
 
 // Writev queues a copy of every buffer of bufs, in order and contiguous, as
-// one Write of their concatenation would. Safe for concurrent use.
+// one Write of their concatenation would, under the same outbound limit.
+// Safe for concurrent use.
 func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 	var n int64
 	for _, b := range bufs {
@@ -263,6 +271,9 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 		c.mu.Unlock()
 		return 0, nil
 	}
+	if c.out.n > c.cfg.outboundLimit {
+		return 0, c.overLimit()
+	}
 	for _, b := range bufs {
 		c.out.push(b, false)
 	}
@@ -282,9 +293,41 @@ func (c *Conn) queueChunks(filled []*chunk, n int) error {
 		}
 		return c.opError("write", "", net.ErrClosed)
 	}
+	if c.out.n > c.cfg.outboundLimit {
+		err := c.overLimit()
+		for _, t := range filled {
+			putChunk(t)
+		}
+		return err
+	}
 	c.out.splice(filled, n)
 	c.afterAppend()
 	return nil
+}
+
+// overLimit fails a write made while the queued bytes exceed the outbound
+// limit: the connection takes no more writes and closes with a reset (the
+// stream lost bytes, so the peer must not see an orderly end), OnClose
+// reporting the error the write returns. Caller holds c.mu; overLimit
+// unlocks it.
+func (c *Conn) overLimit() error {
+	err := c.opError("write", "", fmt.Errorf("%w: %d bytes queued, limit %d",
+		ErrOutboundLimit, c.out.n, c.cfg.outboundLimit))
+	c.wclosed = true
+	c.mu.Unlock()
+	abort := func() {
+		if c.state == stateOpen {
+			c.abort = true
+			c.closeNow(err)
+		}
+	}
+	if c.l.InLoop() {
+		abort()
+	} else {
+		// An error means the loop is shutting down: its drain closes c.
+		_ = executeRetrying(c.l, abort)
+	}
+	return err
 }
 
 // afterAppend publishes what an append queued, unlocks c.mu and has the
