@@ -203,7 +203,9 @@ func TestAcceptanceHalfClose(t *testing.T) {
 		testutil.Watchdog(t, time.Minute)
 		g := accGroup(t, b)
 		rec := newAccRecorder(true)
-		srv := accListen(t, g, rec)
+		// The client writes everything before it reads the echo: the
+		// server must keep reading while unwritable and queue it all.
+		srv := accListen(t, g, rec, conn.WithPauseReadWhenUnwritable(false), conn.WithOutboundLimit(2*n))
 
 		c, err := net.DialTimeout("tcp", srv.Addr().String(), 5*time.Second)
 		if err != nil {
