@@ -65,8 +65,10 @@ func (c *Conn) checkReset() {
 	if c.state != stateOpen || !c.recvActive || c.recvCanceled || c.unixSock || c.recvOnce {
 		return
 	}
-	info, err := unix.GetsockoptTCPInfo(int(c.fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	if err != nil || (info.State != tcpClose && info.State != tcpCloseWait) {
+	// tcpi_state is tcp_info's first byte: the kernel copies as much as
+	// asked for, and nothing is allocated.
+	state, err := unix.GetsockoptByte(int(c.fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil || (state != tcpClose && state != tcpCloseWait) {
 		return
 	}
 	// The ECANCELED completion re-arms (recvDone.Complete), now single.
