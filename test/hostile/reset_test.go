@@ -68,7 +68,7 @@ func TestResetAfterData(t *testing.T) {
 		defer srv.Close()
 		baseFds := testutil.FdCount()
 		ap := srv.Addr().(*net.TCPAddr).AddrPort()
-		addr := &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+		addr := unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
 
 		start := time.Now()
 		var next atomic.Int64
@@ -78,13 +78,14 @@ func TestResetAfterData(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				addr := addr // Connect writes into it
 				for next.Add(1) <= int64(cycles) {
 					// At most 256 the server has not closed yet, so the
 					// listen backlog never overflows into SYN retries.
 					for next.Load()-h.closed.Load() > 256 {
 						time.Sleep(50 * time.Microsecond)
 					}
-					if err := resetPeer(addr); err != nil {
+					if err := resetPeer(&addr); err != nil {
 						errs <- err
 						return
 					}
