@@ -84,6 +84,8 @@ type Conn struct {
 	hasHH         bool   // h implements HalfCloseHandler
 	hasRH         bool   // h implements ReadHandler
 	unixSock      bool   // a Unix socket ("unix"), not TCP ("tcp")
+	recvOnce      bool   // receive with single shots: the reset sweep found a multishot receive deaf (resetsweep_linux.go)
+	rxSweeps      uint8  // reset sweeps left to check c: set by each received byte count (resetsweep_linux.go)
 	drainEOF      bool   // close with io.EOF once the outbound queue is empty
 	counted       bool   // in its server's live count; guarded by srv.mu
 	recvActive    bool   // a receive is armed (recv.id)

@@ -38,9 +38,10 @@ func (c *Conn) armRecv() {
 		id  loop.OpID
 		err error
 	)
-	if c.unixSock {
+	if c.unixSock || c.recvOnce {
 		// Single shots: a multishot receive over AF_UNIX can miss the
-		// peer's shutdown (RecvProvidedOnce).
+		// peer's shutdown (RecvProvidedOnce), and one over TCP its reset
+		// (resetsweep_linux.go).
 		id, err = c.l.RecvProvidedOnce(int(c.fd), 0, (*recvDone)(c))
 	} else {
 		id, err = c.l.RecvProvided(int(c.fd), 0, (*recvDone)(c))
@@ -84,6 +85,7 @@ func (d *recvDone) Complete(cp *loop.Completion) {
 
 	switch res := cp.Res; {
 	case res > 0:
+		c.rxSweeps = 2 // resetsweep_linux.go
 		if tm := c.rare; tm != nil && (tm.read > 0 || tm.idle > 0) {
 			// Only a timeout reads these (setTimeout starts them
 			// afresh), so without one the clock is not read.

@@ -90,6 +90,7 @@ func newLoopConns(l *loop.Loop) *loopConns {
 	if _, err := l.AddShutdownHook(func() { r.closeAll() }); err != nil {
 		r.closing = true // shutting down already: nothing joins
 	}
+	r.startResetSweep(l)
 	return r
 }
 
