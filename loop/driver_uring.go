@@ -120,6 +120,7 @@ type uringDriver struct {
 	bundles      atomic.Uint64 // provided-buffer completions that carried several buffers
 	bundleBids   []uint16      // TakeBundle's scratch
 	recvLen      uint32        // provided-buffer receives' length with bundles (setRecvCap); 0: a buffer's
+	recvTotal    uint32        // bytes one multishot receive takes before it ends (setRecvCap); 0: no limit
 
 	// Fault injection (fault_on.go): fake results planned by slot, buffers
 	// held back for fake failures.
@@ -507,9 +508,21 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		// runs on. (Accepts stay multishot: one such wakeup per
 		// connection at most.)
 		// RecvProvidedOnce asks for single shots too (AF_UNIX).
-		if o.multishot && !d.cfg.shared {
+		switch {
+		case o.multishot && !d.cfg.shared:
 			sqe.PrepRecvMultishot(fd, o.arg)
-		} else {
+			if d.recvTotal > 0 {
+				sqe.SetRecvTotal(d.recvTotal)
+			}
+		case d.recvTotal > 0 && !d.cfg.shared && o.marks&markOneBundle != 0:
+			// A rotated receive. A single shot with bundles appends
+			// what else the socket holds to its one completion, past
+			// its length (up to the whole receive queue); a multishot
+			// receive limited to one bundle in all takes no more than
+			// that length, and ends.
+			sqe.PrepRecvMultishot(fd, o.arg)
+			sqe.SetRecvTotal(d.recvLen)
+		default:
 			// Single shot from the buffer group: the completion has no
 			// F_MORE and the loop re-arms, as after -ENOBUFS.
 			sqe.PrepRecv(fd, nil, o.arg)
@@ -885,10 +898,21 @@ const bundleBufs = 16
 // setRecvCap decides whether bundles run, and their length. Without a cap a
 // bundle may take up to 256 buffers, so bundles run only where the kernel
 // takes a length on multishot receives (6.17), which start probes once;
-// the length is bundleBufs buffers, on single shots as well. Features.RecvCap
-// is that length, else 0.
+// the length is bundleBufs buffers, on single shots as well (where it bounds
+// only the first of the buffers a single shot appends while the socket
+// holds more: a rotated receive is therefore a multishot one limited to one
+// bundle in all, and a shared thread, all of whose receives are single
+// shots, runs no bundles). Features.RecvCap is that length, else 0.
 func (d *uringDriver) setRecvCap() {
 	d.feat.RecvCap, d.recvLen = 0, 0
+	if d.cfg.shared {
+		// A shared thread's receives are all single shots, and a single
+		// shot with bundles appends what else the socket holds to its
+		// one completion, past its length, up to the whole receive
+		// queue: a connection pausing on it would keep all that. One
+		// buffer bounds what a single shot takes.
+		d.feat.RecvBundle = false
+	}
 	if !d.feat.RecvBundle {
 		return
 	}
@@ -897,21 +921,36 @@ func (d *uringDriver) setRecvCap() {
 	// kernels that may post a single shot's completion after a later
 	// multishot one (fixed in 6.15), which TakeBundle's ring positions
 	// cannot survive (docs/op-lifecycle.md, TestBundleRotationOrder).
-	if !d.probeMultishotLen() {
+	if !d.probeMultishotLen(false) {
 		d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles", "loop", d.cfg.name)
 		d.feat.RecvBundle = false
 		return
 	}
 	d.recvLen = bundleBufs * d.cfg.bufSize
 	d.feat.RecvCap = d.recvLen
+	// A multishot receive ends after recvTotal bytes and is re-armed: a
+	// socket whose queue is full would otherwise fill buffer after buffer
+	// in one wait (the kernel requeues a capped receive and runs it again
+	// before returning), and a connection that pauses on the first of
+	// them must keep all the others.
+	if d.probeMultishotLen(true) {
+		d.recvTotal = recvTotalBufs * d.cfg.bufSize
+	}
 }
+
+// recvTotalBufs is how many buffers' worth a multishot receive takes
+// before it ends: two bundles, 128 KiB of the default 4 KiB buffers.
+const recvTotalBufs = 2 * bundleBufs
 
 // probeMultishotLen reports whether the kernel takes a length on a
 // multishot receive with provided buffers. Before 6.17 the prep fails at
 // once with -EINVAL; from 6.17 the receive arms (its socket pair is empty)
 // and the probe cancels it. It runs in start, before anything else is in
 // flight, and reaps its own completions.
-func (d *uringDriver) probeMultishotLen() bool {
+//
+// With total, the probe also sets a limit on the bytes the whole receive
+// takes (IORING_RECV_MSHOT_LIM), which a kernel without it refuses.
+func (d *uringDriver) probeMultishotLen(total bool) bool {
 	if hiddenFeatures.multishotLen || !d.cfg.kernel.HasFeature(ring.FeatureMultishotRecvLen) {
 		return false
 	}
@@ -934,6 +973,9 @@ func (d *uringDriver) probeMultishotLen() bool {
 	sqe.PrepRecvMultishot(fds[0], 0)
 	sqe.SetBufferGroup(d.br.Group())
 	sqe.Len = 64
+	if total {
+		sqe.SetRecvTotal(128)
+	}
 	sqe.UserData = ud
 	if _, err := d.r.Submit(); err != nil {
 		// The SQE may still be queued: keep the pair open, so that the

@@ -118,7 +118,8 @@ type op struct {
 type opMarks uint8
 
 const (
-	markYield opMarks = 1 << iota // a provided-buffer receive the loop canceled to rotate it (starved.go)
+	markYield     opMarks = 1 << iota // a provided-buffer receive the loop canceled to rotate it (starved.go)
+	markOneBundle                     // a rotated receive: one bundle's worth, then back of the queue (starved.go)
 )
 
 // opExt holds what only some ops hand the kernel: a sendmsg's header, a

@@ -134,6 +134,7 @@ func (l *Loop) resubmitParked() {
 		o.state = opQueued
 		if single && o.tag == tagRecvBuf {
 			o.multishot = false // one completion, then the back of the queue
+			o.marks |= markOneBundle
 		}
 		if err := l.drv.submit(o); err != nil {
 			// The backend takes no more ops (it is closing): the

@@ -33,6 +33,12 @@ func (e *SQE) prepRW(op Opcode, fd int32, addr uint64, length uint32, off uint64
 	e.Pad2 = 0
 }
 
+// SetRecvTotal limits a multishot IORING_OP_RECV prepared by
+// PrepRecvMultishot to about n bytes in all: once it has taken n, its
+// completion carries no CQEFMore and the caller re-arms it. Kernels without
+// the limit (before 6.17) fail the receive with -EINVAL.
+func (e *SQE) SetRecvTotal(n uint32) { e.SpliceFdIn = int32(n) }
+
 // PrepNop prepares IORING_OP_NOP: an op that completes at once with res 0.
 func (e *SQE) PrepNop() {
 	e.prepRW(OpNop, -1, 0, 0, 0)

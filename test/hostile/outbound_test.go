@@ -250,11 +250,6 @@ func TestOutboundPauseAtScale(t *testing.T) {
 		heap, rss := w.end()
 		t.Logf("%d peers that never read: peak heap +%s (%d KiB a connection), peak RSS +%s; largest queue %d KiB",
 			n, mib(heap), heap/uint64(n)>>10, mib(rss), p.max()>>10)
-		if b == loop.BackendUring && heap > uint64(n*perConn) {
-			// Not fixed yet: io_uring delivers receives past the pause.
-			waitClosed(t, p)
-			t.Skipf("io_uring keeps more than one receive past the pause: %d KiB a connection (bound %d KiB)", heap/uint64(n)>>10, perConn>>10)
-		}
 		pauseFigures[b] = heap
 		if heap > uint64(n*perConn) {
 			t.Errorf("peak heap %s: more than %d KiB a connection", mib(heap), perConn>>10)
