@@ -177,3 +177,10 @@ func (l *Loop) OpsInFlight() int {
 	l.assertLoop()
 	return l.ops.inFlight
 }
+
+// LimitsMultishotTotal reports whether l's multishot receives end after a
+// total (a rotated receive is then a multishot one limited to one bundle).
+func LimitsMultishotTotal(l *Loop) bool {
+	d, ok := l.drv.(*uringDriver)
+	return ok && d.recvTotal > 0
+}
