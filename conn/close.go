@@ -285,6 +285,7 @@ func (c *Conn) closed() {
 	c.mu.Lock()
 	c.out.release()
 	c.mu.Unlock()
+	c.uncharge()
 	c.kin = nil
 	if c.rare != nil && c.rare.lingerHold != nil {
 		c.rare.lingerHold()

@@ -69,18 +69,26 @@ func ExampleDial() {
 
 // lines is a line protocol: it answers each complete line and leaves a
 // partial one to the connection, which passes it again with the bytes that
-// complete it. It keeps no pending buffer of its own.
-type lines struct{ conn.NopHandler }
+// complete it. It keeps no pending buffer of its own, only how far it
+// searched, so there is one per connection (ListenFunc).
+type lines struct {
+	conn.NopHandler
+	scanned int // bytes after the consumed ones already searched
+}
 
-func (lines) OnRead(c *conn.Conn, data []byte) (consumed int) {
+func (h *lines) OnRead(c *conn.Conn, data []byte) (consumed int) {
 	for {
-		i := bytes.IndexByte(data[consumed:], '\n')
+		// The bytes left unconsumed last time come first in data and
+		// were searched already: each byte is searched once.
+		i := bytes.IndexByte(data[consumed+h.scanned:], '\n')
 		if i < 0 {
+			h.scanned = len(data) - consumed
 			return consumed // the rest waits for more bytes
 		}
-		line := data[consumed : consumed+i]
+		end := consumed + h.scanned + i
+		line := data[consumed:end]
 		fmt.Fprintf(c, "%d bytes: %s\n", len(line), line)
-		consumed += i + 1
+		consumed, h.scanned = end+1, 0
 	}
 }
 
@@ -93,7 +101,7 @@ func ExampleReadHandler() {
 		return
 	}
 	defer g.Shutdown(context.Background())
-	srv, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", lines{})
+	srv, err := conn.ListenFunc(context.Background(), g, "tcp", "127.0.0.1:0", func(*conn.Conn) conn.Handler { return &lines{} })
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -42,3 +42,17 @@ func DeadlineQueueLen(l *loop.Loop) int {
 	defer q.mu.Unlock()
 	return len(q.h)
 }
+
+// KeptOnLoop returns the capacity of the kept input buffers of l's
+// connections and how many connections hold one, read on l.
+func KeptOnLoop(l *loop.Loop) (kept, keepers int) {
+	res := make(chan [2]int, 1)
+	if l.Execute(func() {
+		r := registryFor(l)
+		res <- [2]int{r.kept, r.keepers}
+	}) != nil {
+		return -1, -1
+	}
+	v := <-res
+	return v[0], v[1]
+}

@@ -53,8 +53,15 @@ type WritabilityHandler interface {
 // front (0 to len(data)). The connection keeps the rest and passes it again,
 // followed by new bytes, on the next call. Bytes that arrive whole and are
 // consumed whole are never copied; the rest is copied once into a
-// per-connection buffer, bounded by WithInboundLimit. data is valid only
-// during the call. Bytes still unconsumed at the peer's FIN are dropped.
+// per-connection buffer, bounded by WithInboundLimit (64 KiB by default)
+// and the group's WithInboundBudget. data is valid only during the call.
+// Bytes still unconsumed at the peer's FIN are dropped.
+//
+// The next call's data starts with exactly the len(data)-consumed bytes
+// this call left, so a handler that searches for a delimiter should
+// remember how far it searched and go on from there (ExampleReadHandler):
+// searching all of data on every call costs time in the square of a long
+// frame's length.
 type ReadHandler interface {
 	OnRead(c *Conn, data []byte) (consumed int)
 }

@@ -18,12 +18,12 @@ func TestInboundDefaults(t *testing.T) {
 		return c.inboundLimit, (&NetConn{c: &Conn{cfg: nc}}).limit(), nc.inboundLimit, netLimit(c.netInbound)
 	}
 	cb, n, under, p := limits()
-	if cb != DefaultInboundLimit || n != DefaultNetInbound || under != DefaultInboundLimit || p != DefaultNetPacketInbound {
+	if cb != DefaultInboundLimit || n != DefaultNetInbound || under != netInflightLimit || p != DefaultNetPacketInbound {
 		t.Errorf("defaults: callback %d, NetConn %d (its connection %d), NetPacketConn %d; want %d, %d (%d), %d",
-			cb, n, under, p, DefaultInboundLimit, DefaultNetInbound, DefaultInboundLimit, DefaultNetPacketInbound)
+			cb, n, under, p, DefaultInboundLimit, DefaultNetInbound, netInflightLimit, DefaultNetPacketInbound)
 	}
 	cb, n, under, p = limits(WithInboundLimit(256 << 10))
-	if cb != 256<<10 || n != 256<<10 || under != DefaultInboundLimit || p != 256<<10 {
+	if cb != 256<<10 || n != 256<<10 || under != netInflightLimit || p != 256<<10 {
 		t.Errorf("WithInboundLimit(256 KiB): callback %d, NetConn %d (its connection %d), NetPacketConn %d", cb, n, under, p)
 	}
 }

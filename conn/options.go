@@ -29,8 +29,16 @@ const (
 	// to reach the kernel before it closes the fd anyway (see WithLinger).
 	DefaultLinger = 2 * time.Second
 	// DefaultInboundLimit caps the bytes a connection keeps for its
-	// handler (WithInboundLimit).
-	DefaultInboundLimit = 4 << 20
+	// handler (WithInboundLimit): 64 KiB, the longest token a
+	// bufio.Scanner takes by default.
+	DefaultInboundLimit = 64 << 10
+	// DefaultInboundBudget caps the bytes all the connections of a group
+	// keep for their handlers together (WithInboundBudget).
+	DefaultInboundBudget = 64 << 20
+	// netInflightLimit is the limit of the connection under a NetConn: it
+	// holds only the bytes already on their way when the NetConn pauses
+	// at its own bound (hard-coded).
+	netInflightLimit = 4 << 20
 	// DefaultOutboundLimit caps the bytes a connection queues for sending
 	// (WithOutboundLimit): a Write made while more is queued fails with
 	// ErrOutboundLimit and resets the connection.
@@ -63,6 +71,7 @@ type config struct {
 	pauseUnwritable bool
 	outboundLimit   int // bytes queued above which a Write fails (WithOutboundLimit)
 	inboundLimit    int
+	inboundBudget   int          // a group's kept bytes in all (WithInboundBudget)
 	netInbound      int          // WithInboundLimit as given (0: each kind's default), for the adapters
 	dgramQueue      int          // datagrams a PacketConn queues (WithDatagramQueue)
 	udpSegment      int          // UDP_SEGMENT size (WithUDPSegment)
@@ -80,6 +89,7 @@ func defaultConfig() config {
 
 		pauseUnwritable: true,
 		outboundLimit:   DefaultOutboundLimit,
+		inboundBudget:   DefaultInboundBudget,
 	}
 }
 
@@ -200,17 +210,32 @@ func WithOutboundLimit(n int) Option { return func(c *config) { c.outboundLimit 
 //     bytes plus those received while reading was paused. A connection
 //     past n closes with a reset and an error wrapping ErrInboundLimit (a
 //     frame longer than the protocol allows, or a handler that never
-//     consumes). Default DefaultInboundLimit (4 MiB).
+//     consumes). Default DefaultInboundLimit (64 KiB, as bufio.Scanner's
+//     longest token): a protocol whose frames are longer raises it.
 //   - A NetConn (ListenNet, DialNet): the bytes no Read has taken. At n
 //     the connection stops receiving, so the peer stalls in its own socket,
 //     until Read brings the buffer down to n/2. Default DefaultNetInbound
 //     (64 KiB); a bound above 1 GiB counts as 1 GiB. The connection under
-//     it keeps max(n, DefaultInboundLimit) as its own limit, for the bytes
-//     already on their way when receiving pauses.
+//     it keeps max(n, 4 MiB) as its own limit, for the bytes already on
+//     their way when receiving pauses.
 //   - A NetPacketConn (ListenPacketNet, DialPacketNet): the bytes of queued
 //     datagrams; a datagram that finds the queue full is dropped and
 //     counted. Default DefaultNetPacketInbound (1 MiB).
 func WithInboundLimit(n int) Option { return func(c *config) { c.inboundLimit = n } }
+
+// WithInboundBudget bounds the bytes the connections of a group keep for
+// their handlers together (default DefaultInboundBudget, 64 MiB; 0 means
+// the default; negative values are rejected): the bytes a ReadHandler left
+// unconsumed and those received while reading was paused, counted at the
+// memory they take. Each loop of the group holds its share, n divided by
+// the number of loops. A connection whose bytes would take its loop past
+// its share closes the connection of the loop holding the most (itself, if
+// it holds at least the loop's average) with a reset and an error wrapping
+// ErrInboundLimit, so many peers that each stay under WithInboundLimit
+// cannot add up to more than the budget, while connections keeping little
+// go on. The budget a connection checks is the one its own Listen or Dial
+// gave.
+func WithInboundBudget(n int) Option { return func(c *config) { c.inboundBudget = n } }
 
 // WithDatagramQueue bounds how many datagrams a PacketConn queues before
 // the kernel has taken them (default DefaultDatagramQueue; 0 means the
@@ -261,6 +286,8 @@ func (c *config) validate() error {
 		return invalidOption("outbound limit %d (expected >= 0; 0 means the default)", c.outboundLimit)
 	case c.inboundLimit < 0:
 		return invalidOption("inbound limit %d (expected >= 0)", c.inboundLimit)
+	case c.inboundBudget < 0:
+		return invalidOption("inbound budget %d (expected >= 0; 0 means the default)", c.inboundBudget)
 	case c.connTimeout < 0:
 		return invalidOption("connect timeout %v (expected >= 0)", c.connTimeout)
 	case c.linger < 0:
@@ -274,11 +301,16 @@ func (c *config) validate() error {
 		c.backlog = d.backlog
 	}
 	c.netInbound = c.inboundLimit
-	if c.inboundLimit == 0 || c.netConn {
+	switch {
+	case c.netConn:
 		// Under a NetConn the limit holds only the bytes already on their
-		// way when the NetConn pauses at its own bound: never below the
-		// default.
-		c.inboundLimit = max(c.inboundLimit, DefaultInboundLimit)
+		// way when the NetConn pauses at its own bound.
+		c.inboundLimit = max(c.inboundLimit, netInflightLimit)
+	case c.inboundLimit == 0:
+		c.inboundLimit = DefaultInboundLimit
+	}
+	if c.inboundBudget == 0 {
+		c.inboundBudget = d.inboundBudget
 	}
 	if c.dgramQueue == 0 {
 		c.dgramQueue = d.dgramQueue

@@ -134,6 +134,109 @@ type keptInput struct {
 	buf     []byte // kept bytes from off on
 	off     int    // start of the kept bytes in buf
 	pending int    // bytes at the end of buf the handler has not seen
+	charged int    // cap(buf) as counted in the loop's kept total (charge)
+}
+
+// charge brings the loop's count of kept bytes (loopConns.kept) in line
+// with the capacity of c's kept buffer. Must be called on c's loop after
+// every change of that buffer.
+func (c *Conn) charge() {
+	if c.state >= stateClosing {
+		return // closed: uncharge takes out what was counted
+	}
+	k := c.kin
+	n := 0
+	if k != nil {
+		n = cap(k.buf)
+	}
+	old := 0
+	if k != nil {
+		old = k.charged
+		k.charged = n
+	}
+	if n == old {
+		return
+	}
+	r := registryFor(c.l)
+	r.kept += n - old
+	switch {
+	case old == 0:
+		r.keepers++
+	case n == 0:
+		r.keepers--
+	}
+}
+
+// uncharge takes c's kept buffer out of the loop's count as it goes.
+// Must be called on c's loop.
+func (c *Conn) uncharge() {
+	if k := c.kin; k != nil && k.charged > 0 {
+		r := registryFor(c.l)
+		r.kept -= k.charged
+		r.keepers--
+		k.charged = 0
+	}
+}
+
+// overBudget enforces WithInboundBudget before c keeps grow more bytes:
+// past its loop's share of the group's budget, the connection of the loop
+// holding the most is closed (c itself if it holds at least the average of
+// the loop's keeping connections). It reports false when that closed c.
+// Must be called on c's loop.
+func (c *Conn) overBudget(grow int) bool {
+	if c.cfg.netConn {
+		return true // a NetConn's connection holds what is already on its way
+	}
+	r := registryFor(c.l)
+	share := c.cfg.inboundBudget / max(c.l.Group().Len(), 1)
+	for r.kept+grow > share {
+		mine := 0
+		if c.kin != nil {
+			mine = c.kin.charged
+		}
+		victim := c
+		if r.keepers > 0 && mine < r.kept/r.keepers {
+			victim = r.largestKeeper()
+		}
+		if victim == nil || victim.kin == nil || victim.kin.charged == 0 {
+			victim = c
+		}
+		err := fmt.Errorf("%w: the group's inbound budget of %d bytes is reached (%d kept on this loop, %d by this connection)",
+			ErrInboundLimit, c.cfg.inboundBudget, r.kept, victim.kin.chargedOrZero())
+		// Closed, it keeps no more: its bytes leave the count now, not
+		// when its fd's close completes.
+		victim.uncharge()
+		victim.abort = true
+		victim.closeNow(victim.opError("read", "", err))
+		if victim == c {
+			return false
+		}
+	}
+	return true
+}
+
+func (k *keptInput) chargedOrZero() int {
+	if k == nil {
+		return 0
+	}
+	return k.charged
+}
+
+// largestKeeper returns the open connection of the loop whose kept bytes
+// take the most memory. It scans every connection: it runs only when the
+// loop is past its budget.
+func (r *loopConns) largestKeeper() *Conn {
+	var best *Conn
+	for i := range r.conns.n {
+		x := *r.conns.at(i)
+		if x.state != stateOpen || x.kin == nil {
+			continue
+		}
+		if best == nil || x.kin.charged > best.kin.charged {
+			best = x
+		}
+	}
+	return best
 }
 
 // keptIn returns c's kept input, making it on first use.
@@ -173,6 +276,7 @@ func (c *Conn) consume(n int) {
 			b := k.buf
 			stashPool.Put(&b)
 			k.buf = nil
+			c.charge()
 		}
 	}
 }
@@ -220,14 +324,24 @@ func (c *Conn) deliver(data []byte) {
 // given yet. Past the inbound limit the connection fails. Must be called
 // on c's loop. It reports false when the limit closed the connection.
 func (c *Conn) keep(data []byte, unseen bool) bool {
-	n := len(c.kept()) + len(data)
+	// The limit is on what the handler left unconsumed: the bytes kept
+	// while paused are at most a receive or two (the receive stops at
+	// once), and the budget counts them.
+	n := len(c.kept()) - c.pending()
+	if !unseen {
+		n += len(data)
+	}
 	if n > c.cfg.inboundLimit {
 		c.abort = true
 		c.closeNow(c.opError("read", "", fmt.Errorf("%w: %d bytes kept, limit %d",
 			ErrInboundLimit, n, c.cfg.inboundLimit)))
 		return false
 	}
+	if !c.overBudget(len(data)) || c.state != stateOpen {
+		return false
+	}
 	k := c.keptIn()
+	defer c.charge()
 	switch {
 	case k.buf == nil && unseen:
 		if p, _ := stashPool.Get().(*[]byte); p != nil {

@@ -15,6 +15,8 @@ import (
 type loopConns struct {
 	conns   connSet // indexed by Conn.regIdx
 	closing bool    // the loop's shutdown began: no connection joins
+	kept    int     // capacity of its connections' kept input buffers (Conn.charge)
+	keepers int     // connections with a kept input buffer
 
 	deadlines deadlineQueue // its NetConns' deadlines (safe for concurrent use)
 	overflow  overflow      // tasks a full task queue refused, in order (executeRetrying)

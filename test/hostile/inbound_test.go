@@ -1,0 +1,132 @@
+package hostile
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/loop"
+)
+
+// Peers of a line protocol that send bytes and never the newline. Each
+// connection keeps at most DefaultInboundLimit, and all of them together at
+// most DefaultInboundBudget, so the server's memory stays bounded however
+// many such peers come.
+
+// scanLines is a per-connection line handler that scans each byte once
+// and answers each line with "ok".
+type scanLines struct {
+	scanned int
+	closed  *atomic.Int32
+}
+
+func (h *scanLines) OnOpen(*conn.Conn)         {}
+func (h *scanLines) OnData(*conn.Conn, []byte) {}
+func (h *scanLines) OnClose(*conn.Conn, error) { h.closed.Add(1) }
+func (h *scanLines) OnRead(c *conn.Conn, data []byte) int {
+	consumed := 0
+	for {
+		i := bytes.IndexByte(data[consumed+h.scanned:], '\n')
+		if i < 0 {
+			h.scanned = len(data) - consumed
+			return consumed
+		}
+		c.Write([]byte("ok\n"))
+		consumed += h.scanned + i + 1
+		h.scanned = 0
+	}
+}
+
+// raiseNoFile raises the fd limit to its hard limit and returns it.
+func raiseNoFile(t *testing.T) uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur < lim.Max {
+		old := lim.Cur
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			lim.Cur = old
+			syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+		})
+	}
+	return lim.Cur
+}
+
+// TestInboundLinesWithoutEnd: many peers send 1 KiB every 10 ms to a line
+// server and never a newline. The server's heap stays within the group's
+// budget plus each connection's own cost, and a peer that sends a short
+// line still gets its answer meanwhile.
+func TestInboundLinesWithoutEnd(t *testing.T) {
+	n := scale(5000, 500)
+	if lim := raiseNoFile(t); lim < uint64(2*n+256) {
+		t.Skipf("RLIMIT_NOFILE %d is below the %d fds the attack needs", lim, 2*n+256)
+	}
+	dur := time.Duration(scale(10, 3)) * time.Second
+	backends(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, 2)
+		var closed atomic.Int32
+		srv, err := conn.ListenFunc(t.Context(), g, "tcp", "127.0.0.1:0", func(*conn.Conn) conn.Handler {
+			return &scanLines{closed: &closed}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		addr := srv.Addr().String()
+		w := watchMem(t)
+		stop := time.Now().Add(dur)
+		chunk := bytes.Repeat([]byte("z"), 1<<10)
+		var wg sync.WaitGroup
+		var dialed, reset atomic.Int32
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					return
+				}
+				defer nc.Close()
+				dialed.Add(1)
+				for time.Now().Before(stop) {
+					nc.SetWriteDeadline(stop)
+					if _, err := nc.Write(chunk); err != nil {
+						reset.Add(1)
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+		}
+		// A legit peer meanwhile.
+		time.Sleep(dur / 2)
+		lc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc.SetDeadline(time.Now().Add(10 * time.Second))
+		lc.Write([]byte("hello\n"))
+		buf := make([]byte, 8)
+		if k, err := lc.Read(buf); err != nil || string(buf[:k]) != "ok\n" {
+			t.Errorf("a short line during the attack: read %q, %v; want its answer", buf[:k], err)
+		}
+		lc.Close()
+		wg.Wait()
+		// The budget, what each connection costs apart from its kept
+		// bytes (the peer's goroutine and net.Conn included), and the
+		// garbage of kept buffers outgrown.
+		bound := uint64(conn.DefaultInboundBudget) + uint64(n)*(12<<10) + 16<<20
+		w.check(t, "lines without an end", bound, min(bound+rssSlack, 240<<20))
+		t.Logf("%d peers connected, %d reset by the server, %d connections closed", dialed.Load(), reset.Load(), closed.Load())
+	})
+}
