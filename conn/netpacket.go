@@ -29,7 +29,7 @@ type NetPacketConn struct {
 
 	mu     sync.Mutex
 	in     fifo[netDgram]
-	bytes  int      // payload bytes queued
+	bytes  int      // memory the queued datagrams take (dgramCost)
 	spare  [][]byte // buffers of read datagrams, for reuse
 	closed bool
 	ended  error // the socket closed under us (OnPacketClose)
@@ -40,6 +40,20 @@ type NetPacketConn struct {
 	waiters atomic.Int32
 	dropped atomic.Uint64
 }
+
+// A queued datagram is charged the memory it takes, as the kernel charges
+// a socket buffer the whole of each packet: its buffer (dgramMinBuf at
+// least, so that read buffers can be reused for the next ones) and
+// dgramOverhead for its queue slot, address and slice header. An empty
+// datagram costs as much as a 2 KiB one, so the bound also caps how many
+// are queued: 1 MiB holds 481.
+const (
+	dgramMinBuf   = 2048
+	dgramOverhead = 128
+)
+
+// dgramCost is what a queued datagram of n bytes is charged.
+func dgramCost(n int) int { return max(n, dgramMinBuf) + dgramOverhead }
 
 // netDgram is a datagram waiting in the inbound queue.
 type netDgram struct {
@@ -75,8 +89,8 @@ func openPacketNet(ctx context.Context, g *loop.Group, op, network, address stri
 }
 
 // DefaultNetPacketInbound bounds a NetPacketConn's inbound queue when
-// WithInboundLimit does not: 1 MiB of datagrams, more than a socket's
-// default receive buffer holds.
+// WithInboundLimit does not: 1 MiB of memory for queued datagrams, more
+// than a socket's default receive buffer holds.
 const DefaultNetPacketInbound = 1 << 20
 
 // netLimit is the inbound bound WithInboundLimit asks for.
@@ -102,7 +116,8 @@ func (np *NetPacketConn) Dropped() uint64 { return np.dropped.Load() }
 // inbound queue (or dropped when it is full) and a blocked reader woken.
 func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 	np.mu.Lock()
-	if np.closed || np.bytes+len(data) > np.limit && np.in.n > 0 {
+	cost := dgramCost(len(data))
+	if np.closed || np.bytes+cost > np.limit && np.in.n > 0 {
 		np.mu.Unlock()
 		np.dropped.Add(1)
 		return
@@ -112,11 +127,11 @@ func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 		b = np.spare[k-1][:len(data)]
 		np.spare = np.spare[:k-1]
 	} else {
-		b = make([]byte, len(data), max(len(data), 2048))
+		b = make([]byte, len(data), max(len(data), dgramMinBuf))
 	}
 	copy(b, data)
 	np.in.push(netDgram{buf: b, from: from})
-	np.bytes += len(data)
+	np.bytes += cost
 	np.mu.Unlock()
 	np.rw.wake(pc.l, &np.waiters)
 }
@@ -218,9 +233,9 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 		return 0, Addr{}, np.opError("read", err)
 	}
 	d := np.in.pop()
-	np.bytes -= len(d.buf)
+	np.bytes -= dgramCost(len(d.buf))
 	n := copy(p, d.buf)
-	if cap(d.buf) <= 2048 && len(np.spare) < 256 {
+	if cap(d.buf) <= dgramMinBuf && len(np.spare) < 256 {
 		np.spare = append(np.spare, d.buf[:0])
 	}
 	more := np.in.n > 0

@@ -218,9 +218,11 @@ func WithOutboundLimit(n int) Option { return func(c *config) { c.outboundLimit 
 //     (64 KiB); a bound above 1 GiB counts as 1 GiB. The connection under
 //     it keeps max(n, 4 MiB) as its own limit, for the bytes already on
 //     their way when receiving pauses.
-//   - A NetPacketConn (ListenPacketNet, DialPacketNet): the bytes of queued
-//     datagrams; a datagram that finds the queue full is dropped and
-//     counted. Default DefaultNetPacketInbound (1 MiB).
+//   - A NetPacketConn (ListenPacketNet, DialPacketNet): the memory the
+//     queued datagrams take, each charged its buffer (2 KiB at least) and
+//     128 bytes of bookkeeping, so that empty datagrams count too; a
+//     datagram that finds the queue full is dropped and counted (Dropped).
+//     Default DefaultNetPacketInbound (1 MiB: 481 datagrams of up to 2 KiB).
 func WithInboundLimit(n int) Option { return func(c *config) { c.inboundLimit = n } }
 
 // WithInboundBudget bounds the bytes the connections of a group keep for
