@@ -228,6 +228,11 @@ func (c *Conn) closeNow(err error) {
 	}
 	c.state = stateClosing
 	c.setShared(sharedCloseReq)
+	// Kept input is never delivered now: let it go at once, not when the
+	// fd's close completes (a budget closing many connections counts on
+	// it).
+	c.uncharge()
+	c.kin = nil
 	x := c.rareX() // made before the lock: CloseFuture reads c.rare under it
 	c.mu.Lock()
 	x.closeErr = err

@@ -203,9 +203,6 @@ func (c *Conn) overBudget(grow int) bool {
 		}
 		err := fmt.Errorf("%w: the group's inbound budget of %d bytes is reached (%d kept on this loop, %d by this connection)",
 			ErrInboundLimit, c.cfg.inboundBudget, r.kept, victim.kin.chargedOrZero())
-		// Closed, it keeps no more: its bytes leave the count now, not
-		// when its fd's close completes.
-		victim.uncharge()
 		victim.abort = true
 		victim.closeNow(victim.opError("read", "", err))
 		if victim == c {
