@@ -518,10 +518,10 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			// A rotated receive. A single shot with bundles appends
 			// what else the socket holds to its one completion, past
 			// its length (up to the whole receive queue); a multishot
-			// receive limited to one bundle in all takes no more than
-			// that length, and ends.
+			// receive limited to four bundles in all takes no more,
+			// and ends.
 			sqe.PrepRecvMultishot(fd, o.arg)
-			sqe.SetRecvTotal(d.recvLen)
+			sqe.SetRecvTotal(4 * d.recvLen)
 		default:
 			// Single shot from the buffer group: the completion has no
 			// F_MORE and the loop re-arms, as after -ENOBUFS.
@@ -900,8 +900,8 @@ const bundleBufs = 16
 // takes a length on multishot receives (6.17), which start probes once;
 // the length is bundleBufs buffers, on single shots as well (where it bounds
 // only the first of the buffers a single shot appends while the socket
-// holds more: a rotated receive is therefore a multishot one limited to one
-// bundle in all, and a shared thread, all of whose receives are single
+// holds more: a rotated receive is therefore a multishot one limited to four
+// bundles in all, and a shared thread, all of whose receives are single
 // shots, runs no bundles). Features.RecvCap is that length, else 0.
 func (d *uringDriver) setRecvCap() {
 	d.feat.RecvCap, d.recvLen = 0, 0
@@ -939,8 +939,11 @@ func (d *uringDriver) setRecvCap() {
 }
 
 // recvTotalBufs is how many buffers' worth a multishot receive takes
-// before it ends: two bundles, 128 KiB of the default 4 KiB buffers.
-const recvTotalBufs = 2 * bundleBufs
+// before it ends: eight bundles, 512 KiB of the default 4 KiB buffers. A
+// connection that pauses keeps what its receive took in the same wait,
+// which the kernel bounds by much less (TestOutboundPauseAtScale); a
+// smaller total costs bulk transfers a re-arm every few bundles.
+const recvTotalBufs = 8 * bundleBufs
 
 // probeMultishotLen reports whether the kernel takes a length on a
 // multishot receive with provided buffers. Before 6.17 the prep fails at
