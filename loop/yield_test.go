@@ -39,9 +39,11 @@ func TestLoopYieldsItsP(t *testing.T) {
 		stop.Store(true)
 		busy := yields.Load() - start
 		t.Logf("busy 200 ms: %d yields over %d tasks", busy, tasks.Load())
-		// About 40 at one per 5 ms; a loaded machine delays turns, so
-		// only the order of magnitude is asserted.
-		if busy < 10 || busy > 80 {
+		// About 40 at one per 5 ms; a loaded machine takes the loop's
+		// thread away for whole time slices (9 were seen while other
+		// test binaries ran on both cores), so the bound only tells a
+		// loop that yields from one that never does.
+		if busy < 3 || busy > 80 {
 			t.Errorf("busy loop yielded %d times in 200 ms, want about 40", busy)
 		}
 
