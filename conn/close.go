@@ -290,6 +290,7 @@ func (c *Conn) closed() {
 	c.mu.Lock()
 	c.out.release()
 	c.mu.Unlock()
+	c.chargeOut(0)
 	c.uncharge()
 	c.kin = nil
 	if c.rare != nil && c.rare.lingerHold != nil {

@@ -64,14 +64,16 @@ type Conn struct {
 	out         chunkQueue              // outbound bytes, appended by Write, consumed by sends; guarded by mu
 
 	// Loop goroutine only.
-	recvID loop.OpID // the armed receive, while recvActive
-	send   sendOp
-	kin    *keptInput // bytes kept: made when bytes are first kept
-	rare   *connRare  // timeouts, the linger timer, a dial, the last op; nil until one is needed
+	recvID     loop.OpID // the armed receive, while recvActive
+	send       sendOp
+	kin        *keptInput // bytes kept: made when bytes are first kept
+	outCharged int        // c.out.n as counted in the loop's outbound total (chargeOut)
+	rare       *connRare  // timeouts, the linger timer, a dial, the last op; nil until one is needed
 
 	state         connState
 	pause         uint8  // why reading is paused (pauseUser, pauseWritable); 0: reading
 	eofHeld       bool   // the FIN came while kept bytes wait for a resume
+	slowed        bool   // reading paused once: receives ask for a limit (LimitRecv)
 	resumeQueued  bool   // the resume task is queued
 	abort         bool   // close with a reset (SO_LINGER 0): the stream broke
 	lingering     bool   // Close waits for the outbound queue to drain (WithLinger)

@@ -68,8 +68,8 @@ type config struct {
 	idleTimeout     time.Duration
 	linger          time.Duration
 	halfClose       bool
-	pauseUnwritable bool
-	outboundLimit   int // bytes queued above which a Write fails (WithOutboundLimit)
+	pauseUnwritable pauseMode // WithPauseReadWhenUnwritable
+	outboundLimit   int       // bytes queued above which a Write fails (WithOutboundLimit)
 	inboundLimit    int
 	inboundBudget   int          // a group's kept bytes in all (WithInboundBudget)
 	netInbound      int          // WithInboundLimit as given (0: each kind's default), for the adapters
@@ -87,9 +87,8 @@ func defaultConfig() config {
 		dgramQueue: DefaultDatagramQueue,
 		linger:     DefaultLinger,
 
-		pauseUnwritable: true,
-		outboundLimit:   DefaultOutboundLimit,
-		inboundBudget:   DefaultInboundBudget,
+		outboundLimit: DefaultOutboundLimit,
+		inboundBudget: DefaultInboundBudget,
 	}
 }
 
@@ -172,22 +171,52 @@ func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.con
 // then closes it with io.EOF).
 func WithHalfClose(on bool) Option { return func(c *config) { c.halfClose = on } }
 
-// WithPauseReadWhenUnwritable ties reading to the connection's own
-// writability (default true): reading pauses when the outbound buffer rises
-// above the high-water mark and resumes when it drains to the low mark, so
-// a peer that sends requests and never reads the replies stalls in its own
-// socket instead of growing this process's memory, as a server blocked in
-// a net.Conn's Write stops reading. A Write on the connection's loop pauses
+// WithPauseReadWhenUnwritable(true) ties reading to the connection's own
+// writability: reading pauses when the outbound buffer rises above the
+// high-water mark and resumes when it drains to the low mark, so a peer
+// that sends requests and never reads the replies stalls in its own socket
+// instead of growing this process's memory, as a server blocked in a
+// net.Conn's Write stops reading. A Write on the connection's loop pauses
 // at once, so Buffered stays within the high-water mark plus what one
-// OnData call wrote. It is independent of PauseRead. Turn it off
-// (WithPauseReadWhenUnwritable(false)) only for a handler that watches
-// writability itself (OnWritabilityChanged, PauseRead): a connection that
-// must read its peer to let it drain (both sides writing more than the
-// socket buffers hold before reading) would otherwise stall for good.
-// A NetConn does not use it: its Write blocks instead.
+// OnData call wrote. It is independent of PauseRead.
+//
+// Without the option, reading pauses the same way only where a backlog
+// builds up: while the connection is unwritable and either its loop's
+// connections queue more than 16 MiB for sending in all, or the
+// connection itself queues more than half its outbound limit
+// (WithOutboundLimit; 2 MiB by default). Pipelined transfers to peers
+// that read then never pause, while a peer that never reads holds at most
+// 2 MiB and a receive, and many such peers at most the high-water mark
+// and a receive each once their loop holds 16 MiB.
+//
+// WithPauseReadWhenUnwritable(false) never pauses: use it only for a
+// handler that watches writability itself (OnWritabilityChanged,
+// PauseRead). A connection that must read its peer to let it drain (both
+// sides writing more than the socket buffers hold before reading) would
+// otherwise stall for good. A NetConn does not pause: its Write blocks
+// instead.
 func WithPauseReadWhenUnwritable(on bool) Option {
-	return func(c *config) { c.pauseUnwritable = on }
+	return func(c *config) {
+		c.pauseUnwritable = pauseNever
+		if on {
+			c.pauseUnwritable = pauseAlways
+		}
+	}
 }
+
+// pauseMode is how writability pauses reading (WithPauseReadWhenUnwritable).
+type pauseMode uint8
+
+const (
+	pauseWhenBacklogged pauseMode = iota // the default: unwritable, with a backlog (Conn.backlogged)
+	pauseAlways                          // unwritable
+	pauseNever
+)
+
+// outboundPressure is how many bytes a loop's connections queue for
+// sending before an unwritable connection pauses reading by default
+// (hard-coded: 16 MiB; WithPauseReadWhenUnwritable).
+const outboundPressure = 16 << 20
 
 // WithOutboundLimit bounds the bytes a connection queues for sending
 // (default DefaultOutboundLimit, 4 MiB; 0 means the default; negative
@@ -324,7 +353,7 @@ func (c *config) validate() error {
 		// A NetConn's Write blocks while the connection is unwritable,
 		// which bounds its queue; its reader and writer are apart, so
 		// reading must not wait for the writer.
-		c.outboundLimit, c.pauseUnwritable = math.MaxInt, false
+		c.outboundLimit, c.pauseUnwritable = math.MaxInt, pauseNever
 	}
 	if c.lowWater == 0 && c.highWater == 0 {
 		c.lowWater, c.highWater = d.lowWater, d.highWater

@@ -72,13 +72,16 @@ func TestOutboundLimitWrite(t *testing.T) {
 	})
 }
 
-// Reading pauses by default while a connection is unwritable: an echo to
-// a peer that never reads stops at the high-water mark plus one receive's
-// answers, and the connection stays open. With the pause off, the same
-// echo runs into the outbound limit.
+// TestPauseReadWhenUnwritableDefault: an echo server whose one client never
+// reads. By default reading pauses once the connection queues more than
+// half its outbound limit (its loop queues nothing else), so the queue
+// stops there plus one receive's answers and the connection stays open;
+// WithPauseReadWhenUnwritable(true) stops it at the high-water mark plus
+// one receive's answers; with the pause off the echo runs into the
+// outbound limit.
 func TestPauseReadWhenUnwritableDefault(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
-		for _, pause := range []bool{true, false} {
+		for _, mode := range []string{"default", "on", "off"} {
 			g := ctGroup(t, b, 1)
 			var mu sync.Mutex
 			peak := 0
@@ -91,7 +94,10 @@ func TestPauseReadWhenUnwritableDefault(t *testing.T) {
 				}
 			})
 			var opts []conn.Option
-			if !pause {
+			switch mode {
+			case "on":
+				opts = append(opts, conn.WithPauseReadWhenUnwritable(true))
+			case "off":
 				opts = append(opts, conn.WithPauseReadWhenUnwritable(false))
 			}
 			srv := ctListen(t, "tcp", "127.0.0.1:0", g, h, opts...)
@@ -106,22 +112,26 @@ func TestPauseReadWhenUnwritableDefault(t *testing.T) {
 			mu.Lock()
 			got := peak
 			mu.Unlock()
-			if !pause {
+			if mode == "off" {
 				if err := ev.wait(t); !errors.Is(err, conn.ErrOutboundLimit) {
 					t.Fatalf("without the pause: OnClose %v, want an error wrapping ErrOutboundLimit (peak queue %d)", err, got)
 				}
 				continue
 			}
-			// A receive is at most a bundle of 16 buffers.
-			if bound := conn.DefaultHighWaterMark + 128<<10; got > bound {
-				t.Fatalf("with the default pause the queue reached %d bytes, more than %d", got, bound)
+			// One receive's answers: OnData gets at most 128 KiB at a time.
+			mark := conn.DefaultOutboundLimit / 2
+			if mode == "on" {
+				mark = conn.DefaultHighWaterMark
+			}
+			if bound := mark + 128<<10; got > bound {
+				t.Fatalf("pause %s: the queue reached %d bytes, more than %d", mode, got, bound)
 			}
 			select {
 			case <-ev.closed:
-				t.Fatalf("the connection closed: %v", ev.wait(t))
+				t.Fatalf("pause %s: the connection closed: %v", mode, ev.wait(t))
 			default:
 			}
-			t.Logf("peak queue with the default pause: %d KiB", got>>10)
+			t.Logf("pause %s: peak queue %d KiB", mode, got>>10)
 		}
 	})
 }

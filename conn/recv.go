@@ -446,6 +446,7 @@ func (c *Conn) applyPause(bit uint8, on bool) {
 		return
 	}
 	if c.pause != 0 {
+		c.slowed = true
 		if c.recvActive && !c.recvCanceled {
 			c.recvCanceled = true
 			cancelOp(c.l, c.recvID)
@@ -504,13 +505,44 @@ func (c *Conn) resume() {
 // writability under WithPauseReadWhenUnwritable. Must be called on c's
 // loop.
 func (c *Conn) syncWritePause() {
-	if !c.cfg.pauseUnwritable {
+	if c.cfg.pauseUnwritable == pauseNever {
 		return
 	}
-	unwritable := c.wgen.Load()&1 == 1
-	if unwritable != (c.pause&pauseWritable != 0) {
-		c.applyPause(pauseWritable, unwritable)
+	paused := c.pause&pauseWritable != 0
+	want := c.wgen.Load()&1 == 1 &&
+		(paused || c.cfg.pauseUnwritable == pauseAlways || c.backlogged())
+	if want != paused {
+		c.applyPause(pauseWritable, want)
 	}
+}
+
+// backlogged reports whether bytes pile up where the default pause acts
+// (WithPauseReadWhenUnwritable): c queues more than half its outbound
+// limit, or its loop's connections more than outboundPressure in all.
+// Must be called on c's loop.
+func (c *Conn) backlogged() bool {
+	return c.outCharged > c.cfg.outboundLimit/2 || registryFor(c.l).out > outboundPressure
+}
+
+// chargeOut brings the loop's count of queued outbound bytes in line with
+// c's queue, n bytes (c.out.n, read under c.mu). Must be called on c's
+// loop after every change of that queue; a Write from another goroutine
+// is counted by the flush it queues.
+func (c *Conn) chargeOut(n int) {
+	registryFor(c.l).out += n - c.outCharged
+	c.outCharged = n
+}
+
+// LimitRecv implements loop.RecvLimiter: a connection that may pause soon
+// asks for receives that take less at a time, so that what it keeps when
+// it pauses stays small. That is one that paused reading once, one that
+// pauses at its high-water mark, one that is unwritable, and any while
+// its loop's connections queue half the bytes that make the default pause
+// act.
+func (d *recvDone) LimitRecv() bool {
+	c := (*Conn)(d)
+	return c.slowed || c.cfg.pauseUnwritable == pauseAlways || c.wgen.Load()&1 == 1 ||
+		registryFor(c.l).out > outboundPressure/2
 }
 
 // onEOF handles the peer's FIN: stop receiving, then close once every

@@ -17,6 +17,7 @@ type loopConns struct {
 	closing bool    // the loop's shutdown began: no connection joins
 	kept    int     // capacity of its connections' kept input buffers (Conn.charge)
 	keepers int     // connections with a kept input buffer
+	out     int     // bytes its connections queue for sending, as of their last chargeOut
 
 	deadlines deadlineQueue // its NetConns' deadlines (safe for concurrent use)
 	overflow  overflow      // tasks a full task queue refused, in order (executeRetrying)

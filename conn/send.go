@@ -334,11 +334,16 @@ func (c *Conn) overLimit() error {
 // queue flushed. Caller holds c.mu.
 func (c *Conn) afterAppend() {
 	kick := c.queued()
+	n := c.out.n
 	c.mu.Unlock()
+	inLoop := c.l.InLoop()
+	if inLoop {
+		c.chargeOut(n)
+	}
 	if kick {
 		c.kick()
 	}
-	if c.cfg.pauseUnwritable && c.l.InLoop() {
+	if inLoop {
 		c.syncWritePause()
 	}
 }
@@ -387,7 +392,9 @@ func (t *flushTask) Run() { (*Conn)(t).flush() }
 func (c *Conn) flush() {
 	c.mu.Lock()
 	c.flushQueued = false
+	n := c.out.n
 	c.mu.Unlock()
+	c.chargeOut(n)
 	if c.state != stateOpen {
 		return
 	}
@@ -522,7 +529,9 @@ func (d *sendDone) Complete(cp *loop.Completion) {
 	if c.wgen.Load()&1 == 1 && c.out.n <= c.cfg.lowWater {
 		c.wgen.Add(1) // unwritable → writable
 	}
+	n := c.out.n
 	c.mu.Unlock()
+	c.chargeOut(n)
 	c.notifyWritability()
 	if c.state == stateOpen {
 		c.startSend()

@@ -508,18 +508,22 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		// runs on. (Accepts stay multishot: one such wakeup per
 		// connection at most.)
 		// RecvProvidedOnce asks for single shots too (AF_UNIX).
+		limit := d.recvTotal > 0 && !d.cfg.shared && o.limited()
 		switch {
 		case o.multishot && !d.cfg.shared:
 			sqe.PrepRecvMultishot(fd, o.arg)
-			if d.recvTotal > 0 {
+			switch {
+			case limit:
+				sqe.SetRecvTotal(d.recvTotal / 2)
+			case d.recvTotal > 0:
 				sqe.SetRecvTotal(d.recvTotal)
 			}
-		case d.recvTotal > 0 && !d.cfg.shared && o.marks&markOneBundle != 0:
-			// A rotated receive. A single shot with bundles appends
-			// what else the socket holds to its one completion, past
-			// its length (up to the whole receive queue); a multishot
-			// receive limited to four bundles in all takes no more,
-			// and ends.
+		case limit && o.marks&markOneBundle != 0:
+			// A rotated receive that asks for a limit. A single shot
+			// with bundles appends what else the socket holds to its
+			// one completion, past its length, for as long as free
+			// buffers last; a multishot receive limited to four
+			// bundles in all takes no more, and ends.
 			sqe.PrepRecvMultishot(fd, o.arg)
 			sqe.SetRecvTotal(4 * d.recvLen)
 		default:
@@ -900,9 +904,10 @@ const bundleBufs = 16
 // takes a length on multishot receives (6.17), which start probes once;
 // the length is bundleBufs buffers, on single shots as well (where it bounds
 // only the first of the buffers a single shot appends while the socket
-// holds more: a rotated receive is therefore a multishot one limited to four
-// bundles in all, and a shared thread, all of whose receives are single
-// shots, runs no bundles). Features.RecvCap is that length, else 0.
+// holds more, as long as free buffers last: a rotated receive that asks for
+// a limit is therefore a multishot one limited to four bundles in all, and
+// a shared thread, all of whose receives are single shots, runs no
+// bundles). Features.RecvCap is that length, else 0.
 func (d *uringDriver) setRecvCap() {
 	d.feat.RecvCap, d.recvLen = 0, 0
 	if d.cfg.shared {
@@ -928,10 +933,11 @@ func (d *uringDriver) setRecvCap() {
 	}
 	d.recvLen = bundleBufs * d.cfg.bufSize
 	d.feat.RecvCap = d.recvLen
-	// A multishot receive ends after recvTotal bytes and is re-armed: a
-	// socket whose queue is full would otherwise fill buffer after buffer
-	// in one wait (the kernel requeues a capped receive and runs it again
-	// before returning), and a connection that pauses on the first of
+	// A multishot receive ends after recvTotal bytes (half that for one
+	// that asks for a limit) and is re-armed: a socket whose queue is full
+	// would otherwise fill buffer after buffer in one turn (the kernel
+	// requeues a capped receive and runs it again, and posts more as the
+	// loop recycles buffers), and a connection that pauses on the first of
 	// them must keep all the others.
 	if d.probeMultishotLen(true) {
 		d.recvTotal = recvTotalBufs * d.cfg.bufSize
@@ -939,11 +945,12 @@ func (d *uringDriver) setRecvCap() {
 }
 
 // recvTotalBufs is how many buffers' worth a multishot receive takes
-// before it ends: eight bundles, 512 KiB of the default 4 KiB buffers. A
-// connection that pauses keeps what its receive took in the same wait,
-// which the kernel bounds by much less (TestOutboundPauseAtScale); a
-// smaller total costs bulk transfers a re-arm every few bundles.
-const recvTotalBufs = 8 * bundleBufs
+// before it ends: 16 bundles, 1 MiB of the default 4 KiB buffers, or half
+// that for a receive that asks for a limit (RecvLimiter). Bulk transfers
+// then re-arm once a MiB, which costs nothing measurable, while a
+// connection that pauses keeps what its receive took in the same turn,
+// at most that much (TestOutboundPauseAtScale).
+const recvTotalBufs = 16 * bundleBufs
 
 // probeMultishotLen reports whether the kernel takes a length on a
 // multishot receive with provided buffers. Before 6.17 the prep fails at

@@ -69,6 +69,28 @@ type Completer interface {
 	Complete(c *Completion)
 }
 
+// A RecvLimiter is a provided-buffer receive's Completer that can ask for
+// its receive to take less at a time. On io_uring a multishot receive
+// takes up to 1 MiB (of the default buffers) before it ends and is
+// re-armed, and a single shot resubmitted while buffers run short appends
+// what the socket holds to its one completion, for as long as free
+// buffers last. That is what bulk transfers want, but a connection about
+// to stop reading keeps what its receive took. LimitRecv is asked each
+// time the receive goes to the kernel (armed, or resubmitted after
+// waiting for buffers); true halves the multishot total and bounds a
+// resubmitted receive to four bundles (Features.RecvCap each). Kernels
+// without a length on multishot receives (before 6.17) ignore it, as does
+// epoll, which reads what one readiness event brings.
+type RecvLimiter interface {
+	LimitRecv() bool
+}
+
+// limited reports whether o's Completer asks for a bounded receive.
+func (o *op) limited() bool {
+	l, ok := o.c.(RecvLimiter)
+	return ok && l.LimitRecv()
+}
+
 // op is one record of the op table.
 //
 // Fields each tag uses (set by the op API before driver.submit):

@@ -34,7 +34,8 @@ type starveRig struct {
 	noBufs int     // -ENOBUFS completions seen (must stay 0)
 	more   int     // completions with F_MORE
 
-	once bool // AF_UNIX pairs, received with RecvProvidedOnce
+	once  bool // AF_UNIX pairs, received with RecvProvidedOnce
+	limit bool // the receives ask for a limit (loop.RecvLimiter)
 
 	// With target > 0, lens records every stream's length at the moment
 	// the first one reaches target bytes.
@@ -45,6 +46,15 @@ type starveRig struct {
 	// loop.
 	hook func(i int, c *loop.Completion)
 }
+
+// rigLimit, while a test holds it true, makes the rigs it builds ask for
+// limited receives (loop.RecvLimiter).
+var rigLimit bool
+
+// limitedCompleter is a Completer that asks for limited receives.
+type limitedCompleter struct{ loop.Completer }
+
+func (limitedCompleter) LimitRecv() bool { return true }
 
 func newStarveRig(t *testing.T, pairs int) *starveRig {
 	return newRecvRig(t, pairs, 1, false)
@@ -70,7 +80,7 @@ func newPrefilledRig(t *testing.T, pairs int, bufs uint32, once bool, prefill in
 	}
 	g := newGroup(t, loop.BackendUring, append(opts, extra...)...)
 	runOn(t, g.Loop(0), func() {}) // started: its buffer ring registered
-	r := &starveRig{t: t, g: g, l: g.Loop(0), got: make([][]byte, pairs), ends: make([]int32, pairs), ids: make([]loop.OpID, pairs), once: once}
+	r := &starveRig{t: t, g: g, l: g.Loop(0), got: make([][]byte, pairs), ends: make([]int32, pairs), ids: make([]loop.OpID, pairs), once: once, limit: rigLimit}
 	// TCP for multishot: over AF_UNIX a multishot receive can miss the
 	// peer's shutdown (RecvProvidedOnce). Both kinds of pair are closed
 	// by t.Cleanup, after the rig's.
@@ -137,7 +147,7 @@ func (r *starveRig) arm(i int) {
 	if r.once {
 		recv = r.l.RecvProvidedOnce
 	}
-	id, err := recv(r.rd[i], 0, completerFunc(func(c *loop.Completion) {
+	var done loop.Completer = completerFunc(func(c *loop.Completion) {
 		if r.hook != nil {
 			r.hook(i, c)
 		}
@@ -165,7 +175,11 @@ func (r *starveRig) arm(i int) {
 			return
 		}
 		r.ends[i] = c.Res
-	}))
+	})
+	if r.limit {
+		done = limitedCompleter{done}
+	}
+	id, err := recv(r.rd[i], 0, done)
 	if err != nil {
 		if errors.Is(err, loop.ErrClosed) {
 			// The loop is shutting down: the receive ends with its
@@ -479,18 +493,21 @@ func TestParkedRecvCanceledDuringResubmit(t *testing.T) {
 // after a later selection's lets the loop recycle buffers into the ring
 // entries the earlier bundle took, and its bytes would be read from the
 // wrong buffers. While receives rotate, the ones resubmitted from the
-// parked queue (single shots, or multishot ones limited to one bundle
-// where the kernel takes that limit) run beside multishot ones on the same
-// small ring,
-// the mix whose completions a kernel without the flush of deferred
-// completions before multishot ones posts out of order. Every byte of
-// every stream arrives, in order, and no completion names a buffer the
-// loop holds. The loop runs on a locked thread whatever RINGLOOP says: a
-// shared-thread loop arms single shots only, so it has no such mix.
+// parked queue (single shots, or, for receives that ask for a limit,
+// multishot ones limited to four bundles where the kernel takes that limit)
+// run beside multishot ones on the same small ring, the mix whose
+// completions a kernel without the flush of deferred completions before
+// multishot ones posts out of order. Rounds alternate between receives
+// that ask for no limit and ones that do. Every byte of every stream
+// arrives, in order, and no completion names a buffer the loop holds. The
+// loop runs on a locked thread whatever RINGLOOP says: a shared-thread
+// loop arms single shots only, so it has no such mix.
 func TestBundleRotationOrder(t *testing.T) {
-	const pairs, bufs, size, rounds = 64, 32, 512 << 10, 3
+	const pairs, bufs, size, rounds = 64, 32, 512 << 10, 4
 	defer loop.CountSubmissions()()
+	defer func() { rigLimit = false }()
 	for round := range rounds {
+		rigLimit = round%2 == 1
 		r := newRecvRig(t, pairs, bufs, false, loop.WithSharedThread(false))
 		if !r.l.Features().RecvBundle {
 			t.Skip("no bundles (a kernel before 6.17): no rotation of single-shot bundles")
@@ -504,7 +521,7 @@ func TestBundleRotationOrder(t *testing.T) {
 		r.finish(writes, nil)
 		r.checkStreams(size, nil)
 		if t.Failed() {
-			t.Fatalf("round %d: bytes lost, reordered or misrouted", round)
+			t.Fatalf("round %d (limited %v): bytes lost, reordered or misrouted", round, rigLimit)
 		}
 		var c ring.SubmitCounts
 		runOn(t, r.l, func() { c = r.l.Submissions() })
@@ -514,14 +531,17 @@ func TestBundleRotationOrder(t *testing.T) {
 		r.mu.Lock()
 		more := r.more
 		r.mu.Unlock()
-		t.Logf("round %d: %d single-shot and %d multishot bundled receives, %d completions with F_MORE, %d bundle completions, %d parked", round, single, multi, more, st.RecvBundles, st.ParkedRecvs)
+		t.Logf("round %d (limited %v): %d single-shot and %d multishot bundled receives, %d completions with F_MORE, %d bundle completions, %d parked",
+			round, rigLimit, single, multi, more, st.RecvBundles, st.ParkedRecvs)
 		if st.BufferMisuse != 0 {
 			t.Fatalf("round %d: %d completions named a buffer the loop held", round, st.BufferMisuse)
 		}
 		// Where the kernel limits a multishot receive's total, a rotated
-		// receive is a multishot one limited to one bundle: the mix is
-		// then of long-lived and rotated multishot receives.
-		if multi == 0 || st.RecvBundles == 0 || st.ParkedRecvs == 0 || (single == 0 && !loop.LimitsMultishotTotal(r.l)) {
+		// receive that asks for a limit is a multishot one limited to four
+		// bundles: the mix is then of long-lived and rotated multishot
+		// receives.
+		rotatedMulti := rigLimit && loop.LimitsMultishotTotal(r.l)
+		if multi == 0 || st.RecvBundles == 0 || st.ParkedRecvs == 0 || (single == 0 && !rotatedMulti) {
 			t.Fatal("rotated and armed bundle receives did not run side by side: the test exercises nothing")
 		}
 	}

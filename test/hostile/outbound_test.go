@@ -180,24 +180,34 @@ func listenOut(t *testing.T, g *loop.Group, h conn.Handler) *conn.Server {
 	return srv
 }
 
+// outboundPressure is how many bytes a loop's connections queue for
+// sending before an unwritable connection pauses reading at its high-water
+// mark by default (docs/security.md, "Outbound").
+const outboundPressure = 16 << 20
+
 // TestOutboundEchoNeverRead: peers flood an echo server and never read.
-// Each connection pauses reading once it is unwritable, so it holds at
-// most the high-water mark plus one receive's echo in its queue, and one
-// receive's bytes kept.
+// With default options each connection pauses reading once it queues half
+// its outbound limit, or at the high-water mark once its loop queues
+// outboundPressure: it holds at most that plus one receive's echo in its
+// queue, and one receive's bytes kept.
 func TestOutboundEchoNeverRead(t *testing.T) {
 	backends(t, func(t *testing.T, b loop.Backend) {
 		n := scale(100, 10)
-		g := newGroup(t, b, 2)
+		const loops = 2
+		g := newGroup(t, b, loops)
 		p := newOutPeak()
 		srv := listenOut(t, g, echoOut{p})
 		const perConn = 300 << 10 // high-water mark, one receive's answers, one kept receive, buffers
+		// Each connection pauses at half its limit, or at its high-water
+		// mark once the loop queues outboundPressure in all.
+		budget := uint64(min(n*(conn.DefaultOutboundLimit/2+perConn), loops*outboundPressure+n*perConn))
 		w := watchMem(t)
 		floodNoRead(t, srv.Addr().String(), n, time.Duration(scale(4, 2))*time.Second, make([]byte, 64<<10))
-		w.check(t, "echo to peers that never read", uint64(n*perConn)+16<<20, uint64(n*perConn)+48<<20)
+		w.check(t, "echo to peers that never read", budget+16<<20, budget+48<<20)
 		waitClosed(t, p)
 		t.Logf("largest outbound queue: %d KiB", p.max()>>10)
-		if m := p.max(); m > conn.DefaultHighWaterMark+128<<10 {
-			t.Errorf("a connection queued %d bytes: more than the high-water mark and one receive's answers", m)
+		if m := p.max(); m > conn.DefaultOutboundLimit/2+128<<10 {
+			t.Errorf("a connection queued %d bytes: more than half the outbound limit and one receive's answers", m)
 		}
 	})
 }
@@ -251,11 +261,13 @@ func TestOutboundPauseAtScale(t *testing.T) {
 		t.Logf("%d peers that never read: peak heap +%s (%d KiB a connection), peak RSS +%s; largest queue %d KiB",
 			n, mib(heap), heap/uint64(n)>>10, mib(rss), p.max()>>10)
 		pauseFigures[b] = heap
-		if heap > uint64(n*perConn) {
-			t.Errorf("peak heap %s: more than %d KiB a connection", mib(heap), perConn>>10)
+		// The loops' connections queue up to outboundPressure each before
+		// the pause acts at the high-water mark.
+		if bound := uint64(n*perConn + 2*outboundPressure); heap > bound {
+			t.Errorf("peak heap %s: more than %d KiB a connection and %s", mib(heap), perConn>>10, mib(2*outboundPressure))
 		}
-		if rss > uint64(n*perConn)+64<<20 {
-			t.Errorf("peak RSS %s: more than %d KiB a connection and 64 MiB", mib(rss), perConn>>10)
+		if rss > uint64(n*perConn)+2*outboundPressure+64<<20 {
+			t.Errorf("peak RSS %s: more than %d KiB a connection, %s and 64 MiB", mib(rss), perConn>>10, mib(2*outboundPressure))
 		}
 		waitClosed(t, p)
 	})
