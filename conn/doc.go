@@ -24,10 +24,14 @@
 // method called off the loop posts its work to the loop. The slice passed
 // to OnData is valid only during the call (it is usually one of the loop's
 // provided buffers); Write and Writev copy their arguments before
-// returning. Write never blocks and never refuses for backpressure: a
-// producer watches Writable or OnWritabilityChanged (water marks, default
-// 32 KiB / 64 KiB). PauseRead and ResumeRead stop and restart receiving; a
-// ReadHandler consumes its input in frames.
+// returning. Write never blocks: a producer watches Writable or
+// OnWritabilityChanged (water marks, default 32 KiB / 64 KiB), and a Write
+// made while more than WithOutboundLimit (4 MiB) is queued fails with
+// ErrOutboundLimit. Reading pauses by default where replies pile up
+// (WithPauseReadWhenUnwritable), so a peer that never reads stalls in its
+// own socket. PauseRead and ResumeRead stop and restart receiving; a
+// ReadHandler consumes its input in frames. docs/security.md lists every
+// default limit against hostile peers.
 //
 // # Closing
 //

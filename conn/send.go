@@ -336,14 +336,14 @@ func (c *Conn) afterAppend() {
 	kick := c.queued()
 	n := c.out.n
 	c.mu.Unlock()
-	inLoop := c.l.InLoop()
-	if inLoop {
-		c.chargeOut(n)
-	}
 	if kick {
 		c.kick()
 	}
-	if inLoop {
+	// Only an unwritable connection may pause. The flush counts the bytes
+	// in the loop's total in any case; asking whether this is the loop
+	// costs a system call, so it is asked only then.
+	if c.wgen.Load()&1 == 1 && c.cfg.pauseUnwritable != pauseNever && c.l.InLoop() {
+		c.chargeOut(n)
 		c.syncWritePause()
 	}
 }

@@ -170,9 +170,9 @@ func waitClosed(t *testing.T, p *outPeak) {
 	}
 }
 
-func listenOut(t *testing.T, g *loop.Group, h conn.Handler) *conn.Server {
+func listenOut(t *testing.T, g *loop.Group, h conn.Handler, opts ...conn.Option) *conn.Server {
 	t.Helper()
-	srv, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", h)
+	srv, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", h, opts...)
 	if err != nil {
 		t.Fatalf("Listen: %v", err)
 	}
@@ -241,39 +241,48 @@ func TestOutboundPipelinedAnswers(t *testing.T) {
 	})
 }
 
-// pauseFigures holds TestOutboundPauseAtScale's peak heap per backend.
-var pauseFigures = map[loop.Backend]uint64{}
-
 // TestOutboundPauseAtScale: many peers flood an echo server and never
-// read. A paused connection keeps at most one receive's bytes beyond its
-// queue on both backends: the peak heap per connection is bounded, and
-// io_uring's multishot receive costs no more than twice epoll.
+// read, with default options and with WithPauseReadWhenUnwritable(true). A
+// paused connection keeps at most one receive's bytes beyond its queue on
+// both backends: the peak heap per connection is bounded, and io_uring's
+// multishot receive costs no more than twice epoll. By default the loops'
+// connections first queue up to outboundPressure each, then pause at the
+// high-water mark.
 func TestOutboundPauseAtScale(t *testing.T) {
 	n := scale(1000, 200)
 	const perConn = 300 << 10
-	backends(t, func(t *testing.T, b loop.Backend) {
-		g := newGroup(t, b, 2)
-		p := newOutPeak()
-		srv := listenOut(t, g, echoOut{p})
-		w := watchMem(t)
-		floodNoRead(t, srv.Addr().String(), n, time.Duration(scale(6, 3))*time.Second, make([]byte, 64<<10))
-		heap, rss := w.end()
-		t.Logf("%d peers that never read: peak heap +%s (%d KiB a connection), peak RSS +%s; largest queue %d KiB",
-			n, mib(heap), heap/uint64(n)>>10, mib(rss), p.max()>>10)
-		pauseFigures[b] = heap
-		// The loops' connections queue up to outboundPressure each before
-		// the pause acts at the high-water mark.
-		if bound := uint64(n*perConn + 2*outboundPressure); heap > bound {
-			t.Errorf("peak heap %s: more than %d KiB a connection and %s", mib(heap), perConn>>10, mib(2*outboundPressure))
+	for _, strict := range []bool{false, true} {
+		name, allowance := "default", uint64(2*outboundPressure)
+		var opts []conn.Option
+		if strict {
+			name, allowance = "pause at the high-water mark", 0
+			opts = append(opts, conn.WithPauseReadWhenUnwritable(true))
 		}
-		if rss > uint64(n*perConn)+2*outboundPressure+64<<20 {
-			t.Errorf("peak RSS %s: more than %d KiB a connection, %s and 64 MiB", mib(rss), perConn>>10, mib(2*outboundPressure))
-		}
-		waitClosed(t, p)
-	})
-	u, uok := pauseFigures[loop.BackendUring]
-	e, eok := pauseFigures[loop.BackendEpoll]
-	if uok && eok && u > 2*e+8<<20 {
-		t.Errorf("io_uring's peak heap %s is more than twice epoll's %s", mib(u), mib(e))
+		t.Run(name, func(t *testing.T) {
+			figures := map[loop.Backend]uint64{}
+			backends(t, func(t *testing.T, b loop.Backend) {
+				g := newGroup(t, b, 2)
+				p := newOutPeak()
+				srv := listenOut(t, g, echoOut{p}, opts...)
+				w := watchMem(t)
+				floodNoRead(t, srv.Addr().String(), n, time.Duration(scale(6, 3))*time.Second, make([]byte, 64<<10))
+				heap, rss := w.end()
+				t.Logf("%d peers that never read: peak heap +%s (%d KiB a connection), peak RSS +%s; largest queue %d KiB",
+					n, mib(heap), heap/uint64(n)>>10, mib(rss), p.max()>>10)
+				figures[b] = heap
+				if bound := uint64(n*perConn) + allowance; heap > bound {
+					t.Errorf("peak heap %s: more than %d KiB a connection and %s", mib(heap), perConn>>10, mib(allowance))
+				}
+				if rss > uint64(n*perConn)+allowance+64<<20 {
+					t.Errorf("peak RSS %s: more than %d KiB a connection, %s and 64 MiB", mib(rss), perConn>>10, mib(allowance))
+				}
+				waitClosed(t, p)
+			})
+			u, uok := figures[loop.BackendUring]
+			e, eok := figures[loop.BackendEpoll]
+			if uok && eok && u > 2*e+8<<20 {
+				t.Errorf("io_uring's peak heap %s is more than twice epoll's %s", mib(u), mib(e))
+			}
+		})
 	}
 }
