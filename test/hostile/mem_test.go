@@ -134,9 +134,7 @@ func (w *memWatch) end() (heap, rss uint64) {
 // its shadow memory and larger allocations grow with the heap they watch.
 func (w *memWatch) check(tb testing.TB, what string, maxHeap, maxRSS uint64) {
 	tb.Helper()
-	if raceOn {
-		maxHeap, maxRSS = 2*maxHeap, 3*maxRSS
-	}
+	maxHeap, maxRSS = raceScaled(maxHeap, maxRSS)
 	heap, rss := w.end()
 	tb.Logf("%s: peak heap +%s (bound %s), peak RSS +%s (bound %s)", what, mib(heap), mib(maxHeap), mib(rss), mib(maxRSS))
 	if heap > maxHeap {
@@ -145,6 +143,16 @@ func (w *memWatch) check(tb testing.TB, what string, maxHeap, maxRSS uint64) {
 	if rss > maxRSS {
 		tb.Errorf("%s: the resident set grew by %s, more than %s", what, mib(rss), mib(maxRSS))
 	}
+}
+
+// raceScaled widens memory bounds under the race detector: its shadow
+// memory grows the resident set with the heap, and its allocations are
+// larger.
+func raceScaled(maxHeap, maxRSS uint64) (uint64, uint64) {
+	if raceOn {
+		return 2 * maxHeap, 3 * maxRSS
+	}
+	return maxHeap, maxRSS
 }
 
 func sub(a, b uint64) uint64 {
