@@ -270,12 +270,19 @@ func TestOutboundPauseAtScale(t *testing.T) {
 				t.Logf("%d peers that never read: peak heap +%s (%d KiB a connection), peak RSS +%s; largest queue %d KiB",
 					n, mib(heap), heap/uint64(n)>>10, mib(rss), p.max()>>10)
 				figures[b] = heap
-				maxHeap, maxRSS := raceScaled(uint64(n*perConn)+allowance, uint64(n*perConn)+allowance+64<<20)
+				per := perConn
+				if b == loop.BackendUring && g.Features().RecvCap == 0 {
+					// Before 6.17 (or as if, RINGLOOP=kernel=): no bundles and
+					// no total on a multishot receive, which takes what the
+					// socket holds as the connection pauses (docs/security.md).
+					per = 2 * perConn
+				}
+				maxHeap, maxRSS := raceScaled(uint64(n*per)+allowance, uint64(n*per)+allowance+64<<20)
 				if heap > maxHeap {
-					t.Errorf("peak heap %s: more than %s (%d KiB a connection and %s)", mib(heap), mib(maxHeap), perConn>>10, mib(allowance))
+					t.Errorf("peak heap %s: more than %s (%d KiB a connection and %s)", mib(heap), mib(maxHeap), per>>10, mib(allowance))
 				}
 				if rss > maxRSS {
-					t.Errorf("peak RSS %s: more than %s (%d KiB a connection, %s and 64 MiB)", mib(rss), mib(maxRSS), perConn>>10, mib(allowance))
+					t.Errorf("peak RSS %s: more than %s (%d KiB a connection, %s and 64 MiB)", mib(rss), mib(maxRSS), per>>10, mib(allowance))
 				}
 				waitClosed(t, p)
 			})
