@@ -46,9 +46,13 @@ func TestGracefulShutdownLingers(t *testing.T) {
 						close(queued)
 					}
 				})
-				var opts []conn.Option
+				// A linger longer than the slow reader needs on a loaded
+				// machine (8 MiB through its 64 KiB buffer): the test is
+				// about the shutdown lingering as Close does, not about
+				// the default's length.
+				opts := []conn.Option{conn.WithLinger(30 * time.Second)}
 				if mode == "unbounded" {
-					opts = append(opts, conn.WithLinger(math.MaxInt64))
+					opts = []conn.Option{conn.WithLinger(math.MaxInt64)}
 				}
 				srv := ctListen(t, "tcp4", "127.0.0.1:0", g, h, opts...)
 				cl, err := net.Dial("tcp4", srv.Addr().String())
