@@ -518,14 +518,12 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			case d.recvTotal > 0:
 				sqe.SetRecvTotal(d.recvTotal)
 			}
-		case limit && o.marks&markOneBundle != 0 && o.marks&markOnce == 0:
+		case limit && o.marks&markOneBundle != 0:
 			// A rotated receive that asks for a limit. A single shot
 			// with bundles appends what else the socket holds to its
 			// one completion, past its length, for as long as free
 			// buffers last; a multishot receive limited to four
-			// bundles in all takes no more, and ends. Not for one
-			// armed with RecvProvidedOnce: over AF_UNIX a multishot
-			// receive can miss the peer's shutdown.
+			// bundles in all takes no more, and ends.
 			sqe.PrepRecvMultishot(fd, o.arg)
 			sqe.SetRecvTotal(4 * d.recvLen)
 		default:

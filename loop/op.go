@@ -141,8 +141,7 @@ type opMarks uint8
 
 const (
 	markYield     opMarks = 1 << iota // a provided-buffer receive the loop canceled to rotate it (starved.go)
-	markOneBundle                     // a rotated receive: one bundle's worth, then back of the queue (starved.go)
-	markOnce                          // armed with RecvProvidedOnce: never multishot, rotated or not
+	markOneBundle                     // a rotated multishot receive: one bundle's worth, then back of the queue (starved.go)
 )
 
 // opExt holds what only some ops hand the kernel: a sendmsg's header, a

@@ -125,9 +125,6 @@ func (l *Loop) recvProvided(tag opTag, fd int, flags int, multishot bool, c Comp
 		return 0, err
 	}
 	o.multishot = multishot
-	if !multishot {
-		o.marks |= markOnce
-	}
 	o.arg = uint32(flags)
 	if tag == tagRecvBuf && l.parked.len() > 0 && l.rotating() {
 		// Others wait for buffers: this one waits behind them.

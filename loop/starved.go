@@ -133,8 +133,13 @@ func (l *Loop) resubmitParked() {
 		n--
 		o.state = opQueued
 		if single && o.tag == tagRecvBuf {
+			if o.multishot {
+				// Not one armed with RecvProvidedOnce: it stays a plain
+				// single shot (over AF_UNIX a multishot receive can miss
+				// the peer's shutdown).
+				o.marks |= markOneBundle
+			}
 			o.multishot = false // one completion, then the back of the queue
-			o.marks |= markOneBundle
 		}
 		if err := l.drv.submit(o); err != nil {
 			// The backend takes no more ops (it is closing): the
