@@ -8,7 +8,7 @@ import (
 
 // Every open connection is tracked by its loop's registry, so that a group
 // shutting down closes them at its first shutdown check (Netty's closeAll),
-// not after the quiet period (docs/conn.md, Closing).
+// not after the quiet period (docs/conn.md, "Closing").
 
 // loopConns is one loop's open connections. Loop goroutine only, but for
 // deadlines.

@@ -87,8 +87,6 @@
 //
 // # Default loop count
 //
-// runtime.GOMAXPROCS(0): one loop per P. Netty uses 2 × cores because JVM
-// threads stall in GC and safepoints; a Go loop is a locked OS thread that
-// competes with the scheduler's Ps, so more loops than Ps only adds
-// contention. Override it with [WithLoops].
+// runtime.GOMAXPROCS(0): one loop per P. Override it with [WithLoops]. The
+// reason is in docs/decisions.md, "Default loop count".
 package loop

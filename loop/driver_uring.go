@@ -925,7 +925,8 @@ func (d *uringDriver) setRecvCap() {
 	// ignore it on a bundle, single shot or not. It also keeps bundles off
 	// kernels that may post a single shot's completion after a later
 	// multishot one (fixed in 6.15), which TakeBundle's ring positions
-	// cannot survive (docs/op-lifecycle.md, TestBundleRotationOrder).
+	// cannot survive (TestBundleRotationOrder; docs/op-lifecycle.md,
+	// "Memory and the kernel's final word").
 	if !d.probeMultishotLen(false) {
 		d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles", "loop", d.cfg.name)
 		d.feat.RecvBundle = false
@@ -946,10 +947,9 @@ func (d *uringDriver) setRecvCap() {
 
 // recvTotalBufs is how many buffers' worth a multishot receive takes
 // before it ends: 16 bundles, 1 MiB of the default 4 KiB buffers, or half
-// that for a receive that asks for a limit (RecvLimiter). Bulk transfers
-// then re-arm once a MiB, which costs nothing measurable, while a
-// connection that pauses keeps what its receive took in the same turn,
-// at most that much (TestOutboundPauseAtScale).
+// that for a receive that asks for a limit (RecvLimiter). A connection
+// that pauses keeps what its receive took in the same turn, at most that
+// much (docs/decisions.md, "Multishot receive total").
 const recvTotalBufs = 16 * bundleBufs
 
 // probeMultishotLen reports whether the kernel takes a length on a

@@ -111,9 +111,9 @@ func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 //
 // Use it for AF_UNIX stream sockets: there a multishot receive can miss
 // the peer's shutdown on current kernels (all the bytes arrive, the end
-// of stream never does; liburing issue 1549), which a single shot does
-// not. The epoll backend reads until EAGAIN either way, so its
-// completions may still carry ring.CQEFMore; a caller handles both.
+// of stream never does), which a single shot does not. The epoll backend
+// reads until EAGAIN either way, so its completions may still carry
+// ring.CQEFMore; a caller handles both.
 // Must be called on the loop goroutine.
 func (l *Loop) RecvProvidedOnce(fd int, flags int, c Completer) (OpID, error) {
 	return l.recvProvided(tagRecvBuf, fd, flags, false, c)

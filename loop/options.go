@@ -92,9 +92,9 @@ func defaultConfig() config {
 func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread = on } }
 
 // WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0)
-// (the package documentation says why); negative values are rejected. A
-// power of two makes Group.Next a masked increment; any other count uses a
-// modulo.
+// (docs/decisions.md, "Default loop count", says why); negative values are
+// rejected. A power of two makes Group.Next a masked increment; any other
+// count uses a modulo.
 func WithLoops(n int) Option { return func(c *config) { c.loops = n } }
 
 // WithName sets the group's name prefix. Loops are named

@@ -19,13 +19,12 @@ import (
 const maxCompletionsPerPoll = 1024
 
 // taskCheckInterval is how many tasks run between two clock reads in the
-// task phase (Netty's runAllTasks checks nanoTime every 0x3F+1 tasks,
-// because reading the clock costs more than a small task).
+// task phase (docs/decisions.md, "Clock reads in the task phase").
 const taskCheckInterval = 64
 
 // shutdownPollInterval bounds a wait while shutting down, so the quiet
-// period and the timeout are checked at least this often (Netty sleeps
-// 100 ms in confirmShutdown; here a new task ends the wait at once).
+// period and the timeout are checked at least this often; a new task ends
+// the wait at once.
 const shutdownPollInterval = 100 * time.Millisecond
 
 // main is the loop goroutine.

@@ -10,13 +10,13 @@ import (
 // slice). A loop that keeps its scheduling tick for 10 ms is force-preempted,
 // often inside its wait, which keeps sysmon at its shortest sleep: every
 // longer wait then has its P retaken, at the cost of extra thread wakeups.
-// Yielding first keeps the tick moving (docs/loop.md, "The loop and the Go
-// scheduler").
+// Yielding first keeps the tick moving
+// (docs/loop.md, "The loop and the Go scheduler").
 const yieldInterval = 5 * time.Millisecond
 
-// maybeYield yields the P if the last yield is more than yieldInterval ago.
-// On a locked thread a yield costs a hand-off of the P to another thread and
-// back: tens of microseconds, at most 200 times a second.
+// maybeYield yields the P if the last yield is more than yieldInterval ago:
+// at most 200 times a second. On a locked thread a yield hands the P to
+// another thread and back (docs/decisions.md, "Yield interval").
 func (l *Loop) maybeYield(now int64) {
 	if now-l.lastYield < int64(yieldInterval) && now >= l.lastYield {
 		return

@@ -417,8 +417,8 @@ func (w *Wheel) tickOf(now int64) uint64 {
 }
 
 // div returns x / tick with a multiplication by the precomputed reciprocal
-// instead of a 64-bit division, which costs several times more on the
-// Add path. The estimate hi(x*inv) is floor(x/tick) or one less, as
+// instead of a 64-bit division (docs/decisions.md, "Division by the tick").
+// The estimate hi(x*inv) is floor(x/tick) or one less, as
 // inv <= 2^64/tick < inv+1; one comparison corrects it.
 func (w *Wheel) div(x uint64) uint64 {
 	q, _ := bits.Mul64(x, w.inv)
