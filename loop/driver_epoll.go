@@ -55,7 +55,7 @@ type epollDriver struct {
 	fds       fdTable           // per-fd waiter lists, indexed by fd
 	side      sideTable         // per-op driver state, indexed by op slot
 	ready     epollQueue        // completions waiting for poll
-	pool      epollBufPool      // receive buffers for recv-provided
+	pool      recvPool          // receive buffers for recv-provided
 	dgrams    dgramReader       // recvmmsg(2) batches of datagram receives
 	retry     []int32           // fds to serve again next poll
 	retry2    []int32           // spare backing array for retry
@@ -162,7 +162,7 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 			SharedThread: cfg.shared,
 			Kernel:       cfg.kernel.String(),
 		},
-		pool: epollBufPool{count: int(cfg.bufCount), size: int(cfg.bufSize)},
+		pool: recvPool{count: int(cfg.bufCount), size: int(cfg.bufSize)},
 	}
 	if err := d.addInternal(epfd); err != nil {
 		unix.Close(tfd)
@@ -287,7 +287,7 @@ func (d *epollDriver) submit(o *op) error {
 	case tagClose:
 		d.closeFd(o)
 	case tagShutdown:
-		d.final(o, epollRes(unix.Shutdown(int(o.fd), int(o.arg))))
+		d.final(o, errnoResult(unix.Shutdown(int(o.fd), int(o.arg))))
 	case tagAccept, tagRecv, tagRecvBuf, tagRecvmsgBuf:
 		d.wait(o, epRead)
 	case tagSend, tagSendmsg:
@@ -506,7 +506,7 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		d.ctl = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
 		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &d.ctl); err != nil && err != unix.EEXIST {
 			f.registered = false
-			d.failFd(fd, epollRes(err))
+			d.failFd(fd, errnoResult(err))
 			continue
 		}
 		migrated += n
@@ -558,54 +558,4 @@ func (d *epollDriver) close() error {
 	d.pool.release()
 	d.fds, d.side = fdTable{}, sideTable{}
 	return first
-}
-
-// writeEventfd adds 1 to eventfd fd's counter. EAGAIN means the counter is
-// saturated, so a wakeup is already pending: success.
-func writeEventfd(fd int) error {
-	for {
-		_, err := unix.Write(fd, eventfdOne[:])
-		switch err {
-		case nil, unix.EAGAIN:
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return fmt.Errorf("loop: %w", os.NewSyscallError("write eventfd", err))
-	}
-}
-
-// readCounter reads the 8-byte counter of fd (an eventfd, a timerfd) into
-// buf, which resets it, and reports whether it was non-zero (else EAGAIN).
-func readCounter(fd int, buf []byte) bool {
-	for {
-		_, err := unix.Read(fd, buf)
-		if err != unix.EINTR {
-			return err == nil
-		}
-	}
-}
-
-// soError is fd's pending socket error as a completion result: 0 or -errno.
-func soError(fd int) int32 {
-	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
-	if err != nil {
-		return epollRes(err)
-	}
-	return -int32(v)
-}
-
-// epollRes turns a system call error into a completion result: 0 or -errno.
-func epollRes(err error) int32 {
-	if err == nil {
-		return 0
-	}
-	if en, ok := err.(unix.Errno); ok {
-		return -int32(en)
-	}
-	var en unix.Errno
-	if errors.As(err, &en) {
-		return -int32(en)
-	}
-	return -int32(unix.EIO)
 }

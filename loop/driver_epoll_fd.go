@@ -204,7 +204,7 @@ func (d *epollDriver) onEvent(fd int, events uint32) {
 func (d *epollDriver) wait(o *op, where uint8) {
 	fd := int(o.fd)
 	if err := d.register(fd); err != nil {
-		d.final(o, epollRes(err))
+		d.final(o, errnoResult(err))
 		return
 	}
 	first := d.fds.at(fd).lists[where-1].head == noSlot
@@ -318,7 +318,7 @@ func (d *epollDriver) tryRecv(fd int, o *op) epStep {
 		return epWait
 	}
 	if err != nil {
-		d.finish(fd, o, epollRes(err))
+		d.finish(fd, o, errnoResult(err))
 	} else {
 		d.finish(fd, o, int32(n))
 	}
@@ -351,7 +351,7 @@ func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 			if err == unix.EAGAIN {
 				return epWait
 			}
-			d.finish(fd, o, epollRes(err))
+			d.finish(fd, o, errnoResult(err))
 			return epDone
 		}
 		d.more(o, int32(n), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi)
@@ -375,7 +375,7 @@ func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 		n, err := d.dgrams.read(fd, &d.pool, o.arg, dgramBatch)
 		for j := range n {
 			bi := d.dgrams.bufs[j]
-			d.more(o, int32(d.dgrams.lens[j]), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi)
+			d.more(o, int32(d.dgrams.used[j]), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi)
 		}
 		switch {
 		case n > 0:
@@ -387,7 +387,7 @@ func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 		case err == errNoBufs:
 			return epYield
 		default:
-			d.finish(fd, o, epollRes(err))
+			d.finish(fd, o, errnoResult(err))
 			return epDone
 		}
 	}
@@ -416,7 +416,7 @@ func (d *epollDriver) trySend(fd int, o *op) epStep {
 		case nil:
 			d.finish(fd, o, int32(n))
 		default:
-			d.finish(fd, o, epollRes(err))
+			d.finish(fd, o, errnoResult(err))
 		}
 		return epDone
 	}
@@ -437,7 +437,7 @@ func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 	case nil:
 		d.finish(fd, o, int32(n))
 	default:
-		d.finish(fd, o, epollRes(err))
+		d.finish(fd, o, errnoResult(err))
 	}
 	return epDone
 }
@@ -451,11 +451,11 @@ func (d *epollDriver) connect(o *op) {
 	fd := int(o.fd)
 	sa, err := ring.ParseSockaddr(&o.x().sa, o.x().saLen)
 	if err != nil {
-		d.final(o, epollRes(err))
+		d.final(o, errnoResult(err))
 		return
 	}
 	if err := d.register(fd); err != nil {
-		d.final(o, epollRes(err))
+		d.final(o, errnoResult(err))
 		return
 	}
 	switch err := unix.Connect(fd, sa); err {
@@ -467,7 +467,7 @@ func (d *epollDriver) connect(o *op) {
 			d.run(fd, epWrite)
 		}
 	default:
-		d.final(o, epollRes(err))
+		d.final(o, errnoResult(err))
 	}
 }
 
@@ -479,7 +479,7 @@ func (d *epollDriver) tryConnect(fd int, o *op) epStep {
 	if d.pollNow(fd, unix.POLLOUT) == 0 {
 		return epWait
 	}
-	d.finish(fd, o, soError(fd))
+	d.finish(fd, o, socketError(fd))
 	return epDone
 }
 
@@ -516,5 +516,5 @@ func (d *epollDriver) closeFd(o *op) {
 		}
 		f.retry = false
 	}
-	d.final(o, epollRes(unix.Close(fd)))
+	d.final(o, errnoResult(unix.Close(fd)))
 }

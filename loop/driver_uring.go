@@ -3,7 +3,6 @@
 package loop
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -60,14 +59,6 @@ var hiddenFeatures struct {
 	bundle       bool // IORING_FEAT_RECVSEND_BUNDLE (6.10)
 	multishotLen bool // a length on multishot receives (6.17)
 }
-
-// eventfdOne is the 8-byte value both drivers' wake writes: a counter
-// increment of 1 in the machine's byte order, as eventfd(2) requires. It
-// is never written after init, so concurrent wake calls may share it.
-var eventfdOne = func() (b [8]byte) {
-	binary.NativeEndian.PutUint64(b[:], 1)
-	return b
-}()
 
 // faultPlan is a fake result the fault-injection mode planned for an op
 // (by slot; gen names the op). Unused in ordinary builds.
@@ -562,30 +553,6 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	sqe.UserData = o.userData()
 }
 
-// buildMsg fills o's iovecs and message header from its buffers, skipping
-// empty ones. The iovecs keep their capacity across uses of the slot
-// (op.reset), so a steady state does not allocate. They point into the
-// buffers, which o keeps alive.
-func buildMsg(o *op) {
-	x := o.x()
-	x.iov = x.iov[:0]
-	for _, b := range x.bufs {
-		if len(b) == 0 {
-			continue
-		}
-		x.iov = append(x.iov, unix.Iovec{Base: &b[0]})
-		x.iov[len(x.iov)-1].SetLen(len(b))
-	}
-	x.msg = unix.Msghdr{}
-	if len(x.iov) > 0 {
-		x.msg.Iov = &x.iov[0]
-		x.msg.SetIovlen(len(x.iov))
-	}
-	if x.nameLen > 0 {
-		x.msg.Name, x.msg.Namelen = &x.name[0], x.nameLen
-	}
-}
-
 // cancel implements driver: an ASYNC_CANCEL keyed by o's user_data, whose
 // own completion is counted and otherwise ignored.
 func (d *uringDriver) cancel(o *op) error {
@@ -821,7 +788,7 @@ func connectResult(fd int32, res int32) int32 {
 	if res < 0 {
 		return res // canceled, or the poll itself failed
 	}
-	return soError(int(fd))
+	return socketError(int(fd))
 }
 
 // internal handles the completion of one of the driver's own ops.

@@ -9,23 +9,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dgramReader reads datagrams with recvmmsg(2) into pool buffers, each
-// laid out as a multishot RECVMSG lays one out.
+// dgramReader reads datagrams with recvmmsg(2) into receive-pool buffers
+// (recvpool.go), each laid out as a multishot RECVMSG lays one out
+// (dgram.go). The epoll backend reads datagram receives with it.
 type dgramReader struct {
 	msgs [dgramBatch]ring.Mmsghdr
 	iovs [dgramBatch]unix.Iovec
 	bufs [dgramBatch]int32
-	lens [dgramBatch]int // bytes of each buffer used: header, source, payload
+	used [dgramBatch]int // bytes of each buffer used: header, source, payload
 }
 
 // read receives up to max (≤ dgramBatch) datagrams from fd with recv
 // flags into free buffers of p, with one recvmmsg(2). It returns how many
-// arrived (their buffers in r.bufs, lengths in r.lens), or none and the
+// arrived (their buffers in r.bufs, lengths in r.used), or none and the
 // error: unix.EAGAIN when nothing was waiting, errNoBufs when no buffer was
 // free, or the socket's (ECONNREFUSED, …). Fewer than asked for may mean
 // the socket is drained, or that an error waits for the next call.
 // Buffers not filled go back to p.
-func (r *dgramReader) read(fd int, p *epollBufPool, flags uint32, max int) (int, error) {
+func (r *dgramReader) read(fd int, p *recvPool, flags uint32, max int) (int, error) {
 	k := 0
 	for k < max {
 		bi, b := p.get()
@@ -49,7 +50,7 @@ func (r *dgramReader) read(fd int, p *epollBufPool, flags uint32, max int) (int,
 		m := &r.msgs[i]
 		b := p.bytes(r.bufs[i], p.size)
 		ring.PutRecvmsgOut(b, ring.RecvmsgOut{NameLen: m.Hdr.Namelen, PayloadLen: m.Len, Flags: uint32(m.Hdr.Flags)})
-		r.lens[i] = dgramHead + min(int(m.Len), len(b)-dgramHead)
+		r.used[i] = dgramHead + min(int(m.Len), len(b)-dgramHead)
 	}
 	return n, err
 }
