@@ -9,7 +9,7 @@ const debugChecks = true
 // assertLoop panics unless the caller runs on the loop goroutine (its
 // locked OS thread).
 func (l *Loop) assertLoop() {
-	if tid := l.tid.Load(); tid == 0 || gettid() != tid {
+	if tid := l.thread.id.Load(); tid == 0 || gettid() != tid {
 		panic("loop: " + l.name + ": loop-only method called off the loop goroutine")
 	}
 }

@@ -38,19 +38,19 @@ const (
 // RecvProvided; the datagrams wait in the socket meanwhile (or are
 // dropped by the kernel when its receive buffer fills, as UDP does).
 // Must be called on the loop goroutine.
-func (l *Loop) RecvmsgProvided(fd int, flags int, c Completer) (OpID, error) {
-	if l.MaxDatagram() <= 0 {
+func (io *IO) RecvmsgProvided(fd int, flags int, c Completer) (OpID, error) {
+	if io.MaxDatagram() <= 0 {
 		return 0, invalidArgument("recvmsg: provided buffers of %d bytes hold no datagram (WithBufferRing: more than %d bytes each)",
-			l.cfg.bufSize, dgramHead)
+			io.l.cfg.bufSize, dgramHead)
 	}
-	return l.recvProvided(tagRecvmsgBuf, fd, flags, true, c)
+	return io.recvProvided(tagRecvmsgBuf, fd, flags, true, c)
 }
 
 // MaxDatagram is the longest datagram RecvmsgProvided delivers whole: the
 // provided buffers' size (WithBufferRing) less the 128 bytes each
 // datagram's header and source address take; 0 when they are too small.
-func (l *Loop) MaxDatagram() int {
-	return max(int(l.cfg.bufSize)-dgramHead, 0)
+func (io *IO) MaxDatagram() int {
+	return max(int(io.l.cfg.bufSize)-dgramHead, 0)
 }
 
 // SendTo sends buf as one datagram on fd to the address to: a raw
@@ -62,11 +62,11 @@ func (l *Loop) MaxDatagram() int {
 // connected UDP socket after an ICMP port unreachable, -EAGAIN or
 // -ENOBUFS when the socket's send buffer is full. Must be called on the
 // loop goroutine.
-func (l *Loop) SendTo(fd int, buf []byte, to []byte, flags int, c Completer) (OpID, error) {
+func (io *IO) SendTo(fd int, buf []byte, to []byte, flags int, c Completer) (OpID, error) {
 	if len(to) > dgramNameLen {
 		return 0, invalidArgument("sendto: a %d-byte address (at most %d)", len(to), dgramNameLen)
 	}
-	o, err := l.newOp(tagSendmsg, fd, c)
+	o, err := io.newOp(tagSendmsg, fd, c)
 	if err != nil {
 		return 0, err
 	}
@@ -74,13 +74,13 @@ func (l *Loop) SendTo(fd int, buf []byte, to []byte, flags int, c Completer) (Op
 	x.bufs = append(x.bufs[:0], buf)
 	x.nameLen = uint32(copy(x.name[:], to))
 	o.arg = uint32(flags)
-	return l.startOp(o)
+	return io.startOp(o)
 }
 
 // deliverDgram passes one completion of a datagram receive to c: a
 // buffer's bytes (data) are split into the payload, source and flags.
-func (l *Loop) deliverDgram(c Completer, res int32, flags uint32, data []byte) {
-	l.cpl = Completion{Res: res, Flags: flags}
+func (io *IO) deliverDgram(c Completer, res int32, flags uint32, data []byte) {
+	io.current = Completion{Res: res, Flags: flags}
 	// A failed receive may still name the buffer it selected (some
 	// kernels do): the buffer goes back to the ring, and nothing in it
 	// is a datagram.
@@ -89,11 +89,11 @@ func (l *Loop) deliverDgram(c Completer, res int32, flags uint32, data []byte) {
 		if !ok {
 			// Not a layout the loop asked for: nothing in it can be
 			// trusted, and it must not vanish silently.
-			l.cpl.Res = -int32(unix.EIO)
+			io.current.Res = -int32(unix.EIO)
 		} else {
-			l.cpl.Res = int32(min(h.PayloadLen, math.MaxInt32))
-			l.cpl.Data, l.cpl.Name, l.cpl.MsgFlags = payload, name, h.Flags
+			io.current.Res = int32(min(h.PayloadLen, math.MaxInt32))
+			io.current.Data, io.current.Name, io.current.MsgFlags = payload, name, h.Flags
 		}
 	}
-	l.deliverCompletion(c)
+	io.deliverCompletion(c)
 }

@@ -45,15 +45,15 @@ func FailDriverAt(k int, err error) (restore func()) {
 // after that wait's timer or op completes.
 func (l *Loop) InjectStall(n int) {
 	l.drv.injectStall(n)
-	l.wakeup()
+	l.waker.wake()
 }
 
 // Waiting reports whether the loop has published a wait deadline (it is
 // blocked in, or about to enter, a wait).
-func (l *Loop) Waiting() bool { return l.nextWakeup.Load() != awake }
+func (l *Loop) Waiting() bool { return l.waker.nextWakeup.Load() != awake }
 
 // Tid returns the loop thread's id, 0 before start and after termination.
-func (l *Loop) Tid() int { return int(l.tid.Load()) }
+func (l *Loop) Tid() int { return int(l.thread.id.Load()) }
 
 // SetChooserCounter sets the round-robin counter of Next.
 func (g *Group) SetChooserCounter(v uint64) { g.chooser.idx.Store(v) }
@@ -103,7 +103,7 @@ func ParseEnv(v string) (shared bool, kernel string, problems []string) {
 // be called on the loop goroutine.
 func (l *Loop) ParkedOps() []OpID {
 	var ids []OpID
-	for _, o := range l.parked.ops[l.parked.head:] {
+	for _, o := range l.io.parked.ops[l.io.parked.head:] {
 		if o.state == opParked {
 			ids = append(ids, OpID(o.userData()))
 		}
@@ -115,7 +115,7 @@ func (l *Loop) ParkedOps() []OpID {
 // the loop goroutine.
 func (l *Loop) LiveOps() []string {
 	var out []string
-	l.ops.each(func(o *op) {
+	l.io.ops.each(func(o *op) {
 		out = append(out, fmt.Sprintf("%v fd %d state %d multishot %v", o.tag, o.fd, o.state, o.multishot))
 	})
 	return out
@@ -156,7 +156,7 @@ func (l *Loop) Submissions() ring.SubmitCounts {
 // stop it, as if its cancel had been lost on the way. Must be called on the
 // loop goroutine.
 func (l *Loop) LoseCancel(id OpID) {
-	if o := l.ops.lookup(uint64(id)); o != nil && o.state == opInFlight {
+	if o := l.io.ops.lookup(uint64(id)); o != nil && o.state == opInFlight {
 		o.state = opCanceling
 	}
 }
@@ -164,18 +164,18 @@ func (l *Loop) LoseCancel(id OpID) {
 // Nop starts an op that completes with Res 0 at the next poll: a round trip
 // through the op table and the backend. Must be called on the loop goroutine.
 func (l *Loop) Nop(c Completer) (OpID, error) {
-	o, err := l.newOp(tagNop, 0, c)
+	o, err := l.io.newOp(tagNop, 0, c)
 	if err != nil {
 		return 0, err
 	}
-	return l.startOp(o)
+	return l.io.startOp(o)
 }
 
 // OpsInFlight returns the number of ops not yet at their final completion.
 // Must be called on the loop goroutine.
 func (l *Loop) OpsInFlight() int {
 	l.assertLoop()
-	return l.ops.inFlight
+	return l.io.ops.inFlight
 }
 
 // LimitsMultishotTotal reports whether l's multishot receives end after a

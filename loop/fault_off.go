@@ -9,7 +9,6 @@ import "github.com/ringloop/ringloop/ring"
 // ringfault build tag turns the fault-injection mode on (fault_on.go).
 const faultsEnabled = false
 
-func (l *Loop) faultTurn()                                     {}
 func (d *uringDriver) faultPrep(*ring.SQE, *op)                {}
 func (d *uringDriver) faultResult(*ring.CQE)                   {}
 func (d *uringDriver) faultHoldBuf(*ring.BufRing, uint16) bool { return false }
@@ -20,4 +19,5 @@ func (d *uringDriver) faultBufRing() error                     { return nil }
 func (d *epollDriver) faultSubmit(*op) bool                    { return false }
 func faultSendLen(n int) int                                   { return n }
 
-func faultStart() error { return nil }
+func faultStart() error  { return nil }
+func faultRebuild() bool { return false }

@@ -134,11 +134,11 @@ func faultConfig() (Faults, bool) {
 	return faults.cfg, faults.on
 }
 
-// faultTurn may rebuild the loop's backend at the start of a turn.
-func (l *Loop) faultTurn() {
-	if ok, _ := roll(func(f *Faults) float64 { return f.Rebuild }, 0, &faults.rebuilds); ok {
-		l.rebuild("injected fault")
-	}
+// faultRebuild reports whether a turn rebuilds the loop's backend as it
+// starts.
+func faultRebuild() bool {
+	ok, _ := roll(func(f *Faults) float64 { return f.Rebuild }, 0, &faults.rebuilds)
+	return ok
 }
 
 // fakeResult picks a fake result for an I/O op of tag, or 0.

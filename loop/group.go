@@ -71,7 +71,7 @@ func NewGroup(opts ...Option) (*Group, error) {
 			var l *Loop
 			if l, err = newLoop(g, i, drv, sel.reason, dcfg.ops); err == nil {
 				if dcfg.shared {
-					dcfg.park.park, dcfg.park.resume = l.parkThread, l.resumeThread
+					dcfg.park.park, dcfg.park.resume = l.thread.park, l.thread.resume
 				}
 				g.loops = append(g.loops, l)
 				continue
@@ -97,7 +97,7 @@ func NewGroup(opts ...Option) (*Group, error) {
 func (g *Group) abort() {
 	g.live.Store(int64(len(g.loops)))
 	for _, l := range g.loops {
-		l.shutdownGracefully(0, 0)
+		l.shutdown.begin(0, 0)
 	}
 	for _, l := range g.loops {
 		<-l.done
@@ -185,12 +185,13 @@ func (g *Group) Schedule(d time.Duration, f func()) (*sched.Timer, error) {
 	return g.Next().Schedule(d, f)
 }
 
-// RebuildRings asks every loop to rebuild its ring (Loop.RebuildRing). It
-// returns the first error. Safe for concurrent use.
-func (g *Group) RebuildRings() error {
+// rebuildRings asks every loop to rebuild its ring (Loop.rebuildRing). It
+// returns the first error. Tests call it (testknobs.RebuildRings). Safe
+// for concurrent use.
+func (g *Group) rebuildRings() error {
 	var first error
 	for _, l := range g.loops {
-		if err := l.RebuildRing(); err != nil && first == nil {
+		if err := l.rebuildRing(); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -207,7 +208,7 @@ func (g *Group) ShutdownGracefully(quiet, timeout time.Duration) error {
 		return err
 	}
 	for _, l := range g.loops {
-		l.shutdownGracefully(quiet, timeout)
+		l.shutdown.begin(quiet, timeout)
 	}
 	return nil
 }
@@ -228,7 +229,7 @@ func (g *Group) Shutdown(ctx context.Context) error {
 		timeout = max(time.Until(dl), 0)
 	}
 	for _, l := range g.loops {
-		l.shutdownGracefully(0, timeout)
+		l.shutdown.begin(0, timeout)
 	}
 	for _, l := range g.loops {
 		if l.InLoop() {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,50 +35,29 @@ type Loop struct {
 
 	// Shared with other goroutines.
 	state      atomic.Int32 // State
-	nextWakeup atomic.Int64 // awake, or the clock instant the loop's wait ends (wake.go)
+	waker      waker        // the wakeup protocol (wake.go)
 	submitters atomic.Int64 // producers between their state check and the end of their push + wake
 	ioRatio    atomic.Int32
-	tid        atomic.Int32 // the loop thread's id while it runs, else 0
-	quiet      atomic.Int64 // graceful shutdown quiet period, ns
-	timeout    atomic.Int64 // graceful shutdown timeout, ns
-	shutdownAt atomic.Int64 // clock instant ShutdownGracefully was called
+	thread     loopThread    // the OS thread the loop runs on (thread.go)
+	shutdown   shutdownState // graceful shutdown: its parameters, holds and hooks (shutdown.go)
 	stats      counters
 	tasks      *sched.Queue // immediate tasks and timers on their way to the wheel
 	tail       *sched.Queue // tasks run once at the end of a turn
 	wheel      *sched.Wheel // owned by the loop goroutine; NewTimer is concurrent-safe
 	done       chan struct{}
-
-	hooksMu sync.Mutex
-	hooks   []*hook
+	handOff    atomic.Bool // the next wait gives the P back first (HandOffNextWait)
 
 	localsMu sync.Mutex
 	locals   atomic.Pointer[[]any] // Local values, by Local.idx (local.go); copied on write under localsMu
 
 	// Loop goroutine only.
-	ops         *opTable
-	cpl         Completion  // reused for every delivery (valid during the call only)
-	ioStarted   bool        // a completion was dispatched during the current poll
-	handOff     atomic.Bool // the next wait gives the P back first (HandOffNextWait)
-	ioStart     int64       // clock instant of the first completion of the current poll
-	stallCount  int         // consecutive empty early returns
-	lastExec    int64       // clock instant tasks or hooks last ran
-	lastYield   int64       // clock instant the loop goroutine last yielded its P (yield.go)
-	lastTid     int32       // the thread the loop last ran on, as recorded in running
-	tids        []int32     // a shared-thread loop: the threads it has an entry in running for (thread.go)
-	confirming  bool        // confirmShutdown ran at least once
-	holds       []hold      // DelayTermination holds not yet released (shutdown.go)
-	holdSeq     uint64      // the last hold's id
-	sinkRefused bool        // the last timer move hit a full queue
-	parked      parkedQueue // receives waiting for provided buffers (starved.go)
-	parkBudget  int         // parked receives resubmitted per turn
-	runTaskFn   func(sched.Task)
-	timerSinkFn func(*sched.Timer) bool
-}
-
-// hook is a shutdown hook; removed is set by its removal function.
-type hook struct {
-	f       func()
-	removed atomic.Bool
+	io               IO            // the op API and the ops' machinery (ops.go)
+	stall            stallDetector // the stalled-ring detector (stall.go)
+	lastTaskRun      int64         // clock instant tasks or hooks last ran
+	lastYield        int64         // clock instant the loop goroutine last yielded its P (yield.go)
+	timersLeftBehind bool          // the last move of due timers found the task queue full
+	runTaskFn        func(sched.Task)
+	moveDueTimerFn   func(*sched.Timer) bool
 }
 
 func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*Loop, error) {
@@ -101,14 +79,17 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 		tail:     sched.NewQueue(0),
 		wheel:    w,
 		done:     make(chan struct{}),
-		ops:      ops,
 	}
+	l.waker.l = l
+	l.thread.l = l
+	l.shutdown.l = l
+	l.stall.l = l
+	l.io.init(l, drv, ops)
 	l.state.Store(int32(StateNotStarted))
-	l.nextWakeup.Store(awake)
+	l.waker.nextWakeup.Store(awake)
 	l.ioRatio.Store(int32(c.ioRatio))
 	l.runTaskFn = l.runTask
-	l.timerSinkFn = l.timerSink
-	l.parkBudget = max(1, int(c.bufCount)/starvedPerBuffers)
+	l.moveDueTimerFn = l.moveDueTimer
 	return l, nil
 }
 
@@ -150,24 +131,10 @@ func (l *Loop) Features() Features {
 // loop recorded when it started. Safe for concurrent use.
 func (l *Loop) InLoop() bool {
 	if l.cfg.sharedThread {
-		return l.onThreadPinned()
+		return l.thread.pinnedHere()
 	}
-	tid := l.tid.Load()
+	tid := l.thread.id.Load()
 	return tid != 0 && gettid() == tid
-}
-
-// onThreadPinned reports whether the caller is l's goroutine, for a
-// shared-thread loop. Its thread is shared: another goroutine may have run
-// on it a moment ago and moved since, so a thread id read unpinned may be
-// stale. Pinned to its thread, the caller's id is exact, and a loop that
-// holds the thread now (tid set while it runs) leaves no room on it for
-// any other goroutine.
-func (l *Loop) onThreadPinned() bool {
-	runtime.LockOSThread()
-	tid := gettid()
-	ok := tid != 0 && l.tid.Load() == tid
-	runtime.UnlockOSThread()
-	return ok
 }
 
 // HandOffNextWait makes the loop's next wait give its thread's P back to
@@ -180,6 +147,12 @@ func (l *Loop) onThreadPinned() bool {
 // Safe for concurrent use (called off the loop it applies to the loop's
 // next wait, which is harmless).
 func (l *Loop) HandOffNextWait() { l.handOff.Store(true) }
+
+// IO returns the loop's op API: accept, receive, send, connect, close,
+// shutdown and cancel, with completions delivered on the loop goroutine.
+// Safe for concurrent use; the methods of IO must be called on the loop
+// goroutine.
+func (l *Loop) IO() *IO { return &l.io }
 
 // running maps the OS thread id of every running loop to its Loop.
 var running sync.Map // int32 → *Loop
@@ -212,9 +185,9 @@ func Current() *Loop {
 	if v, ok := running.Load(tid); ok {
 		l := v.(*Loop)
 		switch {
-		case l.tid.Load() != tid:
+		case l.thread.id.Load() != tid:
 			// A shared-thread loop that has left this thread.
-		case !l.cfg.sharedThread || l.onThreadPinned():
+		case !l.cfg.sharedThread || l.thread.pinnedHere():
 			return l
 		}
 	}
@@ -229,38 +202,26 @@ func Current() *Loop {
 // If starting the loop fails (its backend cannot start on the new thread),
 // the call that started it returns an error wrapping ErrRejected and the
 // cause, and the loop terminates for good; f, already queued, still runs
-// during that termination. Safe for concurrent use.
-func (l *Loop) Execute(f func()) error { return l.ExecuteTask(sched.TaskFunc(f)) }
+// during that termination. Queuing f allocates nothing (a func value bound
+// once, such as a method value kept in a field, queues for free). Safe for
+// concurrent use.
+func (l *Loop) Execute(f func()) error {
+	if f == nil {
+		return ErrNilTask
+	}
+	return l.submit(l.tasks, sched.TaskFunc(f))
+}
 
 // ExecuteAfterTurn queues f as a tail task: it runs once, at the end of the
 // current (or next) loop turn, after the turn's tasks, also on turns that
 // ran no task (Netty's executeAfterEventLoopIteration). A pending tail task
-// keeps the loop from blocking. Safe for concurrent use.
-func (l *Loop) ExecuteAfterTurn(f func()) error { return l.ExecuteTaskAfterTurn(sched.TaskFunc(f)) }
-
-// ExecuteTask queues t as Execute queues a function. A caller that keeps
-// its task value (a pointer type with a Run method) queues it without the
-// allocation a method value would cost. Safe for concurrent use.
-func (l *Loop) ExecuteTask(t sched.Task) error {
-	if nilTask(t) {
+// keeps the loop from blocking. It returns errors as Execute does. Safe for
+// concurrent use.
+func (l *Loop) ExecuteAfterTurn(f func()) error {
+	if f == nil {
 		return ErrNilTask
 	}
-	return l.submit(l.tasks, t)
-}
-
-// ExecuteTaskAfterTurn queues t as a tail task, as ExecuteAfterTurn queues
-// a function. Safe for concurrent use.
-func (l *Loop) ExecuteTaskAfterTurn(t sched.Task) error {
-	if nilTask(t) {
-		return ErrNilTask
-	}
-	return l.submit(l.tail, t)
-}
-
-// nilTask reports whether t is nil or a nil function.
-func nilTask(t sched.Task) bool {
-	f, ok := t.(sched.TaskFunc)
-	return t == nil || ok && f == nil
+	return l.submit(l.tail, sched.TaskFunc(f))
 }
 
 // Schedule runs f once on the loop after d (d <= 0: as soon as possible).
@@ -319,16 +280,14 @@ func (l *Loop) deadline(d time.Duration) int64 {
 	return now + int64(d)
 }
 
-// RebuildRing asks the loop to replace its ring (or epoll instance) and
+// rebuildRing asks the loop to replace its ring (or epoll instance) and
 // migrate every live op to the new one, as the stalled-ring detector does.
-// The work always runs on the loop goroutine, as a task queued by this call,
-// which returns once it is queued. It is counted in Stats.Rebuilds.
-// Safe for concurrent use.
-func (l *Loop) RebuildRing() error {
-	return l.submit(l.tasks, sched.TaskFunc(l.rebuildRequested))
+// The work always runs on the loop goroutine, as a task queued by this
+// call, which returns once it is queued. It is counted in Stats.Rebuilds.
+// Tests call it (testknobs.RebuildRing). Safe for concurrent use.
+func (l *Loop) rebuildRing() error {
+	return l.submit(l.tasks, sched.TaskFunc(func() { l.io.rebuild("requested") }))
 }
-
-func (l *Loop) rebuildRequested() { l.rebuild("requested") }
 
 // DelayTermination keeps the loop, once shutting down, from terminating
 // until release is called, limit passes or the shutdown's timeout passes,
@@ -339,12 +298,13 @@ func (l *Loop) rebuildRequested() { l.rebuild("requested") }
 // must release.
 func (l *Loop) DelayTermination(limit time.Duration) (release func()) {
 	l.assertLoop()
-	l.holdSeq++
-	id := l.holdSeq
-	l.holds = append(l.holds, hold{id: id, until: l.deadline(limit)})
+	s := &l.shutdown
+	s.lastHoldID++
+	id := s.lastHoldID
+	s.holds = append(s.holds, hold{id: id, until: l.deadline(limit)})
 	return func() {
 		l.assertLoop()
-		l.dropHold(id)
+		s.dropHold(id)
 	}
 }
 
@@ -362,9 +322,10 @@ func (l *Loop) AddShutdownHook(f func()) (remove func(), err error) {
 		return nil, errRejectedShutdown
 	}
 	h := &hook{f: f}
-	l.hooksMu.Lock()
-	l.hooks = append(l.hooks, h)
-	l.hooksMu.Unlock()
+	s := &l.shutdown
+	s.hooksMu.Lock()
+	s.hooks = append(s.hooks, h)
+	s.hooksMu.Unlock()
 	return func() { h.removed.Store(true) }, nil
 }
 
@@ -379,7 +340,7 @@ func (l *Loop) ShutdownGracefully(quiet, timeout time.Duration) error {
 	if err := checkShutdownArgs(quiet, timeout); err != nil {
 		return err
 	}
-	l.shutdownGracefully(quiet, timeout)
+	l.shutdown.begin(quiet, timeout)
 	return nil
 }
 
@@ -418,7 +379,7 @@ func (l *Loop) submit(q *sched.Queue, t sched.Task) error {
 	}
 	err := l.ensureStarted()
 	if err == nil {
-		l.wakeup()
+		l.waker.wake()
 	}
 	l.submitters.Add(-1)
 	return err
@@ -432,7 +393,7 @@ func (l *Loop) submit(q *sched.Queue, t sched.Task) error {
 // so the eventfd is still open.
 func (l *Loop) rejectedFull() {
 	l.stats.rejected.Add(1)
-	l.wakeup()
+	l.waker.wake()
 	l.submitters.Add(-1)
 }
 
@@ -469,7 +430,7 @@ func (l *Loop) scheduleTimer(t *sched.Timer, err error) (*sched.Timer, error) {
 	}
 	err = l.ensureStarted()
 	if err == nil {
-		l.wakeupBefore(when)
+		l.waker.wakeBefore(when)
 	}
 	l.submitters.Add(-1)
 	if err != nil {

@@ -8,15 +8,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The op API: asynchronous operations with a completion callback, identical
-// on both backends (docs/op-lifecycle.md). Every method here must be called
-// on the loop goroutine (from a task, a timer or a completion); built with
-// the uringdebug tag they check it. Each returns the op's OpID, for Cancel,
-// or an error, in which case no completion will follow.
+// IO is a loop's op API: asynchronous socket operations (accept, receive,
+// send, connect, close, shutdown, cancel) whose completions are delivered
+// to a Completer on the loop goroutine, identically on both backends
+// (docs/op-lifecycle.md). Loop.IO returns it.
 //
-// Memory: a buffer passed to an op belongs to the loop until the op's final
-// completion; the op table keeps it
-// referenced until then. Do not modify or reuse it before.
+// Every method must be called on the loop goroutine (from a task, a timer
+// or a completion); built with the uringdebug tag they check it. Each op
+// returns its OpID, for Cancel, or an error, in which case no completion
+// will follow.
+//
+// A buffer passed to an op belongs to the loop until the op's final
+// completion, which keeps it referenced until then: do not modify or reuse
+// it before.
+type IO struct {
+	l   *Loop
+	drv driver
+	ops *opTable
+
+	current Completion  // the completion being delivered, reused (valid during the Complete call only)
+	parked  parkedQueue // receives waiting for provided buffers (starved.go)
+
+	// delivering is set by the first completion a poll delivers, at the
+	// clock instant deliveringSince: the turn's I/O time starts there.
+	delivering      bool
+	deliveringSince int64
+}
+
+// init sets io up for l, whose backend is drv and op table ops.
+func (io *IO) init(l *Loop, drv driver, ops *opTable) {
+	*io = IO{l: l, drv: drv, ops: ops}
+	io.parked = parkedQueue{io: io, budget: max(1, int(l.cfg.bufCount)/starvedPerBuffers)}
+}
 
 // An OpID names one in-flight op of a loop: its packed user_data (slot,
 // generation and tag; never a pointer). It is unique among the loop's live
@@ -27,18 +50,18 @@ type OpID uint64
 const maxIovecs = 1024
 
 // newOp checks the common arguments and allocates a record.
-func (l *Loop) newOp(tag opTag, fd int, c Completer) (*op, error) {
-	l.assertLoop()
+func (io *IO) newOp(tag opTag, fd int, c Completer) (*op, error) {
+	io.l.assertLoop()
 	if c == nil {
 		return nil, ErrNilCompleter
 	}
-	if State(l.state.Load()) >= StateShutdown {
+	if State(io.l.state.Load()) >= StateShutdown {
 		return nil, ErrClosed
 	}
 	if fd < 0 || fd > 1<<31-1 {
 		return nil, invalidArgument("%s: fd %d", tag, fd)
 	}
-	o := l.ops.alloc(tag)
+	o := io.ops.alloc(tag)
 	if o == nil {
 		return nil, ErrTooManyOps
 	}
@@ -48,23 +71,23 @@ func (l *Loop) newOp(tag opTag, fd int, c Completer) (*op, error) {
 }
 
 // simpleOp allocates, fills and starts an op of the fields most ops use.
-func (l *Loop) simpleOp(tag opTag, fd int, buf []byte, arg uint32, multishot bool, c Completer) (OpID, error) {
-	o, err := l.newOp(tag, fd, c)
+func (io *IO) simpleOp(tag opTag, fd int, buf []byte, arg uint32, multishot bool, c Completer) (OpID, error) {
+	o, err := io.newOp(tag, fd, c)
 	if err != nil {
 		return 0, err
 	}
 	o.buf, o.arg, o.multishot = buf, arg, multishot
-	return l.startOp(o)
+	return io.startOp(o)
 }
 
 // startOp hands a filled record to the backend.
-func (l *Loop) startOp(o *op) (OpID, error) {
+func (io *IO) startOp(o *op) (OpID, error) {
 	id := OpID(o.userData())
-	if err := l.drv.submit(o); err != nil {
-		l.ops.release(o)
+	if err := io.drv.submit(o); err != nil {
+		io.ops.release(o)
 		return 0, err
 	}
-	l.stats.submitted.Add(1)
+	io.l.stats.submitted.Add(1)
 	return id, nil
 }
 
@@ -73,18 +96,18 @@ func (l *Loop) startOp(o *op) (OpID, error) {
 // stays armed; re-arm after a completion without it). Res is the new
 // fd (non-blocking, close-on-exec) or -errno. Must be called on the loop
 // goroutine.
-func (l *Loop) Accept(fd int, multishot bool, c Completer) (OpID, error) {
-	return l.simpleOp(tagAccept, fd, nil, 0, multishot, c)
+func (io *IO) Accept(fd int, multishot bool, c Completer) (OpID, error) {
+	return io.simpleOp(tagAccept, fd, nil, 0, multishot, c)
 }
 
 // Recv receives into buf (single shot). Res is the byte count, 0 at end of
 // stream, or -errno. flags are recv(2) flags. Must be called on the loop
 // goroutine.
-func (l *Loop) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
+func (io *IO) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 	if len(buf) == 0 {
 		return 0, invalidArgument("recv: empty buffer")
 	}
-	return l.simpleOp(tagRecv, fd, buf, uint32(flags), false, c)
+	return io.simpleOp(tagRecv, fd, buf, uint32(flags), false, c)
 }
 
 // RecvProvided receives into the loop's provided buffers, multishot: each
@@ -97,8 +120,8 @@ func (l *Loop) Recv(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 // bytes and without ring.CQEFMore, and one armed meanwhile is queued behind
 // the parked ones before it runs.
 // Must be called on the loop goroutine.
-func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
-	return l.recvProvided(tagRecvBuf, fd, flags, true, c)
+func (io *IO) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
+	return io.recvProvided(tagRecvBuf, fd, flags, true, c)
 }
 
 // RecvProvidedOnce is RecvProvided without the kernel's multishot receive:
@@ -115,33 +138,33 @@ func (l *Loop) RecvProvided(fd int, flags int, c Completer) (OpID, error) {
 // reads until EAGAIN either way, so its completions may still carry
 // ring.CQEFMore; a caller handles both.
 // Must be called on the loop goroutine.
-func (l *Loop) RecvProvidedOnce(fd int, flags int, c Completer) (OpID, error) {
-	return l.recvProvided(tagRecvBuf, fd, flags, false, c)
+func (io *IO) RecvProvidedOnce(fd int, flags int, c Completer) (OpID, error) {
+	return io.recvProvided(tagRecvBuf, fd, flags, false, c)
 }
 
-func (l *Loop) recvProvided(tag opTag, fd int, flags int, multishot bool, c Completer) (OpID, error) {
-	o, err := l.newOp(tag, fd, c)
+func (io *IO) recvProvided(tag opTag, fd int, flags int, multishot bool, c Completer) (OpID, error) {
+	o, err := io.newOp(tag, fd, c)
 	if err != nil {
 		return 0, err
 	}
 	o.multishot = multishot
 	o.arg = uint32(flags)
-	if tag == tagRecvBuf && l.parked.len() > 0 && l.rotating() {
+	if tag == tagRecvBuf && io.parked.len() > 0 && io.parked.rotating() {
 		// Others wait for buffers: this one waits behind them.
 		id := OpID(o.userData())
-		l.queueParked(o)
+		io.parked.push(o)
 		return id, nil
 	}
-	return l.startOp(o)
+	return io.startOp(o)
 }
 
 // Send sends buf (MSG_NOSIGNAL is always added to flags). Res is the byte
 // count, possibly short, or -errno. Must be called on the loop goroutine.
-func (l *Loop) Send(fd int, buf []byte, flags int, c Completer) (OpID, error) {
+func (io *IO) Send(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 	if len(buf) == 0 {
 		return 0, invalidArgument("send: empty buffer")
 	}
-	return l.simpleOp(tagSend, fd, buf, uint32(flags), false, c)
+	return io.simpleOp(tagSend, fd, buf, uint32(flags), false, c)
 }
 
 // Sendmsg sends bufs in order as one gathered write (at most 1024 buffers).
@@ -149,71 +172,71 @@ func (l *Loop) Send(fd int, buf []byte, flags int, c Completer) (OpID, error) {
 // buffers belong to the kernel until the final completion.
 // Res is the byte count, possibly short, or -errno. Must be called on the
 // loop goroutine.
-func (l *Loop) Sendmsg(fd int, bufs [][]byte, flags int, c Completer) (OpID, error) {
+func (io *IO) Sendmsg(fd int, bufs [][]byte, flags int, c Completer) (OpID, error) {
 	if len(bufs) == 0 || len(bufs) > maxIovecs {
 		return 0, invalidArgument("sendmsg: %d buffers (expected 1..%d)", len(bufs), maxIovecs)
 	}
-	o, err := l.newOp(tagSendmsg, fd, c)
+	o, err := io.newOp(tagSendmsg, fd, c)
 	if err != nil {
 		return 0, err
 	}
 	x := o.x()
 	x.bufs = append(x.bufs[:0], bufs...) // the slot's own list: the caller's may be on its stack
 	o.arg = uint32(flags)
-	return l.startOp(o)
+	return io.startOp(o)
 }
 
 // Connect connects the non-blocking socket fd to sa (IPv4, IPv6 or Unix).
 // Res is 0 or -errno (-ECONNREFUSED …). Must be called on the loop
 // goroutine.
-func (l *Loop) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
+func (io *IO) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
 	if sa == nil {
 		return 0, invalidArgument("connect: nil address")
 	}
 	if u, ok := sa.(*unix.SockaddrUnix); ok && u.Name == "" {
 		return 0, invalidArgument("connect: empty unix socket name")
 	}
-	o, err := l.newOp(tagConnect, fd, c)
+	o, err := io.newOp(tagConnect, fd, c)
 	if err != nil {
 		return 0, err
 	}
 	n, err := ring.PutSockaddr(&o.x().sa, sa)
 	if err != nil {
-		l.ops.release(o)
+		io.ops.release(o)
 		if errors.Is(err, ring.ErrNotSupported) {
 			return 0, err
 		}
 		return 0, invalidArgument("connect: %w", err)
 	}
 	o.x().saLen = n
-	return l.startOp(o)
+	return io.startOp(o)
 }
 
 // Close closes fd. Cancel fd's other ops and wait for their final
 // completions first: an fd is closed only when no op still names it. Res is 0
 // or -errno. Must be called on the loop goroutine.
-func (l *Loop) Close(fd int, c Completer) (OpID, error) {
-	return l.simpleOp(tagClose, fd, nil, 0, false, c)
+func (io *IO) Close(fd int, c Completer) (OpID, error) {
+	return io.simpleOp(tagClose, fd, nil, 0, false, c)
 }
 
 // Shutdown shuts down part of a full-duplex connection (how is unix.SHUT_RD,
 // SHUT_WR or SHUT_RDWR). Res is 0 or -errno. Must be called on the loop
 // goroutine. (It is the socket operation; the loop's own shutdown is
 // ShutdownGracefully.)
-func (l *Loop) Shutdown(fd int, how int, c Completer) (OpID, error) {
+func (io *IO) Shutdown(fd int, how int, c Completer) (OpID, error) {
 	if how != unix.SHUT_RD && how != unix.SHUT_WR && how != unix.SHUT_RDWR {
 		return 0, invalidArgument("shutdown: how %d", how)
 	}
-	return l.simpleOp(tagShutdown, fd, nil, uint32(how), false, c)
+	return io.simpleOp(tagShutdown, fd, nil, uint32(how), false, c)
 }
 
 // Cancel asks the backend to stop op id. Its final completion still
 // follows: its real result if it finished first, else -ECANCELED. Canceling
 // an op twice is harmless. It returns ErrUnknownOp if id names no live op
 // (it already completed). Must be called on the loop goroutine.
-func (l *Loop) Cancel(id OpID) error {
-	l.assertLoop()
-	o := l.ops.lookup(uint64(id))
+func (io *IO) Cancel(id OpID) error {
+	io.l.assertLoop()
+	o := io.ops.lookup(uint64(id))
 	if o == nil {
 		return ErrUnknownOp
 	}
@@ -222,10 +245,10 @@ func (l *Loop) Cancel(id OpID) error {
 		o.marks &^= markYield // the loop's rotation cancel is now the caller's
 		return nil
 	case opParked:
-		l.cancelParked(o)
+		io.parked.cancel(o)
 		return nil
 	}
-	if err := l.drv.cancel(o); err != nil {
+	if err := io.drv.cancel(o); err != nil {
 		return err
 	}
 	o.state = opCanceling
@@ -237,19 +260,19 @@ func (l *Loop) Cancel(id OpID) error {
 // up by user_data (a stale one is counted and dropped; uringdebug panics),
 // released on its final completion (the one without ring.CQEFMore), and
 // the Completer is called under recover.
-func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
-	if !l.ioStarted {
-		l.ioStarted = true
-		l.ioStart = l.clock.Now()
+func (io *IO) complete(ud uint64, res int32, flags uint32, data []byte) {
+	if !io.delivering {
+		io.delivering = true
+		io.deliveringSince = io.l.clock.Now()
 		// The wait is over once completions are being delivered: mark the
 		// loop awake now, not after poll returns, so that callbacks calling
 		// Execute or ExecuteAfterTurn (conn's Write from OnData) do not
 		// write the eventfd for a loop that is already running.
-		l.nextWakeup.Store(awake)
+		io.l.waker.nextWakeup.Store(awake)
 	}
-	o := l.ops.lookup(ud)
+	o := io.ops.lookup(ud)
 	if o == nil {
-		l.stats.stale.Add(1)
+		io.l.stats.stale.Add(1)
 		if debugChecks {
 			tag, gen, slot := unpackUserData(ud)
 			panic("loop: stale completion: tag " + tag.String() + " gen " + strconv.Itoa(int(gen)) + " slot " + strconv.Itoa(int(slot)) + " res " + strconv.Itoa(int(res)))
@@ -258,39 +281,39 @@ func (l *Loop) complete(ud uint64, res int32, flags uint32, data []byte) {
 	}
 	final := flags&ring.CQEFMore == 0
 	if final {
-		if l.park(o, res) {
+		if io.parked.park(o, res) {
 			return // resubmitted when the turn ends (starved.go)
 		}
-		res = l.noBufsResult(o, res)
-	} else if o.tag == tagRecvBuf && o.multishot && o.state == opInFlight && l.parked.len() > 0 && l.rotating() {
-		l.yieldRecv(o)
+		res = noBufsResult(o, res)
+	} else if o.tag == tagRecvBuf && o.multishot && o.state == opInFlight && io.parked.len() > 0 && io.parked.rotating() {
+		io.parked.yield(o)
 	}
 	c, tag := o.c, o.tag
 	if final {
-		l.ops.release(o)
+		io.ops.release(o)
 	}
-	l.stats.completions.Add(1)
+	io.l.stats.completions.Add(1)
 	if tag == tagRecvmsgBuf {
-		l.deliverDgram(c, res, flags, data)
+		io.deliverDgram(c, res, flags, data)
 		return
 	}
-	l.deliver(c, res, flags, data)
+	io.deliver(c, res, flags, data)
 }
 
 // deliver passes one completion to c.
-func (l *Loop) deliver(c Completer, res int32, flags uint32, data []byte) {
-	l.cpl = Completion{Res: res, Flags: flags, Data: data}
-	l.deliverCompletion(c)
+func (io *IO) deliver(c Completer, res int32, flags uint32, data []byte) {
+	io.current = Completion{Res: res, Flags: flags, Data: data}
+	io.deliverCompletion(c)
 }
 
-// deliverCompletion calls c.Complete(&l.cpl) under recover: a panicking
+// deliverCompletion calls c.Complete(&io.current) under recover: a panicking
 // completer is logged and counted, and the loop goes on.
-func (l *Loop) deliverCompletion(c Completer) {
+func (io *IO) deliverCompletion(c Completer) {
 	defer func() {
 		if r := recover(); r != nil {
-			l.stats.panics.Add(1)
-			l.logger.Error("loop: completion callback panicked", "loop", l.name, "panic", r)
+			io.l.stats.panics.Add(1)
+			io.l.logger.Error("loop: completion callback panicked", "loop", io.l.name, "panic", r)
 		}
 	}()
-	c.Complete(&l.cpl)
+	c.Complete(&io.current)
 }

@@ -34,11 +34,9 @@ func quarantine(o *op, extra uint64) uint64 {
 	return n
 }
 
-// QuarantinedBytes reports how many bytes of memory given to the kernel by
-// ops that were given up are held in quarantine (buffers, and provided-buffer
-// rings kept mapped), process-wide, for the life of the process. Loop.Stats
-// reports each loop's share.
-func QuarantinedBytes() uint64 {
+// quarantinedBytes reports the bytes held in quarantine, process-wide
+// (Stats.ProcessQuarantinedBytes).
+func quarantinedBytes() uint64 {
 	quarantined.Lock()
 	defer quarantined.Unlock()
 	return quarantined.bytes
@@ -49,18 +47,18 @@ func QuarantinedBytes() uint64 {
 // record and buffers are quarantined and its slot retired (never reused);
 // extra counts other quarantined memory the backend attributes to it (a
 // provided-buffer ring kept mapped).
-func (l *Loop) abandon(ud uint64, res int32, flags uint32, extra uint64) {
-	o := l.ops.lookup(ud)
+func (io *IO) abandon(ud uint64, res int32, flags uint32, extra uint64) {
+	o := io.ops.lookup(ud)
 	if o == nil {
-		l.stats.stale.Add(1)
+		io.l.stats.stale.Add(1)
 		return
 	}
 	c := o.c
 	n := quarantine(o, extra)
-	l.ops.retire(o)
-	l.stats.quarantined.Add(1)
-	l.stats.quarantinedBytes.Add(n)
-	l.stats.completions.Add(1)
-	l.cpl = Completion{Res: res, Flags: flags, Quarantined: true}
-	l.deliverCompletion(c)
+	io.ops.retire(o)
+	io.l.stats.quarantined.Add(1)
+	io.l.stats.quarantinedBytes.Add(n)
+	io.l.stats.completions.Add(1)
+	io.current = Completion{Res: res, Flags: flags, Quarantined: true}
+	io.deliverCompletion(c)
 }

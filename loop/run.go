@@ -33,16 +33,14 @@ func (l *Loop) main(errc chan<- error) {
 	// single issuer (IORING_SETUP_SINGLE_ISSUER) is this thread, and when the
 	// goroutine returns still locked the runtime ends the thread with it.
 	runtime.LockOSThread()
-	l.lastTid = gettid()
-	l.tid.Store(l.lastTid)
-	running.Store(l.lastTid, l)
+	l.thread.enter()
 	busyLoops.Add(1)
 	defer busyLoops.Add(-1)
 	if l.cfg.sharedThread {
 		// Unlocked between turns (thread.go); the thread is not the
 		// loop's to name, nor to end when the goroutine returns.
 		defer runtime.UnlockOSThread()
-	} else if int(l.tid.Load()) != os.Getpid() {
+	} else if int(l.thread.id.Load()) != os.Getpid() {
 		// Not the main thread: its name is the process's (ps, pidof,
 		// /proc/<pid>/comm), which a loop must not take.
 		setThreadName(l.name)
@@ -70,12 +68,12 @@ func (l *Loop) body(errc chan<- error) {
 	if err != nil {
 		errc <- err
 		l.logger.Error("loop: backend start failed", "loop", l.name, "err", err)
-		l.forceState(StateShutdown)
-		l.finish()
+		l.shutdown.forceState(StateShutdown)
+		l.shutdown.finish()
 		return
 	}
 	errc <- nil
-	l.lastExec = l.clock.Now()
+	l.lastTaskRun = l.clock.Now()
 	// runtime.Goexit in a task or callback (t.FailNow in a test handler
 	// does it) unwinds past every recover; without this the goroutine
 	// would vanish with the loop still Started, its tasks never run and
@@ -88,17 +86,17 @@ func (l *Loop) body(errc chan<- error) {
 			l.stats.panics.Add(1)
 			l.logger.Error("loop: runtime.Goexit called on the loop goroutine (by a task or callback); the loop terminates",
 				"loop", l.name, "stack", string(debug.Stack()))
-			l.finish()
+			l.shutdown.finish()
 		}
 	}()
 	for {
 		l.safeTurn()
-		if State(l.state.Load()) >= StateShuttingDown && l.safeConfirmShutdown() {
+		if State(l.state.Load()) >= StateShuttingDown && l.shutdown.confirmSafely() {
 			break
 		}
 	}
 	exiting = false
-	l.finish()
+	l.shutdown.finish()
 }
 
 // safeTurn runs one turn; a panic escaping it (a backend bug: tasks and
@@ -123,8 +121,8 @@ func (l *Loop) safeTurn() {
 // and the tail tasks queued so far.
 func (l *Loop) turn() {
 	l.stats.turns.Add(1)
-	if faultsEnabled {
-		l.faultTurn()
+	if faultsEnabled && faultRebuild() {
+		l.io.rebuild("injected fault")
 	}
 	var timeout time.Duration
 	sleeping := false
@@ -132,38 +130,38 @@ func (l *Loop) turn() {
 		now := l.clock.Now()
 		timeout = l.wheel.Delay(now)
 		if State(l.state.Load()) >= StateShuttingDown {
-			timeout = min(timeout, l.shutdownWait(now))
+			timeout = min(timeout, l.shutdown.waitBound(now))
 		}
 		if timeout > 0 {
 			// Counted before the deadline is visible: a producer may
 			// write the eventfd as soon as it is, and Stats must never
 			// show that write without its sleep (WakeWrites ≤ Sleeps).
 			l.stats.sleeps.Add(1)
-			sleeping = l.publishWait(now + int64(timeout))
+			sleeping = l.waker.publish(now + int64(timeout))
 			if !sleeping {
 				l.stats.sleeps.Add(^uint64(0))
 				timeout = 0
 			}
 		}
 	}
-	l.ioStarted = false
+	l.io.delivering = false
 	l.drv.setHandOff(l.handOff.Load() && l.handOff.Swap(false))
-	res, err := l.drv.poll(timeout, maxCompletionsPerPoll, l)
+	res, err := l.drv.poll(timeout, maxCompletionsPerPoll, &l.io)
 	if sleeping {
-		l.nextWakeup.Store(awake)
+		l.waker.nextWakeup.Store(awake)
 	}
 	now := l.clock.Now()
 	var ioTime int64
-	if l.ioStarted {
-		ioTime = max(now-l.ioStart, 0)
+	if l.io.delivering {
+		ioTime = max(now-l.io.deliveringSince, 0)
 		l.stats.ioNanos.Add(uint64(ioTime))
 	}
 	if res.woken {
 		l.stats.wakeups.Add(1)
 	}
-	l.observeWait(timeout, res, err, now)
+	l.stall.observe(timeout, res, err, now)
 	l.runTasks(now, ioTime)
-	l.stats.opsInFlight.Store(int64(l.ops.inFlight))
+	l.stats.opsInFlight.Store(int64(l.io.ops.inFlight))
 	l.maybeYield(now)
 }
 
@@ -189,7 +187,7 @@ func (l *Loop) runTasks(now, ioTime int64) {
 		// never get back to I/O.
 		for pass := 0; ; pass++ {
 			ran += l.tasks.Drain(0, l.runTaskFn)
-			if !l.sinkRefused || pass == maxRefillPasses {
+			if !l.timersLeftBehind || pass == maxRefillPasses {
 				break
 			}
 			l.moveDueTimers(now)
@@ -209,14 +207,14 @@ func (l *Loop) runTasks(now, ioTime int64) {
 		}
 	}
 	ran += l.runTail()
-	if l.parked.len() > 0 {
-		l.resubmitParked()
+	if l.io.parked.len() > 0 {
+		l.io.parked.resubmit()
 	}
 	if ran > 0 {
 		end := l.clock.Now()
 		l.stats.tasks.Add(uint64(ran))
 		l.stats.taskNanos.Add(uint64(max(end-start, 0)))
-		l.lastExec = end
+		l.lastTaskRun = end
 	}
 }
 
@@ -243,16 +241,18 @@ func (l *Loop) runTask(t sched.Task) {
 }
 
 // moveDueTimers hands due timers to the task queue. Those that do not fit
-// stay in the wheel, in order, for the next call, and set sinkRefused
+// stay in the wheel, in order, for the next call, and set timersLeftBehind
 // (Netty's fetchFromScheduledTaskQueue).
 func (l *Loop) moveDueTimers(now int64) {
-	l.sinkRefused = false
-	l.wheel.Advance(now, l.timerSinkFn)
+	l.timersLeftBehind = false
+	l.wheel.Advance(now, l.moveDueTimerFn)
 }
 
-func (l *Loop) timerSink(t *sched.Timer) bool {
+// moveDueTimer queues due timer t; false (the queue is full) stops the
+// move.
+func (l *Loop) moveDueTimer(t *sched.Timer) bool {
 	if l.tasks.Push(t) != nil {
-		l.sinkRefused = true
+		l.timersLeftBehind = true
 		return false
 	}
 	return true

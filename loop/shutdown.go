@@ -3,6 +3,8 @@ package loop
 import (
 	"errors"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,22 +29,48 @@ func checkShutdownArgs(quiet, timeout time.Duration) error {
 	return nil
 }
 
-func (l *Loop) shutdownGracefully(quiet, timeout time.Duration) {
+// shutdownState is a loop's graceful shutdown: the parameters it was
+// started with, the holds that delay termination, the shutdown hooks, and
+// the steps that end the loop.
+type shutdownState struct {
+	l *Loop
+
+	// Shared with other goroutines.
+	quiet       atomic.Int64 // quiet period, ns
+	timeout     atomic.Int64 // timeout, ns
+	requestedAt atomic.Int64 // clock instant ShutdownGracefully was called
+	hooksMu     sync.Mutex
+	hooks       []*hook
+
+	// Loop goroutine only.
+	confirming bool   // confirm ran at least once
+	holds      []hold // DelayTermination holds not yet released
+	lastHoldID uint64
+}
+
+// hook is a shutdown hook; removed is set by its removal function.
+type hook struct {
+	f       func()
+	removed atomic.Bool
+}
+
+func (s *shutdownState) begin(quiet, timeout time.Duration) {
+	l := s.l
 	l.submitters.Add(1)
 	for {
 		switch State(l.state.Load()) {
 		case StateNotStarted:
 			if l.state.CompareAndSwap(int32(StateNotStarted), int32(StateShutdown)) {
 				l.submitters.Add(-1)
-				l.terminateUnstarted()
+				s.terminateUnstarted()
 				return
 			}
 		case StateStarted:
-			l.quiet.Store(int64(quiet))
-			l.timeout.Store(int64(timeout))
-			l.shutdownAt.Store(l.clock.Now())
+			s.quiet.Store(int64(quiet))
+			s.timeout.Store(int64(timeout))
+			s.requestedAt.Store(l.clock.Now())
 			if l.state.CompareAndSwap(int32(StateStarted), int32(StateShuttingDown)) {
-				l.wakeup()
+				l.waker.wake()
 				l.submitters.Add(-1)
 				return
 			}
@@ -56,54 +84,58 @@ func (l *Loop) shutdownGracefully(quiet, timeout time.Duration) {
 // terminateUnstarted ends a loop that never started. Its goroutine is
 // started only if tasks or hooks slipped in between a producer's state check
 // and the state change; otherwise the backend is closed from here.
-func (l *Loop) terminateUnstarted() {
-	l.waitSubmitters()
-	if l.hasWork() || l.hasHooks() {
+func (s *shutdownState) terminateUnstarted() {
+	l := s.l
+	s.waitSubmitters()
+	if l.hasWork() || s.hasHooks() {
 		go l.main(make(chan error, 1))
 		return
 	}
 	if err := l.drv.close(); err != nil {
 		l.logger.Warn("loop: closing the backend failed", "loop", l.name, "err", err)
 	}
-	l.terminated()
+	s.terminated()
 }
 
 // waitSubmitters waits until no producer is between its state check and the
 // end of its push and wake. Producers hold that window for a few
 // instructions (or, for the first Execute, until the loop started).
-func (l *Loop) waitSubmitters() {
+func (s *shutdownState) waitSubmitters() {
+	l := s.l
 	for l.submitters.Load() != 0 {
 		runtime.Gosched()
 	}
 }
 
-// forceState raises the state to at least s.
-func (l *Loop) forceState(s State) {
+// forceState raises the loop's state to at least to.
+func (s *shutdownState) forceState(to State) {
 	for {
-		cur := l.state.Load()
-		if State(cur) >= s || l.state.CompareAndSwap(cur, int32(s)) {
+		cur := s.l.state.Load()
+		if State(cur) >= to || s.l.state.CompareAndSwap(cur, int32(to)) {
 			return
 		}
 	}
 }
 
-// shutdownWait bounds a wait while shutting down: until the quiet period
+// waitBound bounds a wait while shutting down: until the quiet period
 // or the timeout could end, at most shutdownPollInterval, at least a tick.
-func (l *Loop) shutdownWait(now int64) time.Duration {
+func (s *shutdownState) waitBound(now int64) time.Duration {
+	l := s.l
 	d := shutdownPollInterval
-	if l.confirming {
-		if q := time.Duration(l.lastExec + l.quiet.Load() - now); q < d {
+	if s.confirming {
+		if q := time.Duration(l.lastTaskRun + s.quiet.Load() - now); q < d {
 			d = q
 		}
-		if t := time.Duration(l.shutdownAt.Load() + l.timeout.Load() - now); t < d {
+		if t := time.Duration(s.requestedAt.Load() + s.timeout.Load() - now); t < d {
 			d = t
 		}
 	}
 	return max(d, l.cfg.tick)
 }
 
-// safeConfirmShutdown runs confirmShutdown; a panic in it ends the loop.
-func (l *Loop) safeConfirmShutdown() (done bool) {
+// confirmSafely runs confirm; a panic in it ends the loop.
+func (s *shutdownState) confirmSafely() (done bool) {
+	l := s.l
 	defer func() {
 		if r := recover(); r != nil {
 			l.stats.panics.Add(1)
@@ -111,38 +143,39 @@ func (l *Loop) safeConfirmShutdown() (done bool) {
 			done = true
 		}
 	}()
-	return l.confirmShutdown()
+	return s.confirm()
 }
 
-// confirmShutdown reports whether the shutdown may complete. It runs on the
+// confirm reports whether the shutdown may complete. It runs on the
 // loop after every turn once the state is ShuttingDown or later.
-func (l *Loop) confirmShutdown() bool {
+func (s *shutdownState) confirm() bool {
+	l := s.l
 	now := l.clock.Now()
-	if !l.confirming {
-		l.confirming = true
-		l.lastExec = max(l.lastExec, now) // the quiet period starts no earlier than now
+	if !s.confirming {
+		s.confirming = true
+		l.lastTaskRun = max(l.lastTaskRun, now) // the quiet period starts no earlier than now
 	}
 	l.wheel.StopAll()
-	ran := l.runQueued() > 0
-	if l.runHooks() {
+	ran := s.runQueued() > 0
+	if s.runHooks() {
 		ran = true
 	}
 	if State(l.state.Load()) >= StateShutdown {
 		return true
 	}
 	now = l.clock.Now()
-	if now-l.shutdownAt.Load() >= l.timeout.Load() {
+	if now-s.requestedAt.Load() >= s.timeout.Load() {
 		return true
 	}
-	if l.held(now) {
+	if s.held(now) {
 		return false // DelayTermination: until released, its limit or the timeout
 	}
-	quiet := l.quiet.Load()
+	quiet := s.quiet.Load()
 	if ran {
-		l.lastExec = now
+		l.lastTaskRun = now
 		return quiet == 0
 	}
-	return quiet == 0 || now-l.lastExec > quiet
+	return quiet == 0 || now-l.lastTaskRun > quiet
 }
 
 // hold is a DelayTermination hold: its id and the clock instant its limit
@@ -154,24 +187,24 @@ type hold struct {
 
 // held reports whether a hold not yet released keeps the loop from
 // terminating at now. Holds whose limit passed are dropped.
-func (l *Loop) held(now int64) bool {
+func (s *shutdownState) held(now int64) bool {
 	k := 0
-	for _, h := range l.holds {
+	for _, h := range s.holds {
 		if now < h.until {
-			l.holds[k] = h
+			s.holds[k] = h
 			k++
 		}
 	}
-	clear(l.holds[k:])
-	l.holds = l.holds[:k]
+	clear(s.holds[k:])
+	s.holds = s.holds[:k]
 	return k > 0
 }
 
 // dropHold removes hold id; one already released or expired is not there.
-func (l *Loop) dropHold(id uint64) {
-	for i, h := range l.holds {
+func (s *shutdownState) dropHold(id uint64) {
+	for i, h := range s.holds {
 		if h.id == id {
-			l.holds = append(l.holds[:i], l.holds[i+1:]...)
+			s.holds = append(s.holds[:i], s.holds[i+1:]...)
 			return
 		}
 	}
@@ -179,7 +212,8 @@ func (l *Loop) dropHold(id uint64) {
 
 // runQueued runs the tasks and tail tasks queued now (not those they
 // queue), with due timers first.
-func (l *Loop) runQueued() int {
+func (s *shutdownState) runQueued() int {
+	l := s.l
 	l.moveDueTimers(l.clock.Now())
 	ran := l.tasks.Drain(l.tasks.Len(), l.runTaskFn)
 	ran += l.runTail()
@@ -189,22 +223,23 @@ func (l *Loop) runQueued() int {
 	return ran
 }
 
-func (l *Loop) hasHooks() bool {
-	l.hooksMu.Lock()
-	defer l.hooksMu.Unlock()
-	return len(l.hooks) > 0
+func (s *shutdownState) hasHooks() bool {
+	s.hooksMu.Lock()
+	defer s.hooksMu.Unlock()
+	return len(s.hooks) > 0
 }
 
 // runHooks runs the shutdown hooks in registration order, each under
 // recover, repeating while hooks added more hooks. It reports whether any
 // ran.
-func (l *Loop) runHooks() bool {
+func (s *shutdownState) runHooks() bool {
+	l := s.l
 	ran := false
 	for {
-		l.hooksMu.Lock()
-		hs := l.hooks
-		l.hooks = nil
-		l.hooksMu.Unlock()
+		s.hooksMu.Lock()
+		hs := s.hooks
+		s.hooks = nil
+		s.hooksMu.Unlock()
 		if len(hs) == 0 {
 			return ran
 		}
@@ -224,66 +259,68 @@ type hookTask struct{ f func() }
 func (h hookTask) Run() { h.f() }
 
 // finish is the loop goroutine's epilogue (Netty's doStartThread finally
-// block): it runs after confirmShutdown said yes, or after a failed start.
-func (l *Loop) finish() {
-	l.forceState(StateShutdown)
-	l.waitSubmitters()
+// block): it runs after confirm said yes, or after a failed start.
+func (s *shutdownState) finish() {
+	l := s.l
+	s.forceState(StateShutdown)
+	s.waitSubmitters()
 	// Anything accepted before the state changed runs now.
-	for i := 0; i < 16 && (l.hasWork() || l.hasHooks()); i++ {
-		l.runQueued()
-		l.runHooks()
+	for i := 0; i < 16 && (l.hasWork() || s.hasHooks()); i++ {
+		s.runQueued()
+		s.runHooks()
 	}
 	l.wheel.StopAll()
 	if n := l.tasks.Len() + l.tail.Len(); n > 0 {
 		l.logger.Warn("loop: tasks left unrun at termination", "loop", l.name, "count", n)
 	}
-	l.drainOps()
-	l.nextWakeup.Store(awake)
+	l.io.drain()
+	l.waker.nextWakeup.Store(awake)
 	if err := l.drv.close(); err != nil {
 		l.logger.Warn("loop: closing the backend failed", "loop", l.name, "err", err)
 	}
-	l.forgetTids()
-	l.tid.Store(0)
-	l.terminated()
+	l.thread.leave()
+	s.terminated()
 }
 
 // terminated publishes the end: state, Done, the group's count.
-func (l *Loop) terminated() {
+func (s *shutdownState) terminated() {
+	l := s.l
 	l.state.Store(int32(StateTerminated))
 	close(l.done)
 	l.group.loopTerminated()
 }
 
-// drainOps cancels every live op (those being canceled again) and reaps
+// drain cancels every live op (those being canceled again) and reaps
 // completions until the op table is empty or the drain timeout passes
 // (measured on the real clock, so an injected test clock cannot stall it).
-func (l *Loop) drainOps() {
-	if l.parked.len() > 0 {
-		l.completeParked(nil) // not in the kernel: nothing to cancel there
+func (io *IO) drain() {
+	l := io.l
+	if io.parked.len() > 0 {
+		io.parked.endMatching(nil) // not in the kernel: nothing to cancel there
 	}
-	if l.ops.inFlight == 0 {
+	if io.ops.inFlight == 0 {
 		return
 	}
 	// Every live op, also those being canceled already: a cancel is
 	// idempotent, and one lost earlier (submitted in a batch that dropped
 	// it) would keep the drain waiting until its deadline.
-	l.ops.each(func(o *op) {
-		if l.drv.cancel(o) == nil {
+	io.ops.each(func(o *op) {
+		if io.drv.cancel(o) == nil {
 			o.state = opCanceling
 		}
 	})
 	deadline := time.Now().Add(l.cfg.drainTimeout)
-	for l.ops.inFlight > 0 {
+	for io.ops.inFlight > 0 {
 		left := time.Until(deadline)
 		if left <= 0 {
 			break
 		}
-		if _, err := l.drv.poll(min(left, shutdownPollInterval), maxCompletionsPerPoll, l); err != nil && !errors.Is(err, unix.EINTR) {
+		if _, err := io.drv.poll(min(left, shutdownPollInterval), maxCompletionsPerPoll, io); err != nil && !errors.Is(err, unix.EINTR) {
 			l.logger.Warn("loop: reaping canceled ops failed", "loop", l.name, "err", err)
 			break
 		}
 	}
-	if n := l.ops.inFlight; n > 0 {
+	if n := io.ops.inFlight; n > 0 {
 		l.stats.orphaned.Add(uint64(n))
 		l.logger.Error("loop: ops still in flight after the drain deadline; their memory is quarantined", "loop", l.name, "count", n)
 		// Give every one its final completion, marked Quarantined, so
@@ -291,21 +328,21 @@ func (l *Loop) drainOps() {
 		// reports OnClose); abandon keeps its record and buffers.
 		var lost []*op
 		bufs := false
-		l.ops.each(func(o *op) {
+		io.ops.each(func(o *op) {
 			lost = append(lost, o)
 			bufs = bufs || o.tag.providedRecv()
 		})
 		var extra uint64
 		if bufs {
-			extra = l.drv.quarantineBufs()
+			extra = io.drv.quarantineBufs()
 		}
 		for _, o := range lost {
 			var mine uint64
 			if o.tag.providedRecv() {
 				mine, extra = extra, 0 // the ring it may write into
 			}
-			l.abandon(o.userData(), -int32(unix.ECANCELED), 0, mine) // outcome unknown
+			io.abandon(o.userData(), -int32(unix.ECANCELED), 0, mine) // outcome unknown
 		}
 	}
-	l.stats.opsInFlight.Store(int64(l.ops.inFlight))
+	l.stats.opsInFlight.Store(int64(io.ops.inFlight))
 }

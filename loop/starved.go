@@ -14,19 +14,6 @@ import "golang.org/x/sys/unix"
 // canceled after its next completion and parked (without bundles a rotated
 // single shot would take one buffer, too little to be worth it).
 
-// starvedPerBuffers buffers, at least one. The bytes stay in the socket
-// meanwhile; the Completer never sees that -ENOBUFS.
-//
-// With bundles, while any receive is parked the loop also rotates them, so
-// that a multishot receive still armed cannot take every recycled buffer
-// while the parked ones wait: a receive resubmitted from the queue runs as
-// a single shot (one completion, then its Completer re-arms it); one armed
-// while the queue is not empty joins its back; and a multishot receive
-// still armed is canceled after its next completion and parked behind the
-// others. Once the queue is empty, receives are armed multishot again.
-// Without bundles a rotated single shot would take one buffer, too little
-// to be worth it.
-//
 // A parked receive is no longer in the kernel, so:
 //   - Cancel takes it out at the end of the turn, delivering -ECANCELED as
 //     its final completion;
@@ -34,17 +21,22 @@ import "golang.org/x/sys/unix"
 //     comes);
 //   - a terminating loop delivers -ECANCELED to every parked receive before
 //     it cancels the ops in the kernel.
+//
+// Its Completer never sees that -ENOBUFS; the bytes wait in the socket
+// meanwhile.
 
 // starvedPerBuffers is how many provided buffers one resubmitted receive
 // is budgeted to take.
 const starvedPerBuffers = 16
 
-// parkedQueue is the loop's receives waiting for buffers, oldest first.
-// Loop goroutine only.
+// parkedQueue is the loop's receives waiting for buffers, oldest first,
+// and what parks, rotates and resubmits them. Loop goroutine only.
 type parkedQueue struct {
+	io       *IO
 	ops      []*op
 	head     int
 	canceled int // entries canceled while parked (opParkedCanceled)
+	budget   int // receives resubmitted per turn: one per starvedPerBuffers buffers, at least one
 }
 
 func (q *parkedQueue) len() int { return len(q.ops) - q.head }
@@ -52,12 +44,12 @@ func (q *parkedQueue) len() int { return len(q.ops) - q.head }
 // park keeps o, a provided-buffer receive whose final completion was
 // -ENOBUFS, for a later resubmission, and reports whether it did: not
 // while the op is being canceled.
-func (l *Loop) park(o *op, res int32) bool {
+func (q *parkedQueue) park(o *op, res int32) bool {
 	if !o.tag.providedRecv() {
 		return false
 	}
 	if o.marks&markYield != 0 {
-		// The loop's own cancel (yieldRecv) ended it: it goes to the back
+		// The loop's own cancel (yield) ended it: it goes to the back
 		// of the queue as if its buffers had run out. A final completion
 		// with bytes (the receive ended before the cancel reached it) is
 		// delivered as it is.
@@ -69,65 +61,64 @@ func (l *Loop) park(o *op, res int32) bool {
 	if res != -int32(unix.ENOBUFS) || o.state != opInFlight {
 		return false
 	}
-	if State(l.state.Load()) >= StateShutdown {
+	if State(q.io.l.state.Load()) >= StateShutdown {
 		return false // the drain completes it (noBufsResult)
 	}
-	l.queueParked(o)
+	q.push(o)
 	return true
 }
 
-// yieldRecv cancels o, a multishot receive still armed while others wait
+// yield cancels o, a multishot receive still armed while others wait
 // for buffers, so that its final completion parks it behind them (park).
 // A receive armed before the buffers ran short would otherwise keep taking
 // every buffer the loop recycles. A cancel the backend refuses leaves it
 // armed.
-func (l *Loop) yieldRecv(o *op) {
-	if l.drv.cancel(o) != nil {
+func (q *parkedQueue) yield(o *op) {
+	if q.io.drv.cancel(o) != nil {
 		return
 	}
 	o.state = opCanceling
 	o.marks |= markYield
 }
 
-// queueParked puts o at the back of the parked queue.
-func (l *Loop) queueParked(o *op) {
+// push puts o at the back of the queue.
+func (q *parkedQueue) push(o *op) {
 	o.state = opParked
-	l.parked.ops = append(l.parked.ops, o)
-	l.stats.parked.Add(1)
+	q.ops = append(q.ops, o)
+	q.io.l.stats.parked.Add(1)
 }
 
 // rotating reports whether the loop rotates its provided-buffer receives
 // while some are parked: only with bundles (a rotated single shot then
 // takes up to 16 buffers), not while the loop terminates (a receive armed
 // then goes to the kernel, where the drain cancels it).
-func (l *Loop) rotating() bool {
-	return State(l.state.Load()) < StateShutdown && l.drv.features().RecvBundle
+func (q *parkedQueue) rotating() bool {
+	return State(q.io.l.state.Load()) < StateShutdown && q.io.drv.features().RecvBundle
 }
 
-// cancelParked marks a parked op canceled; the turn's end completes it.
-func (l *Loop) cancelParked(o *op) {
+// cancel marks a parked op canceled; the turn's end completes it.
+func (q *parkedQueue) cancel(o *op) {
 	o.state = opParkedCanceled
-	l.parked.canceled++
+	q.canceled++
 }
 
-// resubmitParked runs at the end of each turn: canceled receives get their
+// resubmit runs at the end of each turn: canceled receives get their
 // final completion, then up to the budget of the others are resubmitted.
 // Completers run meanwhile (those final completions, a resubmission the
 // backend refuses) and may cancel receives still queued, so each op's state
 // is read as it is taken: one canceled by then ends as canceled instead.
-func (l *Loop) resubmitParked() {
-	q := &l.parked
+func (q *parkedQueue) resubmit() {
 	if q.canceled > 0 {
-		l.completeParked(func(o *op) bool { return o.state == opParkedCanceled })
+		q.endMatching(func(o *op) bool { return o.state == opParkedCanceled })
 	}
-	single := l.rotating()
-	for n := l.parkBudget; n > 0 && q.head < len(q.ops); {
+	single := q.rotating()
+	for n := q.budget; n > 0 && q.head < len(q.ops); {
 		o := q.ops[q.head]
 		q.ops[q.head] = nil
 		q.head++
 		if o.state == opParkedCanceled {
 			q.canceled = max(q.canceled-1, 0)
-			l.endParked(o)
+			q.end(o)
 			continue
 		}
 		n--
@@ -141,41 +132,39 @@ func (l *Loop) resubmitParked() {
 			}
 			o.multishot = false // one completion, then the back of the queue
 		}
-		if err := l.drv.submit(o); err != nil {
+		if err := q.io.drv.submit(o); err != nil {
 			// The backend takes no more ops (it is closing): the
 			// receive ends here, as canceled.
-			l.endParked(o)
+			q.end(o)
 			continue
 		}
-		l.stats.submitted.Add(1)
+		q.io.l.stats.submitted.Add(1)
 	}
 	q.compact()
 }
 
-// endParked gives o, taken off the parked queue, its final completion:
-// -ECANCELED.
-func (l *Loop) endParked(o *op) {
+// end gives o, taken off the queue, its final completion: -ECANCELED.
+func (q *parkedQueue) end(o *op) {
 	c := o.c
-	l.ops.release(o)
-	l.stats.completions.Add(1)
-	l.deliver(c, -int32(unix.ECANCELED), 0, nil)
+	q.io.ops.release(o)
+	q.io.l.stats.completions.Add(1)
+	q.io.deliver(c, -int32(unix.ECANCELED), 0, nil)
 }
 
 // noBufsResult is the final result a provided-buffer receive reports for
 // -ENOBUFS it was not parked for: -ECANCELED (the op was being canceled and
 // consumed nothing, or the loop is terminating), so that its Completer
 // never sees -ENOBUFS.
-func (l *Loop) noBufsResult(o *op, res int32) int32 {
+func noBufsResult(o *op, res int32) int32 {
 	if o.tag.providedRecv() && res == -int32(unix.ENOBUFS) {
 		return -int32(unix.ECANCELED)
 	}
 	return res
 }
 
-// completeParked delivers -ECANCELED as the final completion of every
+// endMatching delivers -ECANCELED as the final completion of every
 // parked op that match selects (all of them when match is nil).
-func (l *Loop) completeParked(match func(*op) bool) {
-	q := &l.parked
+func (q *parkedQueue) endMatching(match func(*op) bool) {
 	var done []*op
 	k := q.head
 	for _, o := range q.ops[q.head:] {
@@ -194,7 +183,7 @@ func (l *Loop) completeParked(match func(*op) bool) {
 		q.canceled -= len(done)
 	}
 	for _, o := range done {
-		l.endParked(o)
+		q.end(o)
 	}
 }
 

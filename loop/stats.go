@@ -32,7 +32,7 @@ type Stats struct {
 	EarlyReturns    uint64 // waits that returned early with nothing to do (stall-detector input)
 	Interrupts      uint64 // waits interrupted by a signal (EINTR; never a stall)
 	PollErrors      uint64 // failed waits (other than EINTR)
-	Rebuilds        uint64 // ring (or epoll instance) replacements, detector- or RebuildRing-triggered
+	Rebuilds        uint64 // ring (or epoll instance) replacements, by the stalled-ring detector or requested by a test
 	RebuildFailures uint64 // replacements that failed (the old ring was kept)
 	MigratedOps     uint64 // ops moved to a new ring by rebuilds
 
@@ -47,6 +47,11 @@ type Stats struct {
 	// buffer memory so kept (a provided-buffer ring kept mapped included).
 	Quarantined      uint64
 	QuarantinedBytes uint64
+	// ProcessQuarantinedBytes is process-wide, not the loop's: the
+	// QuarantinedBytes of every loop the process ever ran, of every
+	// group, terminated ones included. GroupStats.Total holds it as the
+	// loops report it, not summed.
+	ProcessQuarantinedBytes uint64
 
 	// Invariant breaks the io_uring backend counts (zero in a healthy
 	// process; both are logged as errors when they happen):
@@ -73,7 +78,7 @@ type Stats struct {
 // GroupStats is a snapshot of every loop of a group plus their sum.
 type GroupStats struct {
 	Loops []Stats // by loop index
-	Total Stats   // counters and gauges summed over the loops (Name, State and Backend left zero)
+	Total Stats   // counters and gauges summed over the loops (Name, State and Backend left zero; ProcessQuarantinedBytes as the loops report it)
 }
 
 // counters are a loop's live statistics. The loop goroutine updates most of
@@ -115,17 +120,21 @@ func (c *counters) snapshot(s *Stats) {
 	s.Orphaned = c.orphaned.Load()
 	s.Quarantined = c.quarantined.Load()
 	s.QuarantinedBytes = c.quarantinedBytes.Load()
+	s.ProcessQuarantinedBytes = quarantinedBytes()
 }
 
 // add sums the counters and gauges of o into s: every uint64 and int
-// field (Name, State and Backend are not summed).
+// field (Name, State and Backend are not summed, and
+// ProcessQuarantinedBytes, already a total, is copied).
 func (s *Stats) add(o *Stats) {
 	sv, ov := reflect.ValueOf(s).Elem(), reflect.ValueOf(o).Elem()
 	for i := range sv.NumField() {
-		switch f := sv.Field(i); f.Type() {
-		case reflect.TypeFor[uint64]():
+		switch f := sv.Field(i); {
+		case sv.Type().Field(i).Name == "ProcessQuarantinedBytes":
+			f.SetUint(ov.Field(i).Uint())
+		case f.Type() == reflect.TypeFor[uint64]():
 			f.SetUint(f.Uint() + ov.Field(i).Uint())
-		case reflect.TypeFor[int]():
+		case f.Type() == reflect.TypeFor[int]():
 			f.SetInt(f.Int() + ov.Field(i).Int())
 		}
 	}

@@ -1,5 +1,7 @@
 package loop
 
+import "sync/atomic"
+
 // The wakeup protocol (Netty 4.1's nextWakeupNanos, on an eventfd;
 // docs/loop.md, "Wakeup protocol"). nextWakeup holds awake while the loop
 // runs and the clock instant its wait ends while it waits. Exactly one party
@@ -9,52 +11,61 @@ package loop
 // ends it at once.
 const awake int64 = -1
 
-// wakeup ends the loop's current wait, if it waits, with at most one eventfd
+// waker is a loop's side of the wakeup protocol: the deadline it publishes
+// before it waits, and the eventfd writes of producers that end the wait.
+type waker struct {
+	l          *Loop
+	nextWakeup atomic.Int64 // awake, or the clock instant the loop's wait ends
+}
+
+// wake ends the loop's current wait, if it waits, with at most one eventfd
 // write per wait. Safe for concurrent use; a no-op on the loop goroutine.
-func (l *Loop) wakeup() {
-	if l.nextWakeup.Load() == awake {
+func (w *waker) wake() {
+	if w.nextWakeup.Load() == awake {
 		return
 	}
-	if l.nextWakeup.Swap(awake) != awake {
-		l.writeWake()
+	if w.nextWakeup.Swap(awake) != awake {
+		w.write()
 	}
 }
 
-// wakeupBefore ends the loop's wait only if it would last beyond when (a
+// wakeBefore ends the loop's wait only if it would last beyond when (a
 // clock instant). Safe for concurrent use.
-func (l *Loop) wakeupBefore(when int64) {
+func (w *waker) wakeBefore(when int64) {
 	for {
-		nw := l.nextWakeup.Load()
-		if nw == awake || when >= nw {
+		deadline := w.nextWakeup.Load()
+		if deadline == awake || when >= deadline {
 			return
 		}
-		if l.nextWakeup.CompareAndSwap(nw, awake) {
-			l.writeWake()
+		if w.nextWakeup.CompareAndSwap(deadline, awake) {
+			w.write()
 			return
 		}
 	}
 }
 
-func (l *Loop) writeWake() {
+// write signals the backend's eventfd.
+func (w *waker) write() {
+	l := w.l
 	l.stats.wakeWrites.Add(1)
 	if err := l.drv.wake(); err != nil {
 		l.logger.Warn("loop: wakeup failed", "loop", l.name, "err", err)
 	}
 }
 
-// publishWait is the loop's side: it publishes the wait deadline and decides
+// publish is the loop's side: it publishes the wait deadline and decides
 // whether the loop may block. It returns false, with nextWakeup back at
 // awake, when work arrived before the wait; true when the loop must wait (a
 // producer may already be ending that wait).
-func (l *Loop) publishWait(deadline int64) bool {
-	l.nextWakeup.Store(deadline)
-	if !l.hasWork() {
+func (w *waker) publish(deadline int64) bool {
+	w.nextWakeup.Store(deadline)
+	if !w.l.hasWork() {
 		return true
 	}
-	return !l.nextWakeup.CompareAndSwap(deadline, awake)
+	return !w.nextWakeup.CompareAndSwap(deadline, awake)
 }
 
-// hasWork reports whether tasks or tail tasks are queued.
+// hasWork reports whether tasks, tail tasks or parked receives wait.
 func (l *Loop) hasWork() bool {
-	return l.tasks.Len() > 0 || l.tail.Len() > 0 || l.parked.len() > 0
+	return l.tasks.Len() > 0 || l.tail.Len() > 0 || l.io.parked.len() > 0
 }

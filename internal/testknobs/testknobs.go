@@ -1,12 +1,14 @@
 // Package testknobs holds the loop settings only tests set: a clock, a
-// timer tick, an op-table cap, a drain deadline and a kernel profile. They
-// are not options of package loop (no program needs them), but tests of
-// other packages of the module do. Package loop fills these variables at
-// init with constructors whose results are loop.Option values, as in
+// timer tick, an op-table cap, a drain deadline and a kernel profile, and
+// the ring rebuild tests ask for. They are not part of package loop's API
+// (no program needs them), but tests of other packages of the module do.
+// Package loop fills these variables at init: the settings with
+// constructors whose results are loop.Option values, as in
 //
 //	testknobs.Clock(clk).(loop.Option)
 //
-// They are nil in a program that does not import package loop.
+// and the rebuilds with functions taking a *loop.Loop or a *loop.Group. They
+// are nil in a program that does not import package loop.
 package testknobs
 
 import (
@@ -33,4 +35,15 @@ var (
 	// RINGLOOP=kernel=<version> does ("": the running kernel); a
 	// malformed version is rejected.
 	Kernel func(version string) any
+
+	// RebuildRing makes loop l (a *loop.Loop) replace its ring (or epoll
+	// instance) and migrate every live op to the new one, as the
+	// stalled-ring detector does. The work runs on the loop goroutine, as
+	// a task; RebuildRing returns once it is queued, with an error
+	// wrapping loop.ErrRejected if the loop takes no more tasks. Safe for
+	// concurrent use.
+	RebuildRing func(l any) error
+	// RebuildRings does what RebuildRing does for every loop of group g
+	// (a *loop.Group) and returns the first error.
+	RebuildRings func(g any) error
 )
