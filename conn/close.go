@@ -52,7 +52,7 @@ func (c *Conn) Close() error {
 // op live, so the cancel is tried again after the turn. A terminating
 // loop's drain cancels what is left. Must be called on l.
 func cancelOp(l *loop.Loop, id loop.OpID) bool {
-	err := l.Cancel(id)
+	err := l.IO().Cancel(id)
 	if err != nil && !errors.Is(err, loop.ErrUnknownOp) {
 		_ = l.ExecuteAfterTurn(func() { cancelOp(l, id) })
 		return true
@@ -208,7 +208,7 @@ func (c *Conn) CloseWrite() error {
 // startShutdown submits shutdown(SHUT_WR). Must be called on c's loop.
 func (c *Conn) startShutdown() {
 	m := &c.rareX().misc
-	id, err := c.l.Shutdown(int(c.fd), unix.SHUT_WR, (*miscDone)(c))
+	id, err := c.l.IO().Shutdown(int(c.fd), unix.SHUT_WR, (*miscDone)(c))
 	if err != nil {
 		c.closeNow(c.opError("close", "shutdown", err))
 		return
@@ -273,7 +273,7 @@ func (c *Conn) maybeFinish() {
 		_ = unix.SetsockoptLinger(int(c.fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 	}
 	m := &c.rareX().misc
-	id, err := c.l.Close(int(c.fd), (*miscDone)(c))
+	id, err := c.l.IO().Close(int(c.fd), (*miscDone)(c))
 	if err != nil {
 		// The loop no longer takes ops (it is terminating): close
 		// synchronously; nothing is in flight on the fd.

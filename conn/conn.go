@@ -53,6 +53,8 @@ type Conn struct {
 	raddr net.Addr
 	fd    int32
 
+	flushFn func() // c.flush, made once: queuing it allocates nothing
+
 	// Shared with other goroutines.
 	wgen        atomic.Uint32           // writability transitions so far: even = writable (see notifyWritability)
 	ext         atomic.Pointer[connExt] // SetContext's value and CloseFuture's future; made on first use
@@ -174,6 +176,7 @@ func (c *Conn) extX() *connExt {
 
 func newConn(l *loop.Loop, fd int, network string, h Handler, cfg *config, srv *Server) *Conn {
 	c := &Conn{l: l, cfg: cfg, srv: srv, fd: int32(fd), unixSock: network == "unix"}
+	c.flushFn = c.flush
 	if h != nil {
 		c.setHandler(h)
 	}

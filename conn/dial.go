@@ -138,7 +138,7 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 			return
 		}
 		m := &c.rare.misc // the dial state made it
-		id, err := l.Connect(fd, sa, (*miscDone)(c))
+		id, err := l.IO().Connect(fd, sa, (*miscDone)(c))
 		if err != nil {
 			unix.Close(fd)
 			c.finishDial(opError("dial", ds.network, "", nil, addr, err))
@@ -233,7 +233,7 @@ func (c *Conn) connectedAs(res int32, givenUp bool) {
 		c.state = stateClosed
 		ds.err = err
 		m := &c.rareX().misc
-		id, cerr := c.l.Close(int(c.fd), (*miscDone)(c))
+		id, cerr := c.l.IO().Close(int(c.fd), (*miscDone)(c))
 		if cerr != nil {
 			_ = unix.Close(int(c.fd))
 			c.finishDial(err)

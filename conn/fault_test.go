@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testknobs"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 )
@@ -226,7 +227,7 @@ func rebuildEvery(g *loop.Group, period time.Duration) (stop func()) {
 			case <-quit:
 				return
 			case <-tick.C:
-				g.RebuildRings()
+				testknobs.RebuildRings(g)
 			}
 		}
 	}()
@@ -273,7 +274,6 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 		BufRingFail:    0.2,
 	})
 	before := loop.InjectedFaults()
-	qBefore := loop.QuarantinedBytes()
 
 	g, err := loop.NewGroup(loop.WithBackend(fc.backend), loop.WithLoops(2), loop.WithLogger(ctLogger),
 		loop.WithRingEntries(16), loop.WithBufferRing(64, 4096))
@@ -281,6 +281,7 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 		restore()
 		t.Fatal(err)
 	}
+	qBefore := g.Stats().Total.ProcessQuarantinedBytes
 	srvH := &faultServer{closes: map[string]error{}, written: map[string]uint64{}}
 	opts := []conn.Option{conn.WithLinger(5 * time.Second)}
 	srv, err := conn.Listen(context.Background(), g, "tcp4", "127.0.0.1:0", srvH, opts...)
@@ -366,7 +367,7 @@ func runFaultCase(t *testing.T, fc faultCase, seed uint64) {
 	t.Logf("faults injected: %+v", d)
 	t.Logf("loops: %d rebuilds (%d failed), %d ops migrated, %d ops / %d bytes quarantined (process: %d bytes, +%d)",
 		stats.Rebuilds, stats.RebuildFailures, stats.MigratedOps, stats.Quarantined, stats.QuarantinedBytes,
-		loop.QuarantinedBytes(), loop.QuarantinedBytes()-qBefore)
+		stats.ProcessQuarantinedBytes, stats.ProcessQuarantinedBytes-qBefore)
 
 	if stats.LostCompletions != 0 || stats.BufferMisuse != 0 || stats.StaleCompletions != 0 {
 		t.Errorf("invariant breaks: %d completions lost, %d provided buffers misused, %d stale completions",
@@ -433,7 +434,7 @@ func TestFaultListenerSurvivesGiveUp(t *testing.T) {
 	restore := loop.SetFaults(loop.Faults{Seed: 1, GiveUp: 1, RebuildTimeout: 20 * time.Millisecond})
 	l := g.Loop(0)
 	before := l.Stats()
-	if err := l.RebuildRing(); err != nil {
+	if err := testknobs.RebuildRing(l); err != nil {
 		restore()
 		t.Fatal(err)
 	}

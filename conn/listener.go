@@ -316,7 +316,7 @@ func (ln *listener) arm() {
 	if ln.closing || ln.active {
 		return
 	}
-	id, err := ln.l.Accept(ln.fd, true, ln)
+	id, err := ln.l.IO().Accept(ln.fd, true, ln)
 	if err != nil {
 		if errors.Is(err, loop.ErrTooManyOps) {
 			ln.backOff()
@@ -437,7 +437,7 @@ func (ln *listener) closeFdOnce() {
 		return
 	}
 	if ln.l.State() < loop.StateShutdown && ln.l.InLoop() {
-		if _, err := ln.l.Close(ln.fd, listenerClose{ln}); err == nil {
+		if _, err := ln.l.IO().Close(ln.fd, listenerClose{ln}); err == nil {
 			return
 		}
 	}
@@ -473,19 +473,13 @@ func (s *Server) handoff(ln *listener, fd int) {
 		c.register()
 		return
 	}
-	if err := w.ExecuteTask((*registerTask)(c)); err != nil && !c.setShared(sharedClaimed) {
+	if err := w.Execute(c.register); err != nil && !c.setShared(sharedClaimed) {
 		// Refused, and register did not run meanwhile (a loop whose
 		// start failed refuses a task and still runs it as it
 		// terminates: whoever claims the fd first closes it).
 		unix.Close(fd)
 	}
 }
-
-// registerTask is a Conn seen as the task that registers it on its worker
-// loop (see recvDone): queuing it allocates nothing.
-type registerTask Conn
-
-func (t *registerTask) Run() { (*Conn)(t).register() }
 
 // register runs on the connection's loop: the server counts it, then it
 // opens. After Shutdown began it is closed at once instead.

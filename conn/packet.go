@@ -21,7 +21,7 @@ import (
 )
 
 // Datagram sockets on the loops (docs/udp.md): datagrams arrive through
-// loop.RecvmsgProvided and reach the PacketHandler on the loop goroutine;
+// loop.IO.RecvmsgProvided and reach the PacketHandler on the loop goroutine;
 // writes from any goroutine are copied into the socket's queue and go out
 // at the end of the loop turn, one SENDMSG per datagram.
 
@@ -170,6 +170,7 @@ type PacketStats struct {
 // loop; its methods are safe for concurrent use.
 type PacketConn struct {
 	l         *loop.Loop
+	flushFn   func() // pc.flush, made once: queuing it allocates nothing
 	fd        int
 	family    int
 	network   string
@@ -274,6 +275,7 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 		return fail(fmt.Errorf("%w: %q (datagram networks: udp, udp4, udp6, unixgram)", ErrUnknownNetwork, network))
 	}
 	pc := &PacketConn{network: network, h: h, queueMax: cfg.dgramQueue, done: make(chan struct{})}
+	pc.flushFn = pc.flush
 	pc.eh, _ = h.(PacketErrorHandler)
 	pc.ch, _ = h.(PacketCloseHandler)
 	var sa unix.Sockaddr
@@ -300,7 +302,7 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 	if pc.l == nil {
 		pc.l = workers.Next()
 	}
-	if pc.l.MaxDatagram() <= 0 {
+	if pc.l.IO().MaxDatagram() <= 0 {
 		pc.closeFd()
 		return fail(fmt.Errorf("%w: the loop's provided buffers hold no datagram (loop.WithBufferRing)", ErrInvalidOption))
 	}
@@ -346,8 +348,8 @@ func (pc *PacketConn) LocalAddr() net.Addr { return pc.laddr }
 func (pc *PacketConn) RemoteAddr() net.Addr { return pc.raddr }
 
 // MaxDatagram is the longest datagram the socket receives whole: the size
-// of its loop's provided buffers less 128 bytes (loop.MaxDatagram).
-func (pc *PacketConn) MaxDatagram() int { return pc.l.MaxDatagram() }
+// of its loop's provided buffers less 128 bytes (loop.IO.MaxDatagram).
+func (pc *PacketConn) MaxDatagram() int { return pc.l.IO().MaxDatagram() }
 
 // Done is closed once the socket is closed and OnPacketClose has run.
 func (pc *PacketConn) Done() <-chan struct{} { return pc.done }
@@ -440,7 +442,7 @@ func (pc *PacketConn) arm() {
 	if pc.closing {
 		return
 	}
-	id, err := pc.l.RecvmsgProvided(pc.fd, 0, (*packetRecv)(pc))
+	id, err := pc.l.IO().RecvmsgProvided(pc.fd, 0, (*packetRecv)(pc))
 	if err != nil {
 		if errors.Is(err, loop.ErrClosed) {
 			pc.closeNow(net.ErrClosed) // the loop is shutting down
@@ -657,7 +659,7 @@ func (pc *PacketConn) queue(b []byte, to Addr) (int, error) {
 	pc.flushQueued = true
 	pc.mu.Unlock()
 	if kick {
-		if err := pc.l.ExecuteTaskAfterTurn((*packetFlush)(pc)); err != nil {
+		if err := pc.l.ExecuteAfterTurn(pc.flushFn); err != nil {
 			pc.mu.Lock()
 			pc.flushQueued = false
 			pc.mu.Unlock()
@@ -755,11 +757,6 @@ func (f *fifo[T]) pop() T {
 	return v
 }
 
-// packetFlush is a PacketConn seen as its flush task.
-type packetFlush PacketConn
-
-func (t *packetFlush) Run() { (*PacketConn)(t).flush() }
-
 // flush hands queued datagrams to the loop, one SendTo each, up to
 // maxSendsInFlight in flight; completions continue it. Runs on the loop.
 func (pc *PacketConn) flush() {
@@ -776,7 +773,7 @@ func (pc *PacketConn) flush() {
 		pc.mu.Unlock()
 		s := pc.sendRecord()
 		s.d, s.tries = d, 0
-		if _, err := pc.l.SendTo(pc.fd, d.buf, d.to[:d.toLen], 0, s); err != nil {
+		if _, err := pc.l.IO().SendTo(pc.fd, d.buf, d.to[:d.toLen], 0, s); err != nil {
 			s.d = dgramOut{}
 			pc.writeErrs.Add(1)
 			pc.sends = append(pc.sends, s)
@@ -857,7 +854,7 @@ func (s *dgramSend) retry(res int32) bool {
 		return false
 	}
 	s.tries++
-	if _, err := pc.l.SendTo(pc.fd, s.d.buf, s.d.to[:s.d.toLen], 0, s); err != nil {
+	if _, err := pc.l.IO().SendTo(pc.fd, s.d.buf, s.d.to[:s.d.toLen], 0, s); err != nil {
 		return false // the loop is shutting down
 	}
 	pc.inflight++

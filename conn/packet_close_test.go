@@ -203,7 +203,7 @@ func (h *hogOnRefused) OnPacketError(pc *conn.PacketConn, err error) {
 	}
 	h.hogged = true
 	for {
-		id, err := pc.Loop().Recv(h.fd, h.buf[:], 0, nopCompleter{})
+		id, err := pc.Loop().IO().Recv(h.fd, h.buf[:], 0, nopCompleter{})
 		if err != nil {
 			return
 		}
@@ -222,7 +222,7 @@ func (h *hogOnRefused) release(l *loop.Loop) {
 	l.Execute(func() {
 		h.mu.Lock()
 		for _, id := range h.hogs {
-			l.Cancel(id)
+			l.IO().Cancel(id)
 		}
 		h.hogs = nil
 		h.mu.Unlock()

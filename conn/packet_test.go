@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testknobs"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 )
@@ -557,7 +558,7 @@ func TestPacketRebuild(t *testing.T) {
 				c.Write([]byte(fmt.Sprintf("datagram %d", sent)))
 				sent++
 				if sent%100 == 0 {
-					g.RebuildRings()
+					testknobs.RebuildRings(g)
 				}
 			}
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -42,9 +42,9 @@ func (c *Conn) armRecv() {
 		// Single shots: a multishot receive over AF_UNIX can miss the
 		// peer's shutdown (RecvProvidedOnce), and one over TCP its reset
 		// (resetsweep_linux.go).
-		id, err = c.l.RecvProvidedOnce(int(c.fd), 0, (*recvDone)(c))
+		id, err = c.l.IO().RecvProvidedOnce(int(c.fd), 0, (*recvDone)(c))
 	} else {
-		id, err = c.l.RecvProvided(int(c.fd), 0, (*recvDone)(c))
+		id, err = c.l.IO().RecvProvided(int(c.fd), 0, (*recvDone)(c))
 	}
 	if err != nil {
 		c.closeNow(c.opError("read", "", err))

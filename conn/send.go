@@ -368,7 +368,7 @@ func (c *Conn) queued() bool {
 // for the next event of c on its loop (a send completion, the peer's FIN),
 // which starts the send itself, or for the drain that closes c.
 func (c *Conn) kick() {
-	if err := c.l.ExecuteTaskAfterTurn((*flushTask)(c)); err != nil {
+	if err := c.l.ExecuteAfterTurn(c.flushFn); err != nil {
 		c.mu.Lock()
 		c.flushQueued = false
 		c.mu.Unlock()
@@ -380,12 +380,6 @@ func (c *Conn) kick() {
 		}
 	}
 }
-
-// flushTask is a Conn seen as its flush task (see recvDone): queuing it
-// allocates nothing.
-type flushTask Conn
-
-func (t *flushTask) Run() { (*Conn)(t).flush() }
 
 // flush is the per-turn tail task: it starts a send unless one is in
 // flight (its completion continues), and reports writability changes.
@@ -422,9 +416,9 @@ func (c *Conn) startSend() {
 		err error
 	)
 	if len(iov) > 1 {
-		id, err = c.l.Sendmsg(int(c.fd), iov, 0, (*sendDone)(c))
+		id, err = c.l.IO().Sendmsg(int(c.fd), iov, 0, (*sendDone)(c))
 	} else {
-		id, err = c.l.Send(int(c.fd), iov[0], 0, (*sendDone)(c))
+		id, err = c.l.IO().Send(int(c.fd), iov[0], 0, (*sendDone)(c))
 	}
 	if err != nil {
 		c.closeNow(c.opError("write", "", err))

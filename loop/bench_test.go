@@ -140,7 +140,7 @@ func TestOpNoAllocs(t *testing.T) {
 				if err != nil {
 					t.Error(err)
 				}
-				l.Cancel(id)
+				l.IO().Cancel(id)
 			})
 		})
 		if allocs != 0 {

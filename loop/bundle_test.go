@@ -59,7 +59,7 @@ func runRecvs(t *testing.T, b loop.Backend, bufSize uint32, skipIf func(loop.Fea
 	})
 	var arm func(i int)
 	arm = func(i int) {
-		_, err := l.RecvProvided(rd[i], 0, completerFunc(func(c *loop.Completion) {
+		_, err := l.IO().RecvProvided(rd[i], 0, completerFunc(func(c *loop.Completion) {
 			mu.Lock()
 			trace[i] = append(trace[i], fmt.Sprintf("%d/%#x", c.Res, c.Flags&0xffff))
 			if c.Res > 0 {

@@ -64,7 +64,7 @@ func TestDatagramEcho(t *testing.T) {
 		l := g.Loop(0)
 		srv, srvAddr := udpSocket(t)
 		defer unix.Close(srv)
-		maxDgram := l.MaxDatagram()
+		maxDgram := l.IO().MaxDatagram()
 		if maxDgram != 2048-128 {
 			t.Fatalf("MaxDatagram = %d, want %d", maxDgram, 2048-128)
 		}
@@ -79,7 +79,7 @@ func TestDatagramEcho(t *testing.T) {
 		var rearms int
 		var arm func()
 		arm = func() {
-			_, err := l.RecvmsgProvided(srv, 0, completerFunc(func(c *loop.Completion) {
+			_, err := l.IO().RecvmsgProvided(srv, 0, completerFunc(func(c *loop.Completion) {
 				if c.Res == -int32(unix.ECANCELED) {
 					return // the group shuts down
 				}
@@ -97,7 +97,7 @@ func TestDatagramEcho(t *testing.T) {
 					t.Errorf("source %v (%v, % x), want %v; res %d flags %#x msgflags %#x data %d", from, ok, c.Name, client.LocalAddr(), c.Res, c.Flags, c.MsgFlags, len(c.Data))
 				}
 				reply := append([]byte(nil), c.Data...)
-				if _, err := l.SendTo(srv, reply, c.Name, 0, completerFunc(func(s *loop.Completion) {
+				if _, err := l.IO().SendTo(srv, reply, c.Name, 0, completerFunc(func(s *loop.Completion) {
 					if s.Res != int32(len(reply)) {
 						t.Errorf("SendTo: %d, want %d", s.Res, len(reply))
 					}
@@ -162,14 +162,14 @@ func TestDatagramConnRefused(t *testing.T) {
 		}
 		refused := make(chan int32, 16)
 		runOn(t, l, func() {
-			if _, err := l.RecvmsgProvided(fd, 0, completerFunc(func(c *loop.Completion) {
+			if _, err := l.IO().RecvmsgProvided(fd, 0, completerFunc(func(c *loop.Completion) {
 				if !c.More() {
 					refused <- c.Res
 				}
 			})); err != nil {
 				t.Error(err)
 			}
-			if _, err := l.SendTo(fd, []byte("anyone?"), nil, 0, completerFunc(func(c *loop.Completion) {
+			if _, err := l.IO().SendTo(fd, []byte("anyone?"), nil, 0, completerFunc(func(c *loop.Completion) {
 				if c.Res != 7 {
 					t.Errorf("first send: %d", c.Res)
 				}
@@ -192,16 +192,16 @@ func TestSendToBadAddress(t *testing.T) {
 	g := newGroup(t, loop.BackendEpoll, loop.WithLoops(1))
 	l := g.Loop(0)
 	runOn(t, l, func() {
-		if _, err := l.SendTo(0, nil, make([]byte, 200), 0, completerFunc(func(*loop.Completion) {})); err == nil {
+		if _, err := l.IO().SendTo(0, nil, make([]byte, 200), 0, completerFunc(func(*loop.Completion) {})); err == nil {
 			t.Error("SendTo accepted a 200-byte address")
 		}
 	})
 	g2 := newGroup(t, loop.BackendEpoll, loop.WithLoops(1), loop.WithBufferRing(16, 128))
 	runOn(t, g2.Loop(0), func() {
-		if n := g2.Loop(0).MaxDatagram(); n != 0 {
+		if n := g2.Loop(0).IO().MaxDatagram(); n != 0 {
 			t.Errorf("MaxDatagram with 128-byte buffers = %d", n)
 		}
-		if _, err := g2.Loop(0).RecvmsgProvided(0, 0, completerFunc(func(*loop.Completion) {})); err == nil {
+		if _, err := g2.Loop(0).IO().RecvmsgProvided(0, 0, completerFunc(func(*loop.Completion) {})); err == nil {
 			t.Error("RecvmsgProvided accepted buffers that hold no datagram")
 		}
 	})

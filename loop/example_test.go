@@ -43,7 +43,7 @@ func ExampleLoop_Execute() {
 	res := make(chan int32, 1)
 	l.Execute(func() {
 		// On the loop: receive what the peer sent.
-		l.Recv(fds[0], buf, 0, completion(func(c *loop.Completion) { res <- c.Res }))
+		l.IO().Recv(fds[0], buf, 0, completion(func(c *loop.Completion) { res <- c.Res }))
 	})
 	fmt.Println(<-res) // 2
 }

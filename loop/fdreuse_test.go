@@ -69,7 +69,7 @@ func TestFdReusedAfterRawClose(t *testing.T) {
 			a, peer := pair(t)
 			defer unix.Close(peer)
 			buf := make([]byte, 8)
-			res := submit(t, func(c loop.Completer) (loop.OpID, error) { return l.Recv(a, buf, 0, c) })
+			res := submit(t, func(c loop.Completer) (loop.OpID, error) { return l.IO().Recv(a, buf, 0, c) })
 			unix.Write(peer, []byte("x"))
 			if r := wait(t, "first recv", res); r != 1 {
 				t.Fatalf("first recv: %d", r)
@@ -79,7 +79,7 @@ func TestFdReusedAfterRawClose(t *testing.T) {
 			defer unix.Close(peer2)
 			reuse(t, a, a2)
 			defer unix.Close(a)
-			res = submit(t, func(c loop.Completer) (loop.OpID, error) { return l.Recv(a, buf, 0, c) })
+			res = submit(t, func(c loop.Completer) (loop.OpID, error) { return l.IO().Recv(a, buf, 0, c) })
 			time.Sleep(20 * time.Millisecond) // let the recv wait for readiness
 			unix.Write(peer2, []byte("yz"))
 			if r := wait(t, "recv on the reused fd", res); r != 2 {
@@ -116,7 +116,7 @@ func TestFdReusedAfterRawClose(t *testing.T) {
 				}
 			}
 			lfd, sa := listen()
-			res := submit(t, func(c loop.Completer) (loop.OpID, error) { return l.Accept(lfd, false, c) })
+			res := submit(t, func(c loop.Completer) (loop.OpID, error) { return l.IO().Accept(lfd, false, c) })
 			dial(sa)
 			r := wait(t, "first accept", res)
 			if r < 0 {
@@ -126,7 +126,7 @@ func TestFdReusedAfterRawClose(t *testing.T) {
 			l2, sa2 := listen()
 			reuse(t, lfd, l2)
 			defer unix.Close(lfd)
-			res = submit(t, func(c loop.Completer) (loop.OpID, error) { return l.Accept(lfd, false, c) })
+			res = submit(t, func(c loop.Completer) (loop.OpID, error) { return l.IO().Accept(lfd, false, c) })
 			time.Sleep(20 * time.Millisecond) // let the accept wait for readiness
 			dial(sa2)
 			r = wait(t, "accept on the reused fd", res)

@@ -131,7 +131,7 @@ func TestOptionBounds(t *testing.T) {
 			started := 0
 			var ids []loop.OpID
 			for range 5 {
-				id, err := l.Recv(fds[0], buf, 0, completerFunc(func(*loop.Completion) {}))
+				id, err := l.IO().Recv(fds[0], buf, 0, completerFunc(func(*loop.Completion) {}))
 				if err != nil {
 					errs = append(errs, err)
 					continue
@@ -140,7 +140,7 @@ func TestOptionBounds(t *testing.T) {
 				ids = append(ids, id)
 			}
 			for _, id := range ids {
-				l.Cancel(id)
+				l.IO().Cancel(id)
 			}
 			if started == 0 {
 				t.Errorf("WithMaxOps(3) allowed no op")

@@ -141,11 +141,11 @@ func profileWorkload(t *testing.T, l *loop.Loop) {
 					// The whole message: echo it, then shut the
 					// sending side.
 					out := bytes.Clone(s.got)
-					if _, err := l.Send(s.fd, out, 0, completerFunc(func(cp *loop.Completion) {
+					if _, err := l.IO().Send(s.fd, out, 0, completerFunc(func(cp *loop.Completion) {
 						if cp.Res != int32(len(out)) {
 							fail("short send")
 						}
-						if _, err := l.Shutdown(s.fd, unix.SHUT_WR, completerFunc(func(cp *loop.Completion) {
+						if _, err := l.IO().Shutdown(s.fd, unix.SHUT_WR, completerFunc(func(cp *loop.Completion) {
 							if cp.Res != 0 {
 								fail("shutdown failed")
 							}
@@ -169,13 +169,13 @@ func profileWorkload(t *testing.T, l *loop.Loop) {
 				}
 			}
 		})
-		if _, err := l.RecvProvided(s.fd, 0, c); err != nil {
+		if _, err := l.IO().RecvProvided(s.fd, 0, c); err != nil {
 			fail("receive: " + err.Error())
 		}
 	}
 	var accept func()
 	accept = func() {
-		if _, err := l.Accept(lfd, true, completerFunc(func(cp *loop.Completion) {
+		if _, err := l.IO().Accept(lfd, true, completerFunc(func(cp *loop.Completion) {
 			if cp.Res < 0 {
 				if cp.Res != -int32(unix.ECANCELED) {
 					fail("accept: " + unix.Errno(-cp.Res).Error())

@@ -36,7 +36,7 @@ func TestIORatio(t *testing.T) {
 					clk.Advance(time.Millisecond)
 					recvs.Add(1)
 					if c.Res > 0 && !stop.Load() {
-						if _, err := l.Recv(a, buf, 0, recv); err != nil {
+						if _, err := l.IO().Recv(a, buf, 0, recv); err != nil {
 							t.Error(err)
 						}
 					}
@@ -53,7 +53,7 @@ func TestIORatio(t *testing.T) {
 					for i := 0; i < 10000; i++ {
 						l.Execute(task)
 					}
-					if _, err := l.Recv(a, buf, 0, recv); err != nil {
+					if _, err := l.IO().Recv(a, buf, 0, recv); err != nil {
 						t.Error(err)
 					}
 					s0 = l.Stats()
@@ -153,7 +153,7 @@ func TestIONotStarved(t *testing.T) {
 		got := make(chan int, 1)
 		buf := make([]byte, 8)
 		runOn(t, l, func() {
-			if _, err := l.Recv(a, buf, 0, completerFunc(func(c *loop.Completion) {
+			if _, err := l.IO().Recv(a, buf, 0, completerFunc(func(c *loop.Completion) {
 				got <- l.Stats().PendingTasks
 			})); err != nil {
 				t.Error(err)

@@ -295,7 +295,7 @@ func recvInFlight(t *testing.T, b loop.Backend, then func(*loop.Loop, loop.OpID)
 	res := make(chan int32, 1)
 	buf := make([]byte, 8)
 	runOn(t, l, func() {
-		id, err := l.Recv(a, buf, 0, completerFunc(func(c *loop.Completion) { res <- c.Res }))
+		id, err := l.IO().Recv(a, buf, 0, completerFunc(func(c *loop.Completion) { res <- c.Res }))
 		if err != nil {
 			t.Error(err)
 			return

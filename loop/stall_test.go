@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringloop/ringloop/internal/testknobs"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 	"golang.org/x/sys/unix"
@@ -30,7 +31,7 @@ func armEverything(t *testing.T, l *loop.Loop) *inflight {
 	in := &inflight{peer: peer, addr: addr, recvData: make(chan []byte, 1), accepted: make(chan int32, 16)}
 	buf := make([]byte, 64)
 	runOn(t, l, func() {
-		if _, err := l.Recv(a, buf, 0, completerFunc(func(c *loop.Completion) {
+		if _, err := l.IO().Recv(a, buf, 0, completerFunc(func(c *loop.Completion) {
 			if c.Res > 0 {
 				in.recvData <- append([]byte(nil), buf[:c.Res]...)
 			} else {
@@ -39,7 +40,7 @@ func armEverything(t *testing.T, l *loop.Loop) *inflight {
 		})); err != nil {
 			t.Error(err)
 		}
-		if _, err := l.Accept(lfd, true, completerFunc(func(c *loop.Completion) {
+		if _, err := l.IO().Accept(lfd, true, completerFunc(func(c *loop.Completion) {
 			if c.Res >= 0 {
 				unix.Close(int(c.Res))
 			}
@@ -127,7 +128,7 @@ func TestRebuildRingFromOtherGoroutine(t *testing.T) {
 		g := newGroup(t, b, loop.WithLoops(1))
 		l := g.Loop(0)
 		in := armEverything(t, l)
-		if err := l.RebuildRing(); err != nil {
+		if err := testknobs.RebuildRing(l); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, "the rebuild", func() bool { return l.Stats().Rebuilds == 1 })
@@ -163,18 +164,18 @@ func TestByteStreamAcrossRebuilds(t *testing.T) {
 				close(done)
 				return
 			}
-			if _, err := l.Recv(a, buf, 0, recv); err != nil {
+			if _, err := l.IO().Recv(a, buf, 0, recv); err != nil {
 				t.Error(err)
 			}
 		})
-		runOn(t, l, func() { l.Recv(a, buf, 0, recv) })
+		runOn(t, l, func() { l.IO().Recv(a, buf, 0, recv) })
 		var wg sync.WaitGroup
 		var stop atomic.Bool
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				l.RebuildRing()
+				testknobs.RebuildRing(l)
 				time.Sleep(2 * time.Millisecond)
 			}
 		}()
@@ -218,7 +219,7 @@ func TestRebuildRunsOnLoopThread(t *testing.T) {
 		var onLoop atomic.Bool
 		// RebuildRing is a task like any other: a task queued right after it
 		// runs after it, on the same thread.
-		l.RebuildRing()
+		testknobs.RebuildRing(l)
 		runOn(t, l, func() {
 			if l.Features().SharedThread {
 				onLoop.Store(l.InLoop()) // no thread of its own

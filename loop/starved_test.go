@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringloop/ringloop/internal/testknobs"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 	"github.com/ringloop/ringloop/ring"
@@ -143,9 +144,9 @@ const endRefused = 2
 
 // arm (re-)arms receive i. On the loop.
 func (r *starveRig) arm(i int) {
-	recv := r.l.RecvProvided
+	recv := r.l.IO().RecvProvided
 	if r.once {
-		recv = r.l.RecvProvidedOnce
+		recv = r.l.IO().RecvProvidedOnce
 	}
 	var done loop.Completer = completerFunc(func(c *loop.Completion) {
 		if r.hook != nil {
@@ -355,10 +356,10 @@ func TestParkedRecvCancel(t *testing.T) {
 	which := map[int]bool{} // the pairs whose receive was canceled
 	cancelParked := func() {
 		for _, id := range r.l.ParkedOps() {
-			if err := r.l.Cancel(id); err != nil {
+			if err := r.l.IO().Cancel(id); err != nil {
 				cancelErr = err
 			}
-			if err := r.l.Cancel(id); err != nil { // twice is harmless
+			if err := r.l.IO().Cancel(id); err != nil { // twice is harmless
 				cancelErr = err
 			}
 			canceled = append(canceled, id)
@@ -448,9 +449,9 @@ func TestParkedRecvCanceledDuringResubmit(t *testing.T) {
 				r.mu.Lock()
 				bytesAtCancel = len(r.got[b])
 				r.mu.Unlock()
-				cancelErr = r.l.Cancel(idB)
+				cancelErr = r.l.IO().Cancel(idB)
 			}
-			if err := r.l.Cancel(idA); err != nil {
+			if err := r.l.IO().Cancel(idA); err != nil {
 				t.Errorf("Cancel of parked receive A: %v", err)
 			}
 		})
@@ -556,7 +557,7 @@ func TestParkedRecvRebuild(t *testing.T) {
 	r := newStarveRig(t, pairs)
 	writes := r.sendAll(size)
 	r.waitParked()
-	if err := r.l.RebuildRing(); err != nil {
+	if err := testknobs.RebuildRing(r.l); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the rebuild", func() bool { return r.l.Stats().Rebuilds > 0 })
