@@ -278,8 +278,13 @@ func (d *epollDriver) submit(o *op) error {
 		return err
 	}
 	o.state = opInFlight // as on io_uring: the backend owns it now
-	if faultsEnabled && d.faultSubmit(o) {
-		return nil
+	if faultsEnabled {
+		// Fault injection: the op completes at once with a fake result
+		// instead of running.
+		if res := fakeResult(o.tag); res != 0 {
+			d.final(o, res)
+			return nil
+		}
 	}
 	switch o.tag {
 	case tagNop:

@@ -60,13 +60,6 @@ var hiddenFeatures struct {
 	multishotLen bool // a length on multishot receives (6.17)
 }
 
-// faultPlan is a fake result the fault-injection mode planned for an op
-// (by slot; gen names the op). Unused in ordinary builds.
-type faultPlan struct {
-	gen uint32
-	res int32
-}
-
 // uringDriver implements driver on one io_uring ring.
 type uringDriver struct {
 	cfg driverConfig
@@ -113,10 +106,7 @@ type uringDriver struct {
 	recvLen      uint32        // provided-buffer receives' length with bundles (setRecvCap); 0: a buffer's
 	recvTotal    uint32        // bytes one multishot receive takes before it ends (setRecvCap); 0: no limit
 
-	// Fault injection (fault_on.go): fake results planned by slot, buffers
-	// held back for fake failures.
-	faultPlans []faultPlan
-	faultHeld  []uint16
+	faults uringFaults // fault injection (driver_uring_fault.go); empty in ordinary builds
 
 	// Test seams.
 	rebuildTimeout    time.Duration // how long rebuild reaps the old ring
@@ -415,7 +405,7 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	}
 	var err error
 	if faultsEnabled {
-		err = d.faultBufRing()
+		err = d.faults.bufRing(d.started)
 	}
 	var br *ring.BufRing
 	if err == nil {
@@ -470,7 +460,7 @@ func (d *uringDriver) submit(o *op) error {
 	}
 	d.prep(sqe, o)
 	if faultsEnabled {
-		d.faultPrep(sqe, o)
+		d.faults.prep(sqe, o)
 	}
 	o.state = opInFlight
 	return nil
@@ -631,7 +621,7 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 		max = math.MaxInt
 	}
 	if faultsEnabled {
-		max = d.faultReapMax(max)
+		max = d.faults.reapMax(max)
 	}
 	overflowed := d.r.CQOverflowPending()
 	d.reap(max, sink, &res)
@@ -688,7 +678,7 @@ func (d *uringDriver) reap(max int, sink completionSink, res *pollResult) {
 // the bytes go along and the buffer is recycled right after the call.
 func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink) {
 	if faultsEnabled {
-		d.faultResult(c)
+		d.faults.result(c, d.br)
 	}
 	ud, res, flags := c.UserData, c.Res, c.Flags
 	tag := opTag(ud >> (slotBits + genBits))
@@ -707,7 +697,7 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			res = -int32(unix.EIO)
 		}
 		sink.complete(ud, res, flags, data)
-		if faultsEnabled && ok && res > 0 && d.faultHoldBuf(br, bid) {
+		if faultsEnabled && ok && res > 0 && d.faults.holdBuf(br, d.br, bid) {
 			return
 		}
 		if !ok || !br.Recycle(bid) {
@@ -762,7 +752,7 @@ func (d *uringDriver) deliverBundle(c *ring.CQE, br *ring.BufRing, sink completi
 		}
 	}
 	for _, bid := range bids {
-		if faultsEnabled && res > 0 && d.faultHoldBuf(br, bid) {
+		if faultsEnabled && res > 0 && d.faults.holdBuf(br, d.br, bid) {
 			continue
 		}
 		if !br.Recycle(bid) {

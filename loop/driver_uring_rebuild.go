@@ -27,7 +27,7 @@ import (
 // final completion is -ECANCELED with Completion.Quarantined.
 
 // rebuildLostRes is the result delivered for an op whose outcome the
-// rebuild could not learn by its deadline (see step 7 above).
+// rebuild could not learn by its deadline (see above).
 const rebuildLostRes = -int32(unix.ECANCELED)
 
 // migration is rebuild's view of one live op.
@@ -35,6 +35,20 @@ type migration struct {
 	o        *op
 	final    bool // its final completion was seen on the old ring
 	resubmit bool // ...and it was the rebuild's -ECANCELED: move it
+}
+
+// uringRebuild is one rebuild of a uring driver's ring: the ops live when
+// it began, by user_data and in slot order, and the old ring it reaps until
+// each has its final completion.
+type uringRebuild struct {
+	d       *uringDriver
+	sink    completionSink
+	old     *ring.Ring
+	oldBR   *ring.BufRing
+	live    map[uint64]*migration
+	order   []*migration
+	waiting int  // live ops whose final completion the old ring has not posted
+	wakeOut bool // the old ring's eventfd read has not completed
 }
 
 // rebuild implements driver; see the comment above.
@@ -46,9 +60,9 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		return 0, fmt.Errorf("loop: uring backend: rebuild before start")
 	}
 	if faultsEnabled {
-		d.faultRebuilt()
+		d.rebuildTimeout = d.faults.rebuildTimeout(d.rebuildTimeout)
 	}
-	old, oldBR := d.r, d.br
+	rb := &uringRebuild{d: d, sink: sink, old: d.r, oldBR: d.br}
 	nr, err := d.newRing(false)
 	if err != nil {
 		return 0, fmt.Errorf("loop: uring backend: rebuild: new ring: %w", err)
@@ -65,24 +79,23 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	}
 
 	// Every live op, by user_data; ordered by slot for resubmission.
-	live := make(map[uint64]*migration)
-	var order []*migration
+	rb.live = make(map[uint64]*migration)
 	t.each(func(o *op) {
 		if o.state == opInFlight || o.state == opCanceling {
 			m := &migration{o: o}
-			live[o.userData()] = m
-			order = append(order, m)
+			rb.live[o.userData()] = m
+			rb.order = append(rb.order, m)
 		}
 	})
-	waiting := len(live)
-	wakeOut := d.wakeArmed
+	rb.waiting = len(rb.live)
+	rb.wakeOut = d.wakeArmed
 
 	// Flush what submit handed over, then cancel everything.
-	if _, err := old.Submit(); err != nil {
+	if _, err := rb.old.Submit(); err != nil {
 		d.cfg.logger.Warn("io_uring rebuild: flushing the old ring failed", "loop", d.cfg.name, "err", err)
 	}
 	if !d.rebuildSkipCancel {
-		d.cancelOld(old)
+		rb.cancelOld()
 	}
 
 	// Switch to the new ring now: completions delivered while the old
@@ -92,7 +105,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// problems are logged, not returned, since the loop reads an error as
 	// "the old ring is still in use".
 	d.r, d.br = nr, newBR
-	d.faultHeld = d.faultHeld[:0] // held back from the old buffer ring, which goes
+	d.faults.dropHeld() // held back from the old buffer ring, which goes
 	d.feat.SetupFlags = d.flags
 	d.feat.RingFeatures = nr.Features()
 	d.lastOverflow = nr.Overflow()
@@ -103,9 +116,26 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		d.cfg.logger.Warn("io_uring rebuild: arming the eventfd read", "loop", d.cfg.name, "err", err)
 	}
 
-	// Reap the old ring until every op has its final completion.
+	rb.reap()
+	if d.rebuildReaped != nil {
+		d.rebuildReaped()
+	}
+	migrated := rb.move()
+	// Push the resubmissions and the eventfd read now, so the new ring
+	// owns every op before the loop's next turn (a failure here is
+	// retried by the next poll's enter).
+	if _, err := nr.Submit(); err != nil {
+		d.cfg.logger.Warn("io_uring rebuild: submitting to the new ring", "loop", d.cfg.name, "err", err)
+	}
+	return migrated, nil
+}
+
+// reap reaps the old ring until every live op has its final completion, or
+// the rebuild's deadline passes.
+func (rb *uringRebuild) reap() {
+	d, old := rb.d, rb.old
 	deadline := time.Now().Add(d.rebuildTimeout)
-	for waiting > 0 || wakeOut {
+	for rb.waiting > 0 || rb.wakeOut {
 		n := old.PeekBatch(d.cqes[:])
 		if n == 0 {
 			left := time.Until(deadline)
@@ -124,33 +154,35 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 			c := &d.cqes[i]
 			tag := opTag(c.UserData >> (slotBits + genBits))
 			if tag == tagInternal {
-				if internalID(uint32(c.UserData)) == internalWake && wakeOut {
-					wakeOut = false
+				if internalID(uint32(c.UserData)) == internalWake && rb.wakeOut {
+					rb.wakeOut = false
 					d.pendingWoken = c.Res >= 0 // else canceled
 				}
 				continue
 			}
 			if faultsEnabled {
-				d.faultResult(c)
-				if d.faultHide(c) {
+				d.faults.result(c, d.br)
+				if d.faults.hide(c) {
 					continue
 				}
 			}
-			if d.reapOld(c, live, oldBR, sink) {
-				waiting--
+			if rb.reapOld(c) {
+				rb.waiting--
 			}
 		}
 	}
+}
 
-	if d.rebuildReaped != nil {
-		d.rebuildReaped()
-	}
-	// Move the ops over. An op canceled since its move was decided is not
-	// re-armed: its cancel went to the new ring before it, and found
-	// nothing there.
+// move moves the ops over to the new ring, fails those that cannot be
+// moved, gives up those the old ring never finished, closes the old ring,
+// and returns how many ops moved. An op canceled since its move was
+// decided is not re-armed: its cancel went to the new ring before it, and
+// found nothing there.
+func (rb *uringRebuild) move() int {
+	d, sink := rb.d, rb.sink
 	migrated := 0
 	var lost, unmoved []*migration
-	for _, m := range order {
+	for _, m := range rb.order {
 		switch {
 		case m.resubmit && m.o.state == opCanceling:
 			// A callback run during the reap canceled it after its
@@ -160,7 +192,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 			delete(d.connWait, ud)
 			sink.complete(ud, -int32(unix.ECANCELED), 0, nil)
 		case m.resubmit:
-			if err := d.resubmit(m.o); err != nil {
+			if err := rb.resubmit(m.o); err != nil {
 				// Nothing happened to this op (the kernel's final
 				// word was its cancel), but it cannot be moved: it
 				// fails, with nothing to quarantine.
@@ -184,15 +216,15 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	var brBytes uint64
 	for _, m := range lost {
 		if m.o.tag.providedRecv() && brBytes == 0 {
-			brBytes = uint64(oldBR.Quarantine())
+			brBytes = uint64(rb.oldBR.Quarantine())
 		}
 	}
 	// Close the old ring before failing the unknown ops: the kernel
 	// cancels what is left as it tears the ring down.
 	if countSubmissions {
-		d.subs.Add(old.Submissions())
+		d.subs.Add(rb.old.Submissions())
 	}
-	if err := old.Close(); err != nil {
+	if err := rb.old.Close(); err != nil {
 		d.cfg.logger.Warn("io_uring rebuild: closing the old ring", "loop", d.cfg.name, "err", err)
 	}
 	for _, m := range lost {
@@ -208,18 +240,13 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		d.cfg.logger.Error("io_uring rebuild: ops given up without a final completion; their memory is quarantined",
 			"loop", d.cfg.name, "ops", len(lost))
 	}
-	// Push the resubmissions and the eventfd read now, so the new ring
-	// owns every op before the loop's next turn (a failure here is
-	// retried by the next poll's enter).
-	if _, err := nr.Submit(); err != nil {
-		d.cfg.logger.Warn("io_uring rebuild: submitting to the new ring", "loop", d.cfg.name, "err", err)
-	}
-	return migrated, nil
+	return migrated
 }
 
 // cancelOld cancels every op of the old ring, the eventfd read included,
 // with one ASYNC_CANCEL_ANY.
-func (d *uringDriver) cancelOld(old *ring.Ring) {
+func (rb *uringRebuild) cancelOld() {
+	d, old := rb.d, rb.old
 	sqe, err := getSQE(old)
 	if err != nil {
 		d.cfg.logger.Warn("io_uring rebuild: no SQE for a cancel", "loop", d.cfg.name, "err", err)
@@ -232,20 +259,21 @@ func (d *uringDriver) cancelOld(old *ring.Ring) {
 	}
 }
 
-// reapOld handles one completion of a table op on the old ring during a
-// rebuild and reports whether it was the op's final one.
-func (d *uringDriver) reapOld(c *ring.CQE, live map[uint64]*migration, oldBR *ring.BufRing, sink completionSink) bool {
-	m := live[c.UserData]
+// reapOld handles one completion of a table op on the old ring and reports
+// whether it was the op's final one.
+func (rb *uringRebuild) reapOld(c *ring.CQE) bool {
+	d, sink := rb.d, rb.sink
+	m := rb.live[c.UserData]
 	if m == nil || m.final {
 		// Not a live op: stale; the sink counts it.
-		d.deliver(c, oldBR, sink)
+		d.deliver(c, rb.oldBR, sink)
 		return false
 	}
 	more := c.Flags&ring.CQEFMore != 0
 	ours := m.o.state == opInFlight // not canceled by the loop itself
 	canceled := c.Res == -int32(unix.ECANCELED)
 	if more {
-		d.deliver(c, oldBR, sink) // a multishot result
+		d.deliver(c, rb.oldBR, sink) // a multishot result
 		return false
 	}
 	m.final = true
@@ -253,12 +281,13 @@ func (d *uringDriver) reapOld(c *ring.CQE, live map[uint64]*migration, oldBR *ri
 		m.resubmit = true
 		return true
 	}
-	d.deliver(c, oldBR, sink)
+	d.deliver(c, rb.oldBR, sink)
 	return true
 }
 
 // resubmit puts a migrated op on the (new) current ring.
-func (d *uringDriver) resubmit(o *op) error {
+func (rb *uringRebuild) resubmit(o *op) error {
+	d := rb.d
 	sqe, err := d.getSQE()
 	if err != nil {
 		return err

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/ringloop/ringloop/ring"
 )
 
 // The fault-injection mode (build tag ringfault), in the spirit of
@@ -174,116 +172,6 @@ func faultSendLen(n int) int {
 		return 1 + k
 	}
 	return n
-}
-
-// faultPrep may change the SQE just prepared for o: a shorter send, or a
-// NOP standing for the op, whose completion faultResult turns into a fake
-// result.
-func (d *uringDriver) faultPrep(sqe *ring.SQE, o *op) {
-	if res := fakeResult(o.tag); res != 0 {
-		ud := sqe.UserData
-		sqe.PrepNop()
-		sqe.UserData = ud
-		if int(o.slot) >= len(d.faultPlans) {
-			d.faultPlans = append(d.faultPlans, make([]faultPlan, int(o.slot)+opChunk-len(d.faultPlans))...)
-		}
-		d.faultPlans[o.slot] = faultPlan{gen: o.gen, res: res}
-		return
-	}
-	switch o.tag {
-	case tagSend:
-		sqe.Len = uint32(faultSendLen(int(sqe.Len)))
-	case tagSendmsg:
-		if n := len(o.x().iov); n > 1 {
-			if k := faultSendLen(n); k < n {
-				o.x().msg.SetIovlen(k)
-			}
-		}
-	}
-}
-
-// faultResult turns the NOP completion of an op faultPrep replaced into
-// its fake result. A fake failure of a provided receive may carry a buffer
-// held back by faultHoldBuf, as some kernels post a failed receive with
-// the buffer it selected.
-func (d *uringDriver) faultResult(c *ring.CQE) {
-	tag, gen, slot := unpackUserData(c.UserData)
-	if int(slot) >= len(d.faultPlans) || d.faultPlans[slot].res == 0 || d.faultPlans[slot].gen != gen {
-		return
-	}
-	c.Res, c.Flags = d.faultPlans[slot].res, 0
-	d.faultPlans[slot] = faultPlan{}
-	if tag.providedRecv() && len(d.faultHeld) > 0 {
-		bid := d.faultHeld[len(d.faultHeld)-1]
-		d.faultHeld = d.faultHeld[:len(d.faultHeld)-1]
-		// Back in the kernel's hands, unpublished: it "selected" it.
-		d.br.Add(bid, 0)
-		c.Flags = ring.CQEFBuffer | uint32(bid)<<ring.CQEBufferShift
-		faults.bufsOnFailure.Add(1)
-	}
-}
-
-// faultHoldBuf may keep buffer bid (its data delivered) from going back to
-// the ring, for a later fake failure to carry. At most two are held, so the
-// ring never runs dry because of it.
-func (d *uringDriver) faultHoldBuf(br *ring.BufRing, bid uint16) bool {
-	if br != d.br || len(d.faultHeld) >= 2 {
-		return false
-	}
-	if ok, _ := roll(func(f *Faults) float64 { return f.BufOnFailure }, 0, nil); !ok {
-		return false
-	}
-	d.faultHeld = append(d.faultHeld, bid)
-	return true
-}
-
-// faultReapMax may cut a poll's reap to one completion.
-func (d *uringDriver) faultReapMax(max int) int {
-	if ok, _ := roll(func(f *Faults) float64 { return f.ReapOne }, 0, &faults.reapOnes); ok {
-		return 1
-	}
-	return max
-}
-
-// faultHide may hide from a rebuild a final completion that carries no
-// data (a -ECANCELED), so its op is given up at the deadline.
-func (d *uringDriver) faultHide(c *ring.CQE) bool {
-	if c.Res != -int32(unix.ECANCELED) || c.Flags&(ring.CQEFMore|ring.CQEFBuffer) != 0 {
-		return false
-	}
-	ok, _ := roll(func(f *Faults) float64 { return f.GiveUp }, 0, &faults.giveUps)
-	return ok
-}
-
-// faultRebuilt runs when a rebuild starts: the deadline comes from the
-// config.
-func (d *uringDriver) faultRebuilt() {
-	if f, ok := faultConfig(); ok && f.RebuildTimeout > 0 {
-		d.rebuildTimeout = f.RebuildTimeout
-	}
-}
-
-// faultBufRing may fail the buffer-ring registration of a rebuild's new
-// ring.
-func (d *uringDriver) faultBufRing() error {
-	if !d.started {
-		return nil
-	}
-	if ok, _ := roll(func(f *Faults) float64 { return f.BufRingFail }, 0, &faults.bufRingFails); ok {
-		return unix.EINVAL
-	}
-	return nil
-}
-
-// faultSubmit may complete an epoll op at once with a fake result instead
-// of running it, and reports whether it did.
-func (d *epollDriver) faultSubmit(o *op) bool {
-	res := fakeResult(o.tag)
-	if res == 0 {
-		return false
-	}
-	d.final(o, res)
-	return true
 }
 
 // errFaultStart is the cause of an injected start failure.
