@@ -4,7 +4,6 @@ package loop
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"os"
 	"sync"
@@ -35,12 +34,10 @@ type epollDriver struct {
 	epfd    int
 	handOff bool // the next blocking epoll_wait gives the P back first
 	evfd    int  // the wake eventfd, as the loop goroutine sees it
-	tfd     int  // timerfd for waits finer than epoll_wait's milliseconds
 	closed  bool
 
-	waiter     *netWaiter      // epfd on the Go netpoller (a shared-thread loop), else nil
-	timerArmed bool            // tfd is armed and has not fired
-	its        unix.ItimerSpec // timerfd_settime argument, reused
+	waiter *netWaiter // epfd on the Go netpoller (a shared-thread loop), else nil
+	timer  waitTimer  // the timerfd for waits finer than epoll_wait's milliseconds
 
 	// wakeFd is evfd for wake, which runs on any goroutine; close sets it
 	// to -1 under the write lock so a late wake never writes into a
@@ -52,14 +49,12 @@ type epollDriver struct {
 
 	events    []unix.EpollEvent // epoll_wait results
 	harvested int               // events harvest left in events
-	fds       fdTable           // per-fd waiter lists, indexed by fd
-	side      sideTable         // per-op driver state, indexed by op slot
+	waitLists                   // per-fd lists of waiting ops, per-op entries (driver_epoll_table.go)
 	ready     epollQueue        // completions waiting for poll
 	pool      recvPool          // receive buffers for recv-provided
 	dgrams    dgramReader       // recvmmsg(2) batches of datagram receives
 	retry     []int32           // fds to serve again next poll
 	retry2    []int32           // spare backing array for retry
-	epoch     time.Time         // origin of the driver's monotonic clock
 	pfd       [1]unix.PollFd    // poll(2) argument, reused
 	wakeBuf   [8]byte           // eventfd read target
 	ctl       unix.EpollEvent   // epoll_ctl argument, reused
@@ -151,10 +146,9 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 		cfg:    cfg,
 		epfd:   epfd,
 		evfd:   evfd,
-		tfd:    tfd,
+		timer:  waitTimer{fd: tfd},
 		wakeFd: evfd,
 		events: make([]unix.EpollEvent, epollMaxEvents),
-		epoch:  time.Now(),
 		feats: Features{
 			Backend:      BackendEpoll,
 			BufCount:     cfg.bufCount,
@@ -183,7 +177,7 @@ func (d *epollDriver) addInternal(epfd int) error {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	d.ctl = unix.EpollEvent{Events: unix.EPOLLIN, Fd: epollTimerTag}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, d.tfd, &d.ctl); err != nil {
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, d.timer.fd, &d.ctl); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	return nil
@@ -226,7 +220,7 @@ func (d *epollDriver) waitEvents(w time.Duration) (int, error) {
 	// On the netpoller too: the runtime sleeps in whole milliseconds, and
 	// the timerfd, in the epoll set, ends a wait with a sub-millisecond
 	// part on time.
-	d.setTimer(w)
+	d.timer.set(w)
 	if w == 0 {
 		return ring.EpollWait(d.epfd, d.events, 0, false)
 	}
@@ -254,27 +248,13 @@ func (d *epollDriver) quarantineBufs() uint64 { return 0 }
 // setHandOff implements driver.
 func (d *epollDriver) setHandOff(on bool) { d.handOff = on }
 
-// now returns nanoseconds on the driver's monotonic clock.
-func (d *epollDriver) now() int64 { return int64(time.Since(d.epoch)) }
-
-// track prepares o's side entry.
-func (d *epollDriver) track(o *op) error {
-	d.side.grow(o.slot)
-	e := d.side.at(o.slot)
-	if e.gen == o.gen && e.where != epIdle {
-		return fmt.Errorf("loop: epoll: %v op in slot %d submitted twice", o.tag, o.slot)
-	}
-	*e = epollOp{gen: o.gen, next: noSlot, prev: noSlot}
-	return nil
-}
-
 // submit starts o. An op that can finish at once (close, shutdown, a
 // recv with data waiting, …) gets its completion queued for the next poll.
 func (d *epollDriver) submit(o *op) error {
 	if d.closed {
 		return errEpollClosed
 	}
-	if err := d.track(o); err != nil {
+	if err := d.waitLists.track(o); err != nil {
 		return err
 	}
 	o.state = opInFlight // as on io_uring: the backend owns it now
@@ -356,9 +336,9 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 	if busy {
 		wait = 0
 	}
-	var deadline int64 // on the driver clock, for a bounded wait
+	var deadline time.Time // for a bounded wait
 	if wait > 0 {
-		deadline = d.now() + int64(wait)
+		deadline = time.Now().Add(wait)
 	}
 	d.runRetries()
 	for round := 0; ; round++ {
@@ -378,7 +358,7 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 				readCounter(d.evfd, d.wakeBuf[:])
 				r.woken = true
 			case epollTimerTag:
-				d.drainTimer()
+				d.timer.drain(d.wakeBuf[:])
 			default:
 				fdEvents++
 				d.onEvent(int(ev.Fd), ev.Events)
@@ -400,38 +380,16 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 			break
 		}
 		if wait > 0 {
-			left := deadline - d.now()
+			left := time.Until(deadline)
 			if left <= 0 {
 				r.timedOut = true
 				break
 			}
-			wait = time.Duration(left)
+			wait = left
 		}
 	}
 	r.completions += d.deliver(max-r.completions, sink)
 	return r, nil
-}
-
-// setTimer arms the timerfd for a wait with a sub-millisecond part, and
-// disarms a timer left from an earlier wait (cut short by an event) before
-// any other blocking wait, which the stale expiry would end early. During a
-// non-blocking wait a stale expiry is harmless and just drained.
-func (d *epollDriver) setTimer(w time.Duration) {
-	switch {
-	case w > 0 && w%time.Millisecond != 0:
-		d.its.Value = unix.NsecToTimespec(int64(w))
-		d.timerArmed = unix.TimerfdSettime(d.tfd, 0, &d.its, nil) == nil
-	case w != 0 && d.timerArmed:
-		d.its.Value = unix.Timespec{}
-		unix.TimerfdSettime(d.tfd, 0, &d.its, nil)
-		d.timerArmed = false
-	}
-}
-
-// drainTimer consumes the timerfd's expiry count.
-func (d *epollDriver) drainTimer() {
-	d.timerArmed = false
-	readCounter(d.tfd, d.wakeBuf[:])
 }
 
 // epollWaitMillis converts a wait to epoll_wait's milliseconds, rounding up so a
@@ -503,7 +461,7 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		if !f.registered {
 			continue
 		}
-		n := d.waiting(f)
+		n := d.waitLists.count(f)
 		if n == 0 {
 			f.registered = false // added again with its next op
 			continue
@@ -528,8 +486,8 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	}
 	for fd := range d.fds.len() {
 		if d.fds.at(fd).registered {
-			d.runWrite(fd)
-			d.runRead(fd)
+			d.run(fd, epWrite)
+			d.run(fd, epRead)
 		}
 	}
 	return migrated, nil
@@ -548,12 +506,12 @@ func (d *epollDriver) close() error {
 	d.wakeMu.Unlock()
 	first := d.waiter.close()
 	d.waiter = nil
-	for _, fd := range [...]int{d.epfd, d.evfd, d.tfd} {
+	for _, fd := range [...]int{d.epfd, d.evfd, d.timer.fd} {
 		if err := unix.Close(fd); err != nil && first == nil {
 			first = os.NewSyscallError("close", err)
 		}
 	}
-	d.epfd, d.evfd, d.tfd = -1, -1, -1
+	d.epfd, d.evfd, d.timer.fd = -1, -1, -1
 	for d.ready.n > 0 {
 		c := d.ready.pop()
 		if tag, _, _ := unpackUserData(c.ud); tag == tagAccept && c.res >= 0 {
@@ -561,6 +519,6 @@ func (d *epollDriver) close() error {
 		}
 	}
 	d.pool.release()
-	d.fds, d.side = fdTable{}, sideTable{}
+	d.waitLists = waitLists{}
 	return first
 }

@@ -22,7 +22,7 @@ const (
 // internalFd reports whether fd is one of the driver's own: ops on it are
 // refused with EBADF rather than let a stray fd number break the loop.
 func (d *epollDriver) internalFd(fd int) bool {
-	return fd == d.epfd || fd == d.evfd || fd == d.tfd
+	return fd == d.epfd || fd == d.evfd || fd == d.timer.fd
 }
 
 // register adds fd to the epoll instance, edge-triggered for both
@@ -95,51 +95,10 @@ func setNonblock(fd int) error {
 	return nil
 }
 
-// enlist appends slot to fd's list where.
-func (d *epollDriver) enlist(fd int, where uint8, slot uint32) {
-	l := &d.fds.at(fd).lists[where-1]
-	e := d.side.at(slot)
-	e.where, e.next, e.prev = where, noSlot, l.tail
-	if l.tail == noSlot {
-		l.head = slot
-	} else {
-		d.side.at(l.tail).next = slot
-	}
-	l.tail = slot
-}
-
-// unlist takes slot off its fd list.
-func (d *epollDriver) unlist(f *epollFd, slot uint32) {
-	e := d.side.at(slot)
-	l := &f.lists[e.where-1]
-	if e.prev == noSlot {
-		l.head = e.next
-	} else {
-		d.side.at(e.prev).next = e.next
-	}
-	if e.next == noSlot {
-		l.tail = e.prev
-	} else {
-		d.side.at(e.next).prev = e.prev
-	}
-	e.where, e.next, e.prev = epIdle, noSlot, noSlot
-}
-
 // finish takes the waiting o off fd's list and queues its final completion.
 func (d *epollDriver) finish(fd int, o *op, res int32) {
-	d.unlist(d.fds.at(fd), o.slot)
+	d.waitLists.unlist(d.fds.at(fd), o.slot)
 	d.final(o, res)
-}
-
-// waiting counts the ops waiting on f.
-func (d *epollDriver) waiting(f *epollFd) int {
-	n := 0
-	for _, l := range f.lists {
-		for s := l.head; s != noSlot; s = d.side.at(s).next {
-			n++
-		}
-	}
-	return n
 }
 
 // failFd ends every op waiting on fd with res.
@@ -176,8 +135,8 @@ func (d *epollDriver) runRetries() {
 			continue // closed since
 		}
 		f.retry = false
-		d.runWrite(int(fd))
-		d.runRead(int(fd))
+		d.run(int(fd), epWrite)
+		d.run(int(fd), epRead)
 	}
 	d.retry2 = list[:0]
 }
@@ -189,11 +148,11 @@ func (d *epollDriver) onEvent(fd int, events uint32) {
 		return
 	}
 	if events&epollWriteEvents != 0 {
-		d.runWrite(fd)
+		d.run(fd, epWrite)
 	}
 	if events&epollReadEvents != 0 {
 		d.edge = events
-		d.runRead(fd)
+		d.run(fd, epRead)
 		d.edge = 0
 	}
 }
@@ -208,15 +167,11 @@ func (d *epollDriver) wait(o *op, where uint8) {
 		return
 	}
 	first := d.fds.at(fd).lists[where-1].head == noSlot
-	d.enlist(fd, where, o.slot)
+	d.waitLists.enlist(fd, where, o.slot)
 	if first {
 		d.run(fd, where)
 	}
 }
-
-// runRead and runWrite try one side of fd.
-func (d *epollDriver) runRead(fd int)  { d.run(fd, epRead) }
-func (d *epollDriver) runWrite(fd int) { d.run(fd, epWrite) }
 
 // run tries side where of fd from its head until it would block, or yields
 // (the read side's ops count their own budgets; the write side gets
@@ -462,7 +417,7 @@ func (d *epollDriver) connect(o *op) {
 	case unix.EINPROGRESS, unix.EINTR:
 		// EINTR: the connection still goes on asynchronously (connect(2)).
 		first := d.fds.at(fd).lists[epWrite-1].head == noSlot
-		d.enlist(fd, epWrite, o.slot)
+		d.waitLists.enlist(fd, epWrite, o.slot)
 		if first {
 			d.run(fd, epWrite)
 		}
