@@ -10,13 +10,13 @@ import "sync/atomic"
 // wrap-around (2^64 is a multiple of every power of two), and the modulo path
 // would need 2^64 calls to wrap.
 type chooser struct {
-	n    uint64
-	mask uint64 // n-1 when n is a power of two, else 0
-	idx  atomic.Uint64
+	loops   uint64
+	mask    uint64 // n-1 when n is a power of two, else 0
+	counter atomic.Uint64
 }
 
 func newChooser(n int) *chooser {
-	c := &chooser{n: uint64(n)}
+	c := &chooser{loops: uint64(n)}
 	if n&(n-1) == 0 {
 		c.mask = uint64(n) - 1
 	}
@@ -25,9 +25,9 @@ func newChooser(n int) *chooser {
 
 // next returns the index of the next loop. Safe for concurrent use.
 func (c *chooser) next() int {
-	i := c.idx.Add(1) - 1
-	if c.mask != 0 || c.n == 1 {
+	i := c.counter.Add(1) - 1
+	if c.mask != 0 || c.loops == 1 {
 		return int(i & c.mask)
 	}
-	return int(i % c.n)
+	return int(i % c.loops)
 }

@@ -25,7 +25,7 @@ func epollKind() driverKind {
 		open:          func(c driverConfig) (driver, error) { return newEpollDriver(c) },
 		errClosed:     errEpollClosed,
 		recvBufYields: true,
-		handle:        func(d driver) int { return d.(*epollDriver).epfd },
+		handle:        func(d driver) int { return d.(*epollDriver).epollFd },
 		idle: func(d driver) string {
 			e := d.(*epollDriver)
 			if e.pool.mem != nil && len(e.pool.free) != e.pool.count {

@@ -205,8 +205,8 @@ func (h *driverHarness) complete(ud uint64, res int32, flags uint32, data []byte
 	}
 	h.log = append(h.log, c)
 	h.c = Completion{Res: res, Flags: flags, Data: data}
-	if o.c != nil {
-		o.c.Complete(&h.c)
+	if o.completer != nil {
+		o.completer.Complete(&h.c)
 	}
 	if flags&ring.CQEFMore == 0 {
 		h.tab.release(o)
@@ -230,8 +230,8 @@ func (h *driverHarness) abandon(ud uint64, res int32, flags uint32, extra uint64
 	h.tab.retire(o)
 	h.log = append(h.log, cqe{ud: ud, tag: o.tag, res: res, flags: flags, quar: true, at: time.Now()})
 	h.c = Completion{Res: res, Flags: flags, Quarantined: true}
-	if o.c != nil {
-		o.c.Complete(&h.c)
+	if o.completer != nil {
+		o.completer.Complete(&h.c)
 	}
 }
 
@@ -654,14 +654,14 @@ func contractSendmsg(t *testing.T, mk mkHarness) {
 				}
 				// The op keeps its own list, as Loop.Sendmsg makes it: freeing the
 				// record clears it.
-				ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = append(o.x().bufs[:0], bufs...) })
+				ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.extras().bufs = append(o.extras().bufs[:0], bufs...) })
 				wantCQE(t, "sendmsg", h.final("sendmsg", ud), int32(len(want)), false)
 				if got := readFull(t, b, len(want)); !bytes.Equal(got, want) {
 					t.Fatalf("got %q, want %q", got, want)
 				}
 				ud = h.start(tagSendmsg, func(o *op) {
 					o.fd, o.arg = int32(a), unix.MSG_NOSIGNAL|unix.MSG_WAITALL
-					o.x().bufs = append(o.x().bufs[:0], bufs[:2]...)
+					o.extras().bufs = append(o.extras().bufs[:0], bufs[:2]...)
 				})
 				wantCQE(t, "sendmsg flags", h.final("sendmsg flags", ud), int32(len(bufs[0])), false)
 				if got := readFull(t, b, len(bufs[0])); !bytes.Equal(got, bufs[0]) || len(got) == 0 {
@@ -676,7 +676,7 @@ func contractSendmsg(t *testing.T, mk mkHarness) {
 		if err := unix.Shutdown(b, unix.SHUT_RDWR); err != nil {
 			t.Fatal(err)
 		}
-		ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.x().bufs = [][]byte{[]byte("a"), []byte("b")} })
+		ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.extras().bufs = [][]byte{[]byte("a"), []byte("b")} })
 		wantCQE(t, "sendmsg", h.final("sendmsg", ud), -int32(unix.EPIPE), false)
 	})
 }
@@ -689,7 +689,7 @@ func contractConnect(t *testing.T, mk mkHarness) {
 		t.Helper()
 		var raw unix.RawSockaddrAny
 		n := putSockaddr(&raw, sa)
-		ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa = raw; o.x().saLen = n })
+		ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.extras().connectTo = raw; o.extras().connectToLen = n })
 		return h.final("connect", ud)
 	}
 	t.Run("tcp4", func(t *testing.T) {
@@ -756,13 +756,21 @@ func contractConnect(t *testing.T, mk mkHarness) {
 	t.Run("family", func(t *testing.T) {
 		h := mk(t)
 		fd := newSocket(t, unix.AF_INET)
-		ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa.Addr.Family = unix.AF_APPLETALK; o.x().saLen = 16 })
+		ud := h.start(tagConnect, func(o *op) {
+			o.fd = int32(fd)
+			o.extras().connectTo.Addr.Family = unix.AF_APPLETALK
+			o.extras().connectToLen = 16
+		})
 		wantCQE(t, "connect", h.final("connect", ud), -int32(unix.EAFNOSUPPORT), false)
 	})
 	t.Run("short", func(t *testing.T) {
 		h := mk(t)
 		fd := newSocket(t, unix.AF_INET)
-		ud := h.start(tagConnect, func(o *op) { o.fd = int32(fd); o.x().sa.Addr.Family = unix.AF_INET; o.x().saLen = 8 })
+		ud := h.start(tagConnect, func(o *op) {
+			o.fd = int32(fd)
+			o.extras().connectTo.Addr.Family = unix.AF_INET
+			o.extras().connectToLen = 8
+		})
 		wantCQE(t, "connect", h.final("connect", ud), -int32(unix.EINVAL), false)
 	})
 }
@@ -1041,7 +1049,7 @@ type recvStream struct {
 }
 
 func (s *recvStream) arm() {
-	s.ud = s.h.start(tagRecvBuf, func(o *op) { o.fd, o.multishot, o.c = int32(s.fd), true, s })
+	s.ud = s.h.start(tagRecvBuf, func(o *op) { o.fd, o.multishot, o.completer = int32(s.fd), true, s })
 	s.arms++
 }
 
@@ -1083,7 +1091,7 @@ func (w *sendStream) next() {
 		return
 	}
 	p := w.data[w.off:min(w.off+w.chunk, len(w.data))]
-	w.h.start(tagSend, func(o *op) { o.fd, o.buf, o.c = int32(w.fd), p, w })
+	w.h.start(tagSend, func(o *op) { o.fd, o.buf, o.completer = int32(w.fd), p, w })
 }
 
 func (w *sendStream) Complete(c *Completion) {
@@ -1223,7 +1231,7 @@ func contractRebuild(t *testing.T, mk mkHarness) {
 		saddr, _ := unix.Getsockname(slfd)
 		testutil.Dial(t, saddr.(*unix.SockaddrInet4)) // fills the queue
 		cfd := newSocket(t, unix.AF_INET)
-		conn = h.start(tagConnect, func(o *op) { o.fd = int32(cfd); o.x().saLen = putSockaddr(&o.x().sa, saddr) })
+		conn = h.start(tagConnect, func(o *op) { o.fd = int32(cfd); o.extras().connectToLen = putSockaddr(&o.extras().connectTo, saddr) })
 	}
 
 	h.poll(0)
@@ -1560,7 +1568,7 @@ func contractSteadyStateAllocs(t *testing.T, mk mkHarness) {
 		case tagSend:
 			o.buf = msg
 		case tagSendmsg:
-			o.x().bufs = append(o.x().bufs[:0], gather...) // the op's own list, as Loop.Sendmsg makes it
+			o.extras().bufs = append(o.extras().bufs[:0], gather...) // the op's own list, as Loop.Sendmsg makes it
 		case tagRecv:
 			o.buf = rbuf
 		case tagRecvBuf:

@@ -70,7 +70,7 @@ func (io *IO) SendTo(fd int, buf []byte, to []byte, flags int, c Completer) (OpI
 	if err != nil {
 		return 0, err
 	}
-	x := o.x()
+	x := o.extras()
 	x.bufs = append(x.bufs[:0], buf)
 	x.nameLen = uint32(copy(x.name[:], to))
 	o.arg = uint32(flags)

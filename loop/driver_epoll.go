@@ -28,18 +28,18 @@ import (
 // cancel, so a Completer is never re-entered by the op it starts. Every
 // method but wake and injectStall runs on the loop goroutine.
 type epollDriver struct {
-	cfg   driverConfig
-	feats Features
+	cfg        driverConfig
+	featureSet Features
 
-	epfd    int
+	epollFd int
 	handOff bool // the next blocking epoll_wait gives the P back first
-	evfd    int  // the wake eventfd, as the loop goroutine sees it
+	eventFd int  // the wake eventfd, as the loop goroutine sees it
 	closed  bool
 
-	waiter *netWaiter // epfd on the Go netpoller (a shared-thread loop), else nil
+	waiter *netWaiter // epollFd on the Go netpoller (a shared-thread loop), else nil
 	timer  waitTimer  // the timerfd for waits finer than epoll_wait's milliseconds
 
-	// wakeFd is evfd for wake, which runs on any goroutine; close sets it
+	// wakeFd is eventFd for wake, which runs on any goroutine; close sets it
 	// to -1 under the write lock so a late wake never writes into a
 	// recycled fd number.
 	wakeMu sync.RWMutex
@@ -47,18 +47,18 @@ type epollDriver struct {
 
 	stallSeam
 
-	events    []unix.EpollEvent // epoll_wait results
-	harvested int               // events harvest left in events
-	waitLists                   // per-fd lists of waiting ops, per-op entries (driver_epoll_table.go)
-	ready     epollQueue        // completions waiting for poll
-	pool      recvPool          // receive buffers for recv-provided
-	dgrams    dgramReader       // recvmmsg(2) batches of datagram receives
-	retry     []int32           // fds to serve again next poll
-	retry2    []int32           // spare backing array for retry
-	pfd       [1]unix.PollFd    // poll(2) argument, reused
-	wakeBuf   [8]byte           // eventfd read target
-	ctl       unix.EpollEvent   // epoll_ctl argument, reused
-	edge      uint32            // events of the edge being served, 0 outside onEvent
+	events     []unix.EpollEvent // epoll_wait results
+	harvested  int               // events harvest left in events
+	waitLists                    // per-fd lists of waiting ops, per-op entries (driver_epoll_table.go)
+	ready      epollQueue        // completions waiting for poll
+	pool       recvPool          // receive buffers for recv-provided
+	dgrams     dgramReader       // recvmmsg(2) batches of datagram receives
+	retry      []int32           // fds to serve again next poll
+	retrySpare []int32           // spare backing array for retry
+	pollFds    [1]unix.PollFd    // poll(2) argument, reused
+	counterBuf [8]byte           // eventfd read target
+	ctlEvent   unix.EpollEvent   // epoll_ctl argument, reused
+	edgeEvents uint32            // events of the edge being served, 0 outside onEvent
 }
 
 // epollOp is the driver's state for one op, indexed by its slot.
@@ -143,13 +143,13 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 		return nil, os.NewSyscallError("timerfd_create", err)
 	}
 	d := &epollDriver{
-		cfg:    cfg,
-		epfd:   epfd,
-		evfd:   evfd,
-		timer:  waitTimer{fd: tfd},
-		wakeFd: evfd,
-		events: make([]unix.EpollEvent, epollMaxEvents),
-		feats: Features{
+		cfg:     cfg,
+		epollFd: epfd,
+		eventFd: evfd,
+		timer:   waitTimer{fd: tfd},
+		wakeFd:  evfd,
+		events:  make([]unix.EpollEvent, epollMaxEvents),
+		featureSet: Features{
 			Backend:      BackendEpoll,
 			BufCount:     cfg.bufCount,
 			BufSize:      cfg.bufSize,
@@ -170,14 +170,15 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 	return d, nil
 }
 
-// addInternal registers the eventfd and the timerfd on epfd.
+// addInternal registers the eventfd and the timerfd on epfd, an epoll
+// instance.
 func (d *epollDriver) addInternal(epfd int) error {
-	d.ctl = unix.EpollEvent{Events: unix.EPOLLIN, Fd: epollWakeTag}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, d.evfd, &d.ctl); err != nil {
+	d.ctlEvent = unix.EpollEvent{Events: unix.EPOLLIN, Fd: epollWakeTag}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, d.eventFd, &d.ctlEvent); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
-	d.ctl = unix.EpollEvent{Events: unix.EPOLLIN, Fd: epollTimerTag}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, d.timer.fd, &d.ctl); err != nil {
+	d.ctlEvent = unix.EpollEvent{Events: unix.EPOLLIN, Fd: epollTimerTag}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, d.timer.fd, &d.ctlEvent); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	return nil
@@ -192,7 +193,7 @@ func (d *epollDriver) start() error { return nil }
 // waits parked there rather than in epoll_wait. If the netpoller refuses
 // it the loop keeps waiting in epoll_wait, and says so once.
 func (d *epollDriver) startNetpoll() {
-	w, err := newNetWaiter(d.epfd, d.cfg.name+"-epoll", d.harvest, d.cfg.park)
+	w, err := newNetWaiter(d.epollFd, d.cfg.name+"-epoll", d.harvest, d.cfg.park)
 	if err != nil {
 		d.cfg.logger.Warn("loop: cannot wait on the Go netpoller; waiting in epoll_wait",
 			"loop", d.cfg.name, "err", err)
@@ -204,7 +205,7 @@ func (d *epollDriver) startNetpoll() {
 // harvest is the waiter's readiness check: a non-blocking epoll_wait whose
 // events stay in d.events, counted in d.harvested.
 func (d *epollDriver) harvest() bool {
-	n, err := unix.EpollWait(d.epfd, d.events, 0)
+	n, err := unix.EpollWait(d.epollFd, d.events, 0)
 	if err != nil {
 		n = 0 // EINTR; the netpoller reports the edge again if it matters
 	}
@@ -222,12 +223,12 @@ func (d *epollDriver) waitEvents(w time.Duration) (int, error) {
 	// part on time.
 	d.timer.set(w)
 	if w == 0 {
-		return ring.EpollWait(d.epfd, d.events, 0, false)
+		return ring.EpollWait(d.epollFd, d.events, 0, false)
 	}
 	enterWait()
 	defer leaveWait()
 	if d.waiter == nil {
-		return ring.EpollWait(d.epfd, d.events, epollWaitMillis(w), d.handOff)
+		return ring.EpollWait(d.epollFd, d.events, epollWaitMillis(w), d.handOff)
 	}
 	ready, err := d.waiter.wait(w)
 	if err != nil || !ready {
@@ -236,7 +237,7 @@ func (d *epollDriver) waitEvents(w time.Duration) (int, error) {
 	return d.harvested, nil
 }
 
-func (d *epollDriver) features() Features { return d.feats }
+func (d *epollDriver) features() Features { return d.featureSet }
 
 // counters implements driver: epoll has no counters of its own.
 func (d *epollDriver) counters(*Stats) {}
@@ -355,10 +356,10 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 			ev := &d.events[i]
 			switch ev.Fd {
 			case epollWakeTag:
-				readCounter(d.evfd, d.wakeBuf[:])
+				readCounter(d.eventFd, d.counterBuf[:])
 				r.woken = true
 			case epollTimerTag:
-				d.timer.drain(d.wakeBuf[:])
+				d.timer.drain(d.counterBuf[:])
 			default:
 				fdEvents++
 				d.onEvent(int(ev.Fd), ev.Events)
@@ -466,16 +467,16 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 			f.registered = false // added again with its next op
 			continue
 		}
-		d.ctl = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
-		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &d.ctl); err != nil && err != unix.EEXIST {
+		d.ctlEvent = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &d.ctlEvent); err != nil && err != unix.EEXIST {
 			f.registered = false
 			d.failFd(fd, errnoResult(err))
 			continue
 		}
 		migrated += n
 	}
-	old := d.epfd
-	d.epfd = epfd
+	old := d.epollFd
+	d.epollFd = epfd
 	if d.waiter != nil {
 		d.waiter.close()
 		d.waiter = nil
@@ -506,12 +507,12 @@ func (d *epollDriver) close() error {
 	d.wakeMu.Unlock()
 	first := d.waiter.close()
 	d.waiter = nil
-	for _, fd := range [...]int{d.epfd, d.evfd, d.timer.fd} {
+	for _, fd := range [...]int{d.epollFd, d.eventFd, d.timer.fd} {
 		if err := unix.Close(fd); err != nil && first == nil {
 			first = os.NewSyscallError("close", err)
 		}
 	}
-	d.epfd, d.evfd, d.timer.fd = -1, -1, -1
+	d.epollFd, d.eventFd, d.timer.fd = -1, -1, -1
 	for d.ready.n > 0 {
 		c := d.ready.pop()
 		if tag, _, _ := unpackUserData(c.ud); tag == tagAccept && c.res >= 0 {

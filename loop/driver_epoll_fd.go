@@ -22,7 +22,7 @@ const (
 // internalFd reports whether fd is one of the driver's own: ops on it are
 // refused with EBADF rather than let a stray fd number break the loop.
 func (d *epollDriver) internalFd(fd int) bool {
-	return fd == d.epfd || fd == d.evfd || fd == d.timer.fd
+	return fd == d.epollFd || fd == d.eventFd || fd == d.timer.fd
 }
 
 // register adds fd to the epoll instance, edge-triggered for both
@@ -46,8 +46,8 @@ func (d *epollDriver) register(fd int) error {
 		if !fdIdle(f) {
 			return nil
 		}
-		d.ctl = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
-		switch err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_ADD, fd, &d.ctl); err {
+		d.ctlEvent = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
+		switch err := unix.EpollCtl(d.epollFd, unix.EPOLL_CTL_ADD, fd, &d.ctlEvent); err {
 		case unix.EEXIST:
 			return nil // the same file, still registered
 		case nil:
@@ -63,8 +63,8 @@ func (d *epollDriver) register(fd int) error {
 	if err := setNonblock(fd); err != nil {
 		return err
 	}
-	d.ctl = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
-	if err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_ADD, fd, &d.ctl); err != nil && err != unix.EEXIST {
+	d.ctlEvent = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
+	if err := unix.EpollCtl(d.epollFd, unix.EPOLL_CTL_ADD, fd, &d.ctlEvent); err != nil && err != unix.EEXIST {
 		return err
 	}
 	f.registered = true
@@ -128,7 +128,7 @@ func (d *epollDriver) runRetries() {
 		return
 	}
 	list := d.retry
-	d.retry = d.retry2[:0]
+	d.retry = d.retrySpare[:0]
 	for _, fd := range list {
 		f := d.fds.at(int(fd))
 		if !f.retry {
@@ -138,7 +138,7 @@ func (d *epollDriver) runRetries() {
 		d.run(int(fd), epWrite)
 		d.run(int(fd), epRead)
 	}
-	d.retry2 = list[:0]
+	d.retrySpare = list[:0]
 }
 
 // onEvent serves fd after epoll reported events on it: the write side
@@ -151,9 +151,9 @@ func (d *epollDriver) onEvent(fd int, events uint32) {
 		d.run(fd, epWrite)
 	}
 	if events&epollReadEvents != 0 {
-		d.edge = events
+		d.edgeEvents = events
 		d.run(fd, epRead)
-		d.edge = 0
+		d.edgeEvents = 0
 	}
 }
 
@@ -310,7 +310,7 @@ func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 			return epDone
 		}
 		d.more(o, int32(n), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi)
-		if n < len(b) && d.edge != 0 && d.edge&epollEndEvents == 0 {
+		if n < len(b) && d.edgeEvents != 0 && d.edgeEvents&epollEndEvents == 0 {
 			return epWait
 		}
 	}
@@ -334,7 +334,7 @@ func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 		}
 		switch {
 		case n > 0:
-			if n < dgramBatch && d.edge != 0 && d.edge&epollEndEvents == 0 {
+			if n < dgramBatch && d.edgeEvents != 0 && d.edgeEvents&epollEndEvents == 0 {
 				return epWait
 			}
 		case err == unix.EAGAIN:
@@ -382,10 +382,10 @@ func (d *epollDriver) trySend(fd int, o *op) epStep {
 // it allocates nothing once the op record's iovec array has grown.
 func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 	buildMsg(o)
-	if faultsEnabled && len(o.x().iov) > 1 {
-		o.x().msg.SetIovlen(faultSendLen(len(o.x().iov)))
+	if faultsEnabled && len(o.extras().iov) > 1 {
+		o.extras().msg.SetIovlen(faultSendLen(len(o.extras().iov)))
 	}
-	n, err := ring.Sendmsg(fd, &o.x().msg, int(o.arg)|epollSendFlags) // EINTR retried inside
+	n, err := ring.Sendmsg(fd, &o.extras().msg, int(o.arg)|epollSendFlags) // EINTR retried inside
 	switch err {
 	case unix.EAGAIN:
 		return epWait
@@ -399,12 +399,12 @@ func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 
 // connect starts a non-blocking connect(2). EINPROGRESS parks the op on the
 // write side; tryConnect finishes it. The target is kept in the kernel's
-// layout for io_uring (opExt.sa, opExt.saLen); connect(2) through x/sys/unix
+// layout for io_uring (opExt.connectTo, opExt.connectToLen); connect(2) through x/sys/unix
 // wants a unix.Sockaddr, so it is decoded (ring.ParseSockaddr: one small
 // allocation per connect, next to the socket and epoll system calls).
 func (d *epollDriver) connect(o *op) {
 	fd := int(o.fd)
-	sa, err := ring.ParseSockaddr(&o.x().sa, o.x().saLen)
+	sa, err := ring.ParseSockaddr(&o.extras().connectTo, o.extras().connectToLen)
 	if err != nil {
 		d.final(o, errnoResult(err))
 		return
@@ -441,16 +441,16 @@ func (d *epollDriver) tryConnect(fd int, o *op) epStep {
 // pollNow returns fd's current readiness for mask (POLLERR and POLLHUP
 // always included), from poll(2) with a zero timeout.
 func (d *epollDriver) pollNow(fd int, mask uint32) uint32 {
-	d.pfd[0] = unix.PollFd{Fd: int32(fd), Events: int16(mask)}
+	d.pollFds[0] = unix.PollFd{Fd: int32(fd), Events: int16(mask)}
 	for {
-		n, err := unix.Poll(d.pfd[:], 0)
+		n, err := unix.Poll(d.pollFds[:], 0)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil || n == 0 {
 			return 0
 		}
-		return uint32(uint16(d.pfd[0].Revents))
+		return uint32(uint16(d.pollFds[0].Revents))
 	}
 }
 
@@ -466,7 +466,7 @@ func (d *epollDriver) closeFd(o *op) {
 		f := d.fds.at(fd)
 		d.failFd(fd, -int32(unix.ECANCELED))
 		if f.registered {
-			unix.EpollCtl(d.epfd, unix.EPOLL_CTL_DEL, fd, &d.ctl)
+			unix.EpollCtl(d.epollFd, unix.EPOLL_CTL_DEL, fd, &d.ctlEvent)
 			f.registered = false
 		}
 		f.retry = false

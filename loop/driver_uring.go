@@ -65,23 +65,23 @@ type uringDriver struct {
 	cfg driverConfig
 
 	// Loop-thread state.
-	r       *ring.Ring
-	br      *ring.BufRing
-	flags   uint32   // setup flags of the current ring (without R_DISABLED once enabled)
-	feat    Features // the loop thread's copy; features() reads featPub
-	started bool
-	closed  bool
+	r          *ring.Ring
+	bufRing    *ring.BufRing
+	ringFlags  uint32   // setup flags of the current ring (without R_DISABLED once enabled)
+	featureSet Features // the loop thread's copy; features() reads publishedFeatures
+	started    bool
+	closed     bool
 
-	// subs holds the submission counts of the rings rebuilds closed
+	// closedSubmissions holds the submission counts of the rings rebuilds closed
 	// (countSubmissions).
-	subs ring.SubmitCounts
+	closedSubmissions ring.SubmitCounts
 
 	// The eventfd wakeup: an 8-byte READ in the ring (the kernel turns it
-	// into an internal poll) into wakeBuf, a field of this long-lived
+	// into an internal poll) into readTarget, a field of this long-lived
 	// object so it outlives every READ; or, with netpoll, no READ: the
 	// eventfd is registered with the ring, which signals it when it queues
 	// work, and the loop waits for it on the Go netpoller (netwait.go).
-	wakeBuf      [8]byte
+	readTarget   [8]byte
 	wakeArmed    bool // a READ of the eventfd is in the ring
 	netpoll      bool
 	waiter       *netWaiter // the eventfd on the netpoller (a shared-thread loop)
@@ -89,22 +89,22 @@ type uringDriver struct {
 	pendingWoken bool       // a wakeup consumed by rebuild, reported by the next poll
 	cancelQueued bool       // a cancel SQE waits in the SQ: reap ends its batch so poll submits it
 
-	cqes [uringCQEBatch]ring.CQE // PeekBatch's target: reaping never allocates
+	cqeBatch [uringCQEBatch]ring.CQE // PeekBatch's target: reaping never allocates
 
 	// connWait holds the connects a rebuild continued as a POLL_ADD for
 	// POLLOUT (user_data → fd): a second CONNECT fails with EALREADY.
 	connWait map[uint64]int32
 
 	// Counters (loop thread).
-	cancelCQEs   uint64        // completions of our own ASYNC_CANCELs
-	lostCQEs     atomic.Uint64 // CQEs the kernel reports as dropped (cq overflow counter)
-	cqOverflows  atomic.Uint64 // polls that found CQEs on the kernel's overflow list
-	lastOverflow uint32        // cq overflow counter at the last poll
-	bufMisuse    atomic.Uint64 // completions naming a provided buffer not the kernel's to give
-	bundles      atomic.Uint64 // provided-buffer completions that carried several buffers
-	bundleBids   []uint16      // TakeBundle's scratch
-	recvLen      uint32        // provided-buffer receives' length with bundles (setRecvCap); 0: a buffer's
-	recvTotal    uint32        // bytes one multishot receive takes before it ends (setRecvCap); 0: no limit
+	cancelCQEs     uint64        // completions of our own ASYNC_CANCELs
+	lostCQEs       atomic.Uint64 // CQEs the kernel reports as dropped (cq overflow counter)
+	cqOverflows    atomic.Uint64 // polls that found CQEs on the kernel's overflow list
+	lastOverflow   uint32        // cq overflow counter at the last poll
+	bufMisuse      atomic.Uint64 // completions naming a provided buffer not the kernel's to give
+	bundles        atomic.Uint64 // provided-buffer completions that carried several buffers
+	bundleBufIDs   []uint16      // TakeBundle's scratch
+	bundleLen      uint32        // provided-buffer receives' length with bundles (setRecvCap); 0: a buffer's
+	multishotTotal uint32        // bytes one multishot receive takes before it ends (setRecvCap); 0: no limit
 
 	faults uringFaults // fault injection (driver_uring_fault.go); empty in ordinary builds
 
@@ -115,14 +115,14 @@ type uringDriver struct {
 
 	stallSeam
 
-	// featPub is feat as last published for features(), which any
+	// publishedFeatures is featureSet as last published for features(), which any
 	// goroutine may call.
-	featPub atomic.Pointer[Features]
+	publishedFeatures atomic.Pointer[Features]
 
-	// wakeMu guards efd against close while wake writes to it, so a late
+	// wakeMu guards eventFd against close while wake writes to it, so a late
 	// wake never writes into a reused fd number.
-	wakeMu sync.RWMutex
-	efd    int
+	wakeMu  sync.RWMutex
+	eventFd int
 	// wakeReq is set by wake before it signals the eventfd, so a netpoll
 	// wait tells wake's signal from the kernel's.
 	wakeReq atomic.Bool
@@ -203,7 +203,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	}
 	d := &uringDriver{
 		cfg:            cfg,
-		efd:            -1,
+		eventFd:        -1,
 		rebuildTimeout: uringRebuildTimeout,
 	}
 	r, err := d.newRing(true)
@@ -216,16 +216,16 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 		return nil, fmt.Errorf("loop: uring backend: %w", os.NewSyscallError("eventfd", err))
 	}
 	d.r = r
-	d.efd = efd
+	d.eventFd = efd
 	if cfg.shared {
 		// Made here, with the driver's other fds, and used from start.
 		d.waiter, d.waitErr = newNetWaiter(efd, cfg.name+"-wake", d.eventfdSignaled, cfg.park)
 	}
-	d.flags = r.Flags()
-	d.feat = Features{
+	d.ringFlags = r.Flags()
+	d.featureSet = Features{
 		Backend:      BackendUring,
 		RingFeatures: r.Features(),
-		SetupFlags:   d.flags,
+		SetupFlags:   d.ringFlags,
 		BufCount:     d.cfg.bufCount,
 		BufSize:      d.cfg.bufSize,
 		RecvBundle:   r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
@@ -236,10 +236,10 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	return d, nil
 }
 
-// publishFeatures makes the loop thread's feat visible to features().
+// publishFeatures makes the loop thread's featureSet visible to features().
 func (d *uringDriver) publishFeatures() {
-	f := d.feat
-	d.featPub.Store(&f)
+	f := d.featureSet
+	d.publishedFeatures.Store(&f)
 }
 
 // setupFlags picks the ring's setup flags: SINGLE_ISSUER|DEFER_TASKRUN
@@ -296,23 +296,23 @@ func (d *uringDriver) start() error {
 	if d.started {
 		return nil
 	}
-	if d.flags&ring.SetupRDisabled != 0 {
+	if d.ringFlags&ring.SetupRDisabled != 0 {
 		if err := d.r.EnableRings(); err != nil {
 			return fmt.Errorf("loop: uring backend: enable ring: %w", err)
 		}
-		d.flags &^= ring.SetupRDisabled
+		d.ringFlags &^= ring.SetupRDisabled
 	}
 	br, err := d.prepareRing(d.r)
 	if err != nil {
 		return err
 	}
-	d.br = br
+	d.bufRing = br
 	d.setRecvCap()
 	if d.cfg.shared {
 		d.startNetpoll()
 	}
 	d.started = true
-	d.feat.SetupFlags = d.flags
+	d.featureSet.SetupFlags = d.ringFlags
 	d.publishFeatures()
 	return d.armWake()
 }
@@ -323,7 +323,7 @@ func (d *uringDriver) start() error {
 func (d *uringDriver) startNetpoll() {
 	err := d.waitErr
 	if err == nil {
-		err = d.r.RegisterEventfd(d.efd)
+		err = d.r.RegisterEventfd(d.eventFd)
 	}
 	if err != nil {
 		d.waiter.close()
@@ -338,7 +338,7 @@ func (d *uringDriver) startNetpoll() {
 // eventfdSignaled consumes the eventfd's counter and reports whether it was
 // non-zero. It is the waiter's readiness check.
 func (d *uringDriver) eventfdSignaled() bool {
-	return d.r.CQReady() > 0 || readCounter(d.efd, d.wakeBuf[:])
+	return d.r.CQReady() > 0 || readCounter(d.eventFd, d.readTarget[:])
 }
 
 // waitNetpoll is poll's blocking wait in netpoll mode (a shared-thread
@@ -399,7 +399,7 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	}
 	if d.netpoll {
 		// A rebuild: the new ring signals the same eventfd.
-		if err := r.RegisterEventfd(d.efd); err != nil {
+		if err := r.RegisterEventfd(d.eventFd); err != nil {
 			return nil, fmt.Errorf("loop: uring backend: register eventfd: %w", err)
 		}
 	}
@@ -442,7 +442,7 @@ func (d *uringDriver) armWake() error {
 	if err != nil {
 		return fmt.Errorf("loop: uring backend: arm eventfd read: %w", err)
 	}
-	sqe.PrepRead(d.efd, d.wakeBuf[:], 0)
+	sqe.PrepRead(d.eventFd, d.readTarget[:], 0)
 	sqe.UserData = internalUserData(internalWake)
 	d.wakeArmed = true
 	return nil
@@ -489,15 +489,15 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		// runs on. (Accepts stay multishot: one such wakeup per
 		// connection at most.)
 		// RecvProvidedOnce asks for single shots too (AF_UNIX).
-		limit := d.recvTotal > 0 && !d.cfg.shared && o.limited()
+		limit := d.multishotTotal > 0 && !d.cfg.shared && o.limited()
 		switch {
 		case o.multishot && !d.cfg.shared:
 			sqe.PrepRecvMultishot(fd, o.arg)
 			switch {
 			case limit:
-				sqe.SetRecvTotal(d.recvTotal / 2)
-			case d.recvTotal > 0:
-				sqe.SetRecvTotal(d.recvTotal)
+				sqe.SetRecvTotal(d.multishotTotal / 2)
+			case d.multishotTotal > 0:
+				sqe.SetRecvTotal(d.multishotTotal)
 			}
 		case limit && o.marks&markOneBundle != 0:
 			// A rotated receive that asks for a limit. A single shot
@@ -506,33 +506,33 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			// buffers last; a multishot receive limited to four
 			// bundles in all takes no more, and ends.
 			sqe.PrepRecvMultishot(fd, o.arg)
-			sqe.SetRecvTotal(4 * d.recvLen)
+			sqe.SetRecvTotal(4 * d.bundleLen)
 		default:
 			// Single shot from the buffer group: the completion has no
 			// F_MORE and the loop re-arms, as after -ENOBUFS.
 			sqe.PrepRecv(fd, nil, o.arg)
 		}
-		sqe.SetBufferGroup(d.br.Group())
-		if d.feat.RecvBundle {
+		sqe.SetBufferGroup(d.bufRing.Group())
+		if d.featureSet.RecvBundle {
 			sqe.IoPrio |= ring.RecvsendBundle
-			sqe.Len = d.recvLen
+			sqe.Len = d.bundleLen
 		}
 	case tagRecvmsgBuf:
 		// The buffer reserves room for the source address; the
 		// kernel writes the header, the address and the payload.
 		// MSG_TRUNC: the header then gives a truncated datagram's
 		// whole length.
-		x := o.x()
+		x := o.extras()
 		x.msg = unix.Msghdr{Namelen: dgramNameLen}
 		sqe.PrepRecvmsgMultishot(fd, &x.msg, o.arg|unix.MSG_TRUNC)
-		sqe.SetBufferGroup(d.br.Group())
+		sqe.SetBufferGroup(d.bufRing.Group())
 	case tagSend:
 		sqe.PrepSend(fd, o.buf, o.arg|unix.MSG_NOSIGNAL)
 	case tagSendmsg:
 		buildMsg(o)
-		sqe.PrepSendmsg(fd, &o.x().msg, o.arg|unix.MSG_NOSIGNAL)
+		sqe.PrepSendmsg(fd, &o.extras().msg, o.arg|unix.MSG_NOSIGNAL)
 	case tagConnect:
-		sqe.PrepConnect(fd, &o.x().sa, o.x().saLen)
+		sqe.PrepConnect(fd, &o.extras().connectTo, o.extras().connectToLen)
 	case tagClose:
 		sqe.PrepClose(fd)
 	case tagShutdown:
@@ -655,19 +655,19 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 // take effect until the CQ ran dry.
 func (d *uringDriver) reap(max int, sink completionSink, res *pollResult) {
 	for res.completions < max && !d.cancelQueued {
-		n := d.r.PeekBatch(d.cqes[:min(len(d.cqes), max-res.completions)])
+		n := d.r.PeekBatch(d.cqeBatch[:min(len(d.cqeBatch), max-res.completions)])
 		if n == 0 {
 			return
 		}
 		// The CQEs are copies: give the slots back to the kernel first.
 		d.r.CQAdvance(uint32(n))
 		for i := range n {
-			c := &d.cqes[i]
+			c := &d.cqeBatch[i]
 			if opTag(c.UserData>>(slotBits+genBits)) == tagInternal {
 				d.internal(c, res)
 				continue
 			}
-			d.deliver(c, d.br, sink)
+			d.deliver(c, d.bufRing, sink)
 			res.completions++
 		}
 	}
@@ -678,12 +678,12 @@ func (d *uringDriver) reap(max int, sink completionSink, res *pollResult) {
 // the bytes go along and the buffer is recycled right after the call.
 func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink) {
 	if faultsEnabled {
-		d.faults.result(c, d.br)
+		d.faults.result(c, d.bufRing)
 	}
 	ud, res, flags := c.UserData, c.Res, c.Flags
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
-	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && d.feat.RecvBundle:
+	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && d.featureSet.RecvBundle:
 		d.deliverBundle(c, br, sink)
 		return
 	case tag.providedRecv() && flags&ring.CQEFBuffer != 0:
@@ -697,7 +697,7 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 			res = -int32(unix.EIO)
 		}
 		sink.complete(ud, res, flags, data)
-		if faultsEnabled && ok && res > 0 && d.faults.holdBuf(br, d.br, bid) {
+		if faultsEnabled && ok && res > 0 && d.faults.holdBuf(br, d.bufRing, bid) {
 			return
 		}
 		if !ok || !br.Recycle(bid) {
@@ -720,8 +720,8 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 // with CQEFMore added. Every buffer is recycled after the calls.
 func (d *uringDriver) deliverBundle(c *ring.CQE, br *ring.BufRing, sink completionSink) {
 	ud, res, flags := c.UserData, c.Res, c.Flags
-	bids, ok := br.TakeBundle(c, d.bundleBids[:0])
-	d.bundleBids = bids
+	bids, ok := br.TakeBundle(c, d.bundleBufIDs[:0])
+	d.bundleBufIDs = bids
 	switch {
 	case !ok:
 		if res > 0 {
@@ -752,7 +752,7 @@ func (d *uringDriver) deliverBundle(c *ring.CQE, br *ring.BufRing, sink completi
 		}
 	}
 	for _, bid := range bids {
-		if faultsEnabled && res > 0 && d.faults.holdBuf(br, d.br, bid) {
+		if faultsEnabled && res > 0 && d.faults.holdBuf(br, d.bufRing, bid) {
 			continue
 		}
 		if !br.Recycle(bid) {
@@ -800,13 +800,13 @@ func (d *uringDriver) internal(c *ring.CQE, res *pollResult) {
 func (d *uringDriver) wake() error {
 	d.wakeMu.RLock()
 	defer d.wakeMu.RUnlock()
-	if d.efd < 0 {
+	if d.eventFd < 0 {
 		return errDriverClosed
 	}
 	// Before the signal: a netpoll wait that sees the signal tells wake's
 	// from the kernel's by this flag.
 	d.wakeReq.Store(true)
-	return writeEventfd(d.efd)
+	return writeEventfd(d.eventFd)
 }
 
 // close implements driver: it closes the ring (the kernel cancels what is
@@ -824,11 +824,11 @@ func (d *uringDriver) close() error {
 	}
 	d.waiter = nil
 	d.wakeMu.Lock()
-	if d.efd >= 0 {
-		if err := unix.Close(d.efd); err != nil && first == nil {
+	if d.eventFd >= 0 {
+		if err := unix.Close(d.eventFd); err != nil && first == nil {
 			first = err
 		}
-		d.efd = -1
+		d.eventFd = -1
 	}
 	d.wakeMu.Unlock()
 	return first
@@ -847,10 +847,10 @@ func (d *uringDriver) setHandOff(on bool) { d.r.SetHandOff(on) }
 
 // quarantineBufs implements driver: the current provided-buffer ring stays
 // mapped after close.
-func (d *uringDriver) quarantineBufs() uint64 { return uint64(d.br.Quarantine()) }
+func (d *uringDriver) quarantineBufs() uint64 { return uint64(d.bufRing.Quarantine()) }
 
 // features implements driver. Safe for concurrent use.
-func (d *uringDriver) features() Features { return *d.featPub.Load() }
+func (d *uringDriver) features() Features { return *d.publishedFeatures.Load() }
 
 // bundleBufs is how many buffers a bundle takes at most: 16, 64 KiB of
 // the default 4 KiB buffers.
@@ -866,16 +866,16 @@ const bundleBufs = 16
 // a shared thread, all of whose receives are single shots, runs no
 // bundles). Features.RecvCap is that length, else 0.
 func (d *uringDriver) setRecvCap() {
-	d.feat.RecvCap, d.recvLen = 0, 0
+	d.featureSet.RecvCap, d.bundleLen = 0, 0
 	if d.cfg.shared {
 		// A shared thread's receives are all single shots, and a single
 		// shot with bundles appends what else the socket holds to its
 		// one completion, past its length, up to the whole receive
 		// queue: a connection pausing on it would keep all that. One
 		// buffer bounds what a single shot takes.
-		d.feat.RecvBundle = false
+		d.featureSet.RecvBundle = false
 	}
-	if !d.feat.RecvBundle {
+	if !d.featureSet.RecvBundle {
 		return
 	}
 	// The probe also stands for bundles' length: kernels before 6.17
@@ -886,19 +886,19 @@ func (d *uringDriver) setRecvCap() {
 	// "Memory and the kernel's final word").
 	if !d.probeMultishotLen(false) {
 		d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles", "loop", d.cfg.name)
-		d.feat.RecvBundle = false
+		d.featureSet.RecvBundle = false
 		return
 	}
-	d.recvLen = bundleBufs * d.cfg.bufSize
-	d.feat.RecvCap = d.recvLen
-	// A multishot receive ends after recvTotal bytes (half that for one
+	d.bundleLen = bundleBufs * d.cfg.bufSize
+	d.featureSet.RecvCap = d.bundleLen
+	// A multishot receive ends after multishotTotal bytes (half that for one
 	// that asks for a limit) and is re-armed: a socket whose queue is full
 	// would otherwise fill buffer after buffer in one turn (the kernel
 	// requeues a capped receive and runs it again, and posts more as the
 	// loop recycles buffers), and a connection that pauses on the first of
 	// them must keep all the others.
 	if d.probeMultishotLen(true) {
-		d.recvTotal = recvTotalBufs * d.cfg.bufSize
+		d.multishotTotal = recvTotalBufs * d.cfg.bufSize
 	}
 }
 
@@ -938,7 +938,7 @@ func (d *uringDriver) probeMultishotLen(total bool) bool {
 		return false
 	}
 	sqe.PrepRecvMultishot(fds[0], 0)
-	sqe.SetBufferGroup(d.br.Group())
+	sqe.SetBufferGroup(d.bufRing.Group())
 	sqe.Len = 64
 	if total {
 		sqe.SetRecvTotal(128)

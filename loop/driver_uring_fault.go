@@ -44,9 +44,9 @@ func (f *uringFaults) prep(sqe *ring.SQE, o *op) {
 	case tagSend:
 		sqe.Len = uint32(faultSendLen(int(sqe.Len)))
 	case tagSendmsg:
-		if n := len(o.x().iov); n > 1 {
+		if n := len(o.extras().iov); n > 1 {
 			if k := faultSendLen(n); k < n {
-				o.x().msg.SetIovlen(k)
+				o.extras().msg.SetIovlen(k)
 			}
 		}
 	}

@@ -62,7 +62,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	if faultsEnabled {
 		d.rebuildTimeout = d.faults.rebuildTimeout(d.rebuildTimeout)
 	}
-	rb := &uringRebuild{d: d, sink: sink, old: d.r, oldBR: d.br}
+	rb := &uringRebuild{d: d, sink: sink, old: d.r, oldBR: d.bufRing}
 	nr, err := d.newRing(false)
 	if err != nil {
 		return 0, fmt.Errorf("loop: uring backend: rebuild: new ring: %w", err)
@@ -104,10 +104,10 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// the one about to be closed. From here on the rebuild has happened:
 	// problems are logged, not returned, since the loop reads an error as
 	// "the old ring is still in use".
-	d.r, d.br = nr, newBR
+	d.r, d.bufRing = nr, newBR
 	d.faults.dropHeld() // held back from the old buffer ring, which goes
-	d.feat.SetupFlags = d.flags
-	d.feat.RingFeatures = nr.Features()
+	d.featureSet.SetupFlags = d.ringFlags
+	d.featureSet.RingFeatures = nr.Features()
 	d.lastOverflow = nr.Overflow()
 	d.publishFeatures()
 	d.wakeArmed = false
@@ -136,7 +136,7 @@ func (rb *uringRebuild) reap() {
 	d, old := rb.d, rb.old
 	deadline := time.Now().Add(d.rebuildTimeout)
 	for rb.waiting > 0 || rb.wakeOut {
-		n := old.PeekBatch(d.cqes[:])
+		n := old.PeekBatch(d.cqeBatch[:])
 		if n == 0 {
 			left := time.Until(deadline)
 			if left <= 0 {
@@ -151,7 +151,7 @@ func (rb *uringRebuild) reap() {
 		}
 		old.CQAdvance(uint32(n))
 		for i := range n {
-			c := &d.cqes[i]
+			c := &d.cqeBatch[i]
 			tag := opTag(c.UserData >> (slotBits + genBits))
 			if tag == tagInternal {
 				if internalID(uint32(c.UserData)) == internalWake && rb.wakeOut {
@@ -161,7 +161,7 @@ func (rb *uringRebuild) reap() {
 				continue
 			}
 			if faultsEnabled {
-				d.faults.result(c, d.br)
+				d.faults.result(c, d.bufRing)
 				if d.faults.hide(c) {
 					continue
 				}
@@ -222,7 +222,7 @@ func (rb *uringRebuild) move() int {
 	// Close the old ring before failing the unknown ops: the kernel
 	// cancels what is left as it tears the ring down.
 	if countSubmissions {
-		d.subs.Add(rb.old.Submissions())
+		d.closedSubmissions.Add(rb.old.Submissions())
 	}
 	if err := rb.old.Close(); err != nil {
 		d.cfg.logger.Warn("io_uring rebuild: closing the old ring", "loop", d.cfg.name, "err", err)

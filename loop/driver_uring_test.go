@@ -149,7 +149,7 @@ func TestUringDriverFeatures(t *testing.T) {
 	_, d := newUringHarness(t)
 	f := d.features()
 	t.Logf("features: %+v", f)
-	if f.Backend != BackendUring || f.RingFeatures&ring.FeatExtArg == 0 || d.br == nil {
+	if f.Backend != BackendUring || f.RingFeatures&ring.FeatExtArg == 0 || d.bufRing == nil {
 		t.Fatalf("features %+v", f)
 	}
 	if f.SetupFlags&ring.SetupRDisabled != 0 {

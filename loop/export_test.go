@@ -56,10 +56,10 @@ func (l *Loop) Waiting() bool { return l.waker.nextWakeup.Load() != awake }
 func (l *Loop) Tid() int { return int(l.thread.id.Load()) }
 
 // SetChooserCounter sets the round-robin counter of Next.
-func (g *Group) SetChooserCounter(v uint64) { g.chooser.idx.Store(v) }
+func (g *Group) SetChooserCounter(v uint64) { g.chooser.counter.Store(v) }
 
 // ChooserUsesMask reports whether Next uses the power-of-two mask.
-func (g *Group) ChooserUsesMask() bool { return g.chooser.mask != 0 || g.chooser.n == 1 }
+func (g *Group) ChooserUsesMask() bool { return g.chooser.mask != 0 || g.chooser.loops == 1 }
 
 // UringUnusable exposes the fallback classification.
 func UringUnusable(err error) bool { return uringUnusable(err) }
@@ -144,7 +144,7 @@ func CountSubmissions() (restore func()) {
 func (l *Loop) Submissions() ring.SubmitCounts {
 	var c ring.SubmitCounts
 	if d, ok := l.drv.(*uringDriver); ok {
-		c.Add(d.subs)
+		c.Add(d.closedSubmissions)
 		if d.r != nil {
 			c.Add(d.r.Submissions())
 		}
@@ -182,5 +182,5 @@ func (l *Loop) OpsInFlight() int {
 // total (a rotated receive is then a multishot one limited to one bundle).
 func LimitsMultishotTotal(l *Loop) bool {
 	d, ok := l.drv.(*uringDriver)
-	return ok && d.recvTotal > 0
+	return ok && d.multishotTotal > 0
 }

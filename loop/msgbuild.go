@@ -9,7 +9,7 @@ import "golang.org/x/sys/unix"
 // (op.reset), so a steady state does not allocate. They point into the
 // buffers, which o keeps alive.
 func buildMsg(o *op) {
-	x := o.x()
+	x := o.extras()
 	x.iov = x.iov[:0]
 	for _, b := range x.bufs {
 		if len(b) == 0 {

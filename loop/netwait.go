@@ -21,11 +21,11 @@ import (
 // The waiter owns a duplicate of the fd (the same open file description, so
 // the same readiness), which it closes in close; the driver keeps its own.
 type netWaiter struct {
-	hooks *parkHooks // may be nil
-	f     *os.File
-	rc    syscall.RawConn
-	check func() bool // reports readiness without blocking; run by RawConn.Read
-	fn    func(uintptr) bool
+	hooks   *parkHooks // may be nil
+	file    *os.File
+	rawConn syscall.RawConn
+	check   func() bool // reports readiness without blocking; run by RawConn.Read
+	readFn  func(uintptr) bool
 }
 
 // newNetWaiter registers a duplicate of fd with the netpoller. check is
@@ -51,8 +51,8 @@ func newNetWaiter(fd int, name string, check func() bool, hooks *parkHooks) (*ne
 		f.Close()
 		return nil, fmt.Errorf("loop: netpoller registration of %s: %w", name, err)
 	}
-	w := &netWaiter{f: f, rc: rc, check: check, hooks: hooks}
-	w.fn = func(uintptr) bool { return w.check() }
+	w := &netWaiter{file: f, rawConn: rc, check: check, hooks: hooks}
+	w.readFn = func(uintptr) bool { return w.check() }
 	// A probe: a file the netpoller refused reports ErrNoDeadline.
 	if err := f.SetReadDeadline(time.Time{}); err != nil {
 		f.Close()
@@ -70,15 +70,15 @@ func (w *netWaiter) wait(timeout time.Duration) (ready bool, err error) {
 	if timeout >= 0 {
 		dl = time.Now().Add(timeout)
 	}
-	if err := w.f.SetReadDeadline(dl); err != nil {
+	if err := w.file.SetReadDeadline(dl); err != nil {
 		return false, err
 	}
 	if h := w.hooks; h != nil && h.park != nil {
 		h.park()
-		err = w.rc.Read(w.fn)
+		err = w.rawConn.Read(w.readFn)
 		h.resume()
 	} else {
-		err = w.rc.Read(w.fn)
+		err = w.rawConn.Read(w.readFn)
 	}
 	switch {
 	case err == nil:
@@ -94,5 +94,5 @@ func (w *netWaiter) close() error {
 	if w == nil {
 		return nil
 	}
-	return w.f.Close()
+	return w.file.Close()
 }

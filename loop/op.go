@@ -87,7 +87,7 @@ type RecvLimiter interface {
 
 // limited reports whether o's Completer asks for a bounded receive.
 func (o *op) limited() bool {
-	l, ok := o.c.(RecvLimiter)
+	l, ok := o.completer.(RecvLimiter)
 	return ok && l.LimitRecv()
 }
 
@@ -102,7 +102,7 @@ func (o *op) limited() bool {
 //	tagSend     fd, buf, arg = send flags (MSG_NOSIGNAL is always added).
 //	tagSendmsg  fd, bufs (iov and msg are built from them), arg = flags;
 //	            name, nameLen: a datagram's destination (SendTo), if any.
-//	tagConnect  fd, sa, saLen.
+//	tagConnect  fd, extra: connectTo, connectToLen.
 //	tagClose    fd.
 //	tagShutdown fd, arg = how.
 //	tagNop      nothing. Res: 0 (tests).
@@ -124,11 +124,11 @@ type op struct {
 	multishot bool
 	marks     opMarks
 
-	fd int32
-	c  Completer
+	fd        int32
+	completer Completer
 
-	buf []byte // recv/send buffer
-	ext *opExt // sendmsg's buffers and header, or an address: made on first use, kept by the slot
+	buf   []byte // recv/send buffer
+	extra *opExt // sendmsg's buffers and header, or an address: made on first use, kept by the slot
 
 	arg uint32 // op-specific: recv/send flags, shutdown how
 
@@ -150,24 +150,24 @@ const (
 // connection's life, so keeping these out of op makes every idle
 // connection smaller.
 type opExt struct {
-	bufs  [][]byte // sendmsg buffers
-	iov   []unix.Iovec
-	msg   unix.Msghdr
-	sa    unix.RawSockaddrAny // connect target
-	saLen uint32
+	bufs         [][]byte // sendmsg buffers
+	iov          []unix.Iovec
+	msg          unix.Msghdr
+	connectTo    unix.RawSockaddrAny // connect target
+	connectToLen uint32
 	// name is a datagram's destination (SendTo), nameLen its length
 	// (0: none, the connected peer).
 	name    [unix.SizeofSockaddrAny]byte
 	nameLen uint32
 }
 
-// x returns o's extension, making it on first use. It stays with the slot
+// extras returns o's extension, making it on first use. It stays with the slot
 // across uses (reset), so a steady state does not allocate.
-func (o *op) x() *opExt {
-	if o.ext == nil {
-		o.ext = new(opExt)
+func (o *op) extras() *opExt {
+	if o.extra == nil {
+		o.extra = new(opExt)
 	}
-	return o.ext
+	return o.extra
 }
 
 // userData returns the op's packed user_data.
@@ -176,8 +176,8 @@ func (o *op) userData() uint64 { return packUserData(o.tag, o.gen, o.slot) }
 // reset drops every reference so the garbage collector can reclaim the
 // buffers, keeping slot and generation.
 func (o *op) reset() {
-	slot, gen, ext := o.slot, o.gen, o.ext
-	*o = op{slot: slot, gen: gen, ext: ext}
+	slot, gen, ext := o.slot, o.gen, o.extra
+	*o = op{slot: slot, gen: gen, extra: ext}
 	if ext != nil {
 		clear(ext.bufs) // let the buffers go; keep the list's capacity
 		*ext = opExt{iov: ext.iov[:0], bufs: ext.bufs[:0]}

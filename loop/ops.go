@@ -66,7 +66,7 @@ func (io *IO) newOp(tag opTag, fd int, c Completer) (*op, error) {
 		return nil, ErrTooManyOps
 	}
 	o.fd = int32(fd)
-	o.c = c
+	o.completer = c
 	return o, nil
 }
 
@@ -180,7 +180,7 @@ func (io *IO) Sendmsg(fd int, bufs [][]byte, flags int, c Completer) (OpID, erro
 	if err != nil {
 		return 0, err
 	}
-	x := o.x()
+	x := o.extras()
 	x.bufs = append(x.bufs[:0], bufs...) // the slot's own list: the caller's may be on its stack
 	o.arg = uint32(flags)
 	return io.startOp(o)
@@ -200,7 +200,7 @@ func (io *IO) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := ring.PutSockaddr(&o.x().sa, sa)
+	n, err := ring.PutSockaddr(&o.extras().connectTo, sa)
 	if err != nil {
 		io.ops.release(o)
 		if errors.Is(err, ring.ErrNotSupported) {
@@ -208,7 +208,7 @@ func (io *IO) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
 		}
 		return 0, invalidArgument("connect: %w", err)
 	}
-	o.x().saLen = n
+	o.extras().connectToLen = n
 	return io.startOp(o)
 }
 
@@ -288,7 +288,7 @@ func (io *IO) complete(ud uint64, res int32, flags uint32, data []byte) {
 	} else if o.tag == tagRecvBuf && o.multishot && o.state == opInFlight && io.parked.len() > 0 && io.parked.rotating() {
 		io.parked.yield(o)
 	}
-	c, tag := o.c, o.tag
+	c, tag := o.completer, o.tag
 	if final {
 		io.ops.release(o)
 	}

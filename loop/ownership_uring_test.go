@@ -25,7 +25,7 @@ func rawProvidedRecv(tb testing.TB, d *uringDriver, fd int, ud uint64) ring.CQE 
 		tb.Fatalf("GetSQE: %v", err)
 	}
 	sqe.PrepRecv(fd, nil, 0)
-	sqe.SetBufferGroup(d.br.Group())
+	sqe.SetBufferGroup(d.bufRing.Group())
 	sqe.UserData = ud
 	if _, err := d.r.Submit(); err != nil {
 		tb.Fatalf("submit: %v", err)
@@ -68,7 +68,7 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 		o := h.tab.alloc(tagRecvBuf)
 		o.fd, o.state, o.multishot = int32(a), opInFlight, true
 		c.UserData = o.userData()
-		d.deliver(&c, d.br, h)
+		d.deliver(&c, d.bufRing, h)
 		if cs := h.of(c.UserData); len(cs) != 1 {
 			t.Fatalf("deliver: completions %v, want 1", cs)
 		}
@@ -135,7 +135,7 @@ func TestUringDriverRebuildBufRingRefused(t *testing.T) {
 	s.arm()
 	h.poll(0)
 
-	old, oldBR, feat := d.r, d.br, d.features()
+	old, oldBR, feat := d.r, d.bufRing, d.features()
 	refuse := true
 	saved := newBufRingFn
 	newBufRingFn = func(r *ring.Ring, bgid uint16, n, size uint32) (*ring.BufRing, error) {
@@ -151,9 +151,9 @@ func TestUringDriverRebuildBufRingRefused(t *testing.T) {
 		t.Fatalf("rebuild without a buffer ring on the new ring succeeded (%d ops moved)", n)
 	}
 	t.Logf("refused rebuild: %v", err)
-	if d.r != old || d.br != oldBR || d.features() != feat {
+	if d.r != old || d.bufRing != oldBR || d.features() != feat {
 		t.Fatalf("refused rebuild changed the driver: ring kept %v, buffer ring kept %v, features %+v (were %+v)",
-			d.r == old, d.br == oldBR, d.features(), feat)
+			d.r == old, d.bufRing == oldBR, d.features(), feat)
 	}
 	msg := pattern(10<<10, 9)
 	writeAll(t, client, msg[:5000])

@@ -22,8 +22,8 @@ var quarantined struct {
 // retires o's slot (the record's slab chunk stays reachable through o).
 func quarantine(o *op, extra uint64) uint64 {
 	n := uint64(len(o.buf)) + extra
-	if o.ext != nil {
-		for _, b := range o.ext.bufs {
+	if o.extra != nil {
+		for _, b := range o.extra.bufs {
 			n += uint64(len(b))
 		}
 	}
@@ -53,7 +53,7 @@ func (io *IO) abandon(ud uint64, res int32, flags uint32, extra uint64) {
 		io.l.stats.stale.Add(1)
 		return
 	}
-	c := o.c
+	c := o.completer
 	n := quarantine(o, extra)
 	io.ops.retire(o)
 	io.l.stats.quarantined.Add(1)

@@ -145,7 +145,7 @@ func (q *parkedQueue) resubmit() {
 
 // end gives o, taken off the queue, its final completion: -ECANCELED.
 func (q *parkedQueue) end(o *op) {
-	c := o.c
+	c := o.completer
 	q.io.ops.release(o)
 	q.io.l.stats.completions.Add(1)
 	q.io.deliver(c, -int32(unix.ECANCELED), 0, nil)
