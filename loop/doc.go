@@ -13,17 +13,25 @@
 // hooks) runs on that goroutine, one thing at a time, so state
 // owned by a loop needs no lock.
 //
+// # Executor and op API
+//
+// A Loop is an executor: [Loop.Execute] and [Loop.ExecuteAfterTurn] queue
+// functions, [Loop.Schedule] and its periodic forms queue timers, and
+// everything queued runs on the loop goroutine. The loop's asynchronous
+// socket operations are its [IO], reached with [Loop.IO]: Accept, Recv,
+// RecvProvided, RecvProvidedOnce, RecvmsgProvided, Send, Sendmsg, SendTo,
+// Connect, Close, Shutdown and Cancel, each of which delivers its
+// completions to a [Completer] on the loop goroutine.
+//
 // # Affinity
 //
 // Every exported method says whether it is "Safe for concurrent use" or
-// "Must be called on the loop goroutine". Execute*, ExecuteAfterTurn,
-// Schedule*, RebuildRing, Stats and the shutdown methods may be called
-// from anywhere. The op API (Accept, Recv, RecvProvided, RecvProvidedOnce,
-// RecvmsgProvided, Send, Sendmsg, SendTo, Connect, Close, Shutdown,
-// Cancel) is loop-only: call it from a task or a callback. [Loop.InLoop]
-// tells code where it runs (it compares gettid(2) with the loop thread's
-// id); builds with the uringdebug tag check loop-only calls this way and
-// panic on stale completions.
+// "Must be called on the loop goroutine". Execute, ExecuteAfterTurn,
+// Schedule*, IO, Stats and the shutdown methods may be called from
+// anywhere. The methods of IO are loop-only: call them from a task or a
+// callback. [Loop.InLoop] tells code where it runs (it compares gettid(2)
+// with the loop thread's id); builds with the uringdebug tag check
+// loop-only calls this way and panic on stale completions.
 //
 // # Lifecycle
 //
@@ -72,8 +80,9 @@
 // word on it: the op's final completion.
 // Where that word never comes (an op given up by a ring rebuild or by the
 // drain at termination), the op's record and buffers are quarantined for
-// the life of the process and counted in [Stats] (Quarantined,
-// QuarantinedBytes); the op's Completer gets a final completion with
+// the life of the process and counted in [Stats] (Quarantined and
+// QuarantinedBytes, and ProcessQuarantinedBytes for the whole process); the
+// op's Completer gets a final completion with
 // [Completion].Quarantined set and must not reuse that memory either. See
 // docs/op-lifecycle.md.
 //

@@ -26,7 +26,7 @@ func ExampleNewGroup() {
 	_ = g.Shutdown(ctx)
 }
 
-// Execute runs a function on the loop goroutine; from there the op API is
+// Execute runs a function on the loop goroutine; from there the loop's IO is
 // available.
 func ExampleLoop_Execute() {
 	g, _ := loop.NewGroup(loop.WithLoops(1))

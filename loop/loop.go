@@ -16,9 +16,11 @@ import (
 // a task queue, a timer wheel and an op table. Everything a Loop runs (tasks,
 // timers, completions, hooks) runs on that goroutine, one at a time.
 //
+// A Loop is an executor: Execute, ExecuteAfterTurn and the Schedule
+// methods queue work to it. Its socket operations are its IO (Loop.IO).
 // Methods documented "Safe for concurrent use" may be called from any
-// goroutine; the op API (Accept, Recv, Send, …) must be called on the loop
-// goroutine, i.e. from a task, a timer or a completion callback.
+// goroutine; the methods of IO (Accept, Recv, Send, …) must be called on
+// the loop goroutine, i.e. from a task, a timer or a completion callback.
 //
 // The goroutine starts on first use (Execute, Schedule, …), not when the
 // group is created.
