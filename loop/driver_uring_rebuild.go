@@ -41,14 +41,14 @@ type migration struct {
 // it began, by user_data and in slot order, and the old ring it reaps until
 // each has its final completion.
 type uringRebuild struct {
-	d       *uringDriver
-	sink    completionSink
-	old     *ring.Ring
-	oldBR   *ring.BufRing
-	live    map[uint64]*migration
-	order   []*migration
-	waiting int  // live ops whose final completion the old ring has not posted
-	wakeOut bool // the old ring's eventfd read has not completed
+	d          *uringDriver
+	sink       completionSink
+	old        *ring.Ring
+	oldBufRing *ring.BufRing
+	live       map[uint64]*migration
+	order      []*migration
+	waiting    int  // live ops whose final completion the old ring has not posted
+	wakeOut    bool // the old ring's eventfd read has not completed
 }
 
 // rebuild implements driver; see the comment above.
@@ -62,7 +62,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	if faultsEnabled {
 		d.rebuildTimeout = d.faults.rebuildTimeout(d.rebuildTimeout)
 	}
-	rb := &uringRebuild{d: d, sink: sink, old: d.r, oldBR: d.bufRing}
+	rb := &uringRebuild{d: d, sink: sink, old: d.r, oldBufRing: d.bufRing}
 	nr, err := d.newRing(false)
 	if err != nil {
 		return 0, fmt.Errorf("loop: uring backend: rebuild: new ring: %w", err)
@@ -216,7 +216,7 @@ func (rb *uringRebuild) move() int {
 	var brBytes uint64
 	for _, m := range lost {
 		if m.o.tag.providedRecv() && brBytes == 0 {
-			brBytes = uint64(rb.oldBR.Quarantine())
+			brBytes = uint64(rb.oldBufRing.Quarantine())
 		}
 	}
 	// Close the old ring before failing the unknown ops: the kernel
@@ -266,14 +266,14 @@ func (rb *uringRebuild) reapOld(c *ring.CQE) bool {
 	m := rb.live[c.UserData]
 	if m == nil || m.final {
 		// Not a live op: stale; the sink counts it.
-		d.deliver(c, rb.oldBR, sink)
+		d.deliver(c, rb.oldBufRing, sink)
 		return false
 	}
 	more := c.Flags&ring.CQEFMore != 0
 	ours := m.o.state == opInFlight // not canceled by the loop itself
 	canceled := c.Res == -int32(unix.ECANCELED)
 	if more {
-		d.deliver(c, rb.oldBR, sink) // a multishot result
+		d.deliver(c, rb.oldBufRing, sink) // a multishot result
 		return false
 	}
 	m.final = true
@@ -281,7 +281,7 @@ func (rb *uringRebuild) reapOld(c *ring.CQE) bool {
 		m.resubmit = true
 		return true
 	}
-	d.deliver(c, rb.oldBR, sink)
+	d.deliver(c, rb.oldBufRing, sink)
 	return true
 }
 
