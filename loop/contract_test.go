@@ -213,7 +213,7 @@ func (h *driverHarness) complete(ud uint64, res int32, flags uint32, data []byte
 	}
 }
 
-// abandon implements completionSink, as Loop.abandon: the record is
+// abandon implements completionSink, as IO.abandon: the record is
 // quarantined and retired, and the Completer sees Quarantined.
 func (h *driverHarness) abandon(ud uint64, res int32, flags uint32, extra uint64) {
 	o := h.tab.lookup(ud)
@@ -347,7 +347,7 @@ func (h *driverHarness) quiet(what string, ud uint64, d time.Duration) {
 // live reports whether ud names a live op.
 func (h *driverHarness) live(ud uint64) bool { return h.tab.lookup(ud) != nil }
 
-// cancel cancels the op ud names and marks it canceling, as Loop.Cancel.
+// cancel cancels the op ud names and marks it canceling, as IO.Cancel.
 func (h *driverHarness) cancel(ud uint64) {
 	h.tb.Helper()
 	o := h.tab.lookup(ud)
@@ -652,7 +652,7 @@ func contractSendmsg(t *testing.T, mk mkHarness) {
 					bufs = append(bufs, s)
 					want = append(want, s...)
 				}
-				// The op keeps its own list, as Loop.Sendmsg makes it: freeing the
+				// The op keeps its own list, as IO.Sendmsg makes it: freeing the
 				// record clears it.
 				ud := h.start(tagSendmsg, func(o *op) { o.fd = int32(a); o.extras().bufs = append(o.extras().bufs[:0], bufs...) })
 				wantCQE(t, "sendmsg", h.final("sendmsg", ud), int32(len(want)), false)
@@ -1568,7 +1568,7 @@ func contractSteadyStateAllocs(t *testing.T, mk mkHarness) {
 		case tagSend:
 			o.buf = msg
 		case tagSendmsg:
-			o.extras().bufs = append(o.extras().bufs[:0], gather...) // the op's own list, as Loop.Sendmsg makes it
+			o.extras().bufs = append(o.extras().bufs[:0], gather...) // the op's own list, as IO.Sendmsg makes it
 		case tagRecv:
 			o.buf = rbuf
 		case tagRecvBuf:

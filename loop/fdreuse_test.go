@@ -12,7 +12,7 @@ import (
 )
 
 // TestFdReusedAfterRawClose: an fd that had an op (so the epoll backend
-// registered it) is closed with close(2) instead of loop.Close, and a new
+// registered it) is closed with close(2) instead of loop.IO.Close, and a new
 // socket takes its number. An op on the new socket must still complete: the
 // epoll backend has to notice that the number now names another file.
 func TestFdReusedAfterRawClose(t *testing.T) {
