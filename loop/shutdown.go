@@ -54,6 +54,9 @@ type hook struct {
 	removed atomic.Bool
 }
 
+// begin starts the graceful shutdown (ShutdownGracefully): a loop that
+// never started terminates at once, a started one goes to ShuttingDown and
+// is woken; a loop already shutting down is left as it is.
 func (s *shutdownState) begin(quiet, timeout time.Duration) {
 	l := s.l
 	l.submitters.Add(1)
@@ -223,6 +226,7 @@ func (s *shutdownState) runQueued() int {
 	return ran
 }
 
+// hasHooks reports whether shutdown hooks wait to run.
 func (s *shutdownState) hasHooks() bool {
 	s.hooksMu.Lock()
 	defer s.hooksMu.Unlock()
