@@ -204,9 +204,9 @@ func Current() *Loop {
 // If starting the loop fails (its backend cannot start on the new thread),
 // the call that started it returns an error wrapping ErrRejected and the
 // cause, and the loop terminates for good; f, already queued, still runs
-// during that termination. Queuing f allocates nothing (a func value bound
-// once, such as a method value kept in a field, queues for free). Safe for
-// concurrent use.
+// during that termination. Queuing f adds no allocation of its own: a func
+// made once (such as a method value kept in a field) can be queued again and
+// again for free. Safe for concurrent use.
 func (l *Loop) Execute(f func()) error {
 	if f == nil {
 		return ErrNilTask
