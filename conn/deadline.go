@@ -45,17 +45,17 @@ type deadliner interface {
 	fire(dir int, at int64)
 }
 
-// A dlEntry asks for nc's deadline in direction dir to be checked at at.
-type dlEntry struct {
+// A deadlineCheck asks for nc's deadline in direction dir to be checked at at.
+type deadlineCheck struct {
 	at  int64
 	nc  deadliner
 	dir uint8
 }
 
-// dlHeap is a min-heap of entries on at.
-type dlHeap []dlEntry
+// deadlineHeap is a min-heap of entries on at.
+type deadlineHeap []deadlineCheck
 
-func (h *dlHeap) push(e dlEntry) {
+func (h *deadlineHeap) push(e deadlineCheck) {
 	*h = append(*h, e)
 	a := *h
 	for i := len(a) - 1; i > 0; {
@@ -68,12 +68,12 @@ func (h *dlHeap) push(e dlEntry) {
 	}
 }
 
-func (h *dlHeap) pop() dlEntry {
+func (h *deadlineHeap) pop() deadlineCheck {
 	a := *h
 	e := a[0]
 	last := len(a) - 1
 	a[0] = a[last]
-	a[last] = dlEntry{} // let the connection go
+	a[last] = deadlineCheck{} // let the connection go
 	a = a[:last]
 	for i := 0; ; {
 		m, l, r := i, 2*i+1, 2*i+2
@@ -99,7 +99,7 @@ type deadlineQueue struct {
 	l *loop.Loop
 
 	mu      sync.Mutex
-	h       dlHeap
+	h       deadlineHeap
 	timerAt int64 // the instant the latest timer was armed for; 0: none pending
 }
 
@@ -107,7 +107,7 @@ type deadlineQueue struct {
 // Caller holds nc.mu.
 func (q *deadlineQueue) add(nc deadliner, dir int, at int64) {
 	q.mu.Lock()
-	q.h.push(dlEntry{at: at, nc: nc, dir: uint8(dir)})
+	q.h.push(deadlineCheck{at: at, nc: nc, dir: uint8(dir)})
 	arm := q.timerAt == 0 || at < q.timerAt
 	if arm {
 		q.timerAt = at
@@ -133,7 +133,7 @@ func (q *deadlineQueue) arm(at int64) {
 // timer is pending.
 func (q *deadlineQueue) expire(at int64) {
 	now := sinceStarted(time.Now())
-	var buf [16]dlEntry
+	var buf [16]deadlineCheck
 	due := buf[:0]
 	q.mu.Lock()
 	if q.timerAt == at {
@@ -148,7 +148,7 @@ func (q *deadlineQueue) expire(at int64) {
 		q.timerAt = next
 	}
 	if cap(q.h) > 64 && len(q.h) < cap(q.h)/4 {
-		q.h = append(dlHeap(nil), q.h...) // give the memory back after a mass close
+		q.h = append(deadlineHeap(nil), q.h...) // give the memory back after a mass close
 	}
 	q.mu.Unlock()
 	if next != 0 {
@@ -165,7 +165,7 @@ func deadlinesOf(l *loop.Loop) *deadlineQueue { return &registryFor(l).deadlines
 // deadlines are the read and write deadlines of a NetConn or a
 // NetPacketConn, guarded by their owner's mutex.
 type deadlines struct {
-	dl     [2]deadline // by direction (dirRead, dirWrite)
+	byDir  [2]deadline // by direction (dirRead, dirWrite)
 	set    [2]bool     // a deadline is set
 	passed [2]bool     // it passed: blocked and later calls fail
 }
@@ -175,7 +175,7 @@ type deadlines struct {
 // owner when queue is set (a direction whose calls never block needs none:
 // they look at the deadline themselves, passedLocked).
 func (s *deadlines) setLocked(l *loop.Loop, owner deadliner, dir int, t time.Time, queue bool) (passed bool) {
-	d := &s.dl[dir]
+	d := &s.byDir[dir]
 	set := !t.IsZero()
 	if set {
 		d.at = sinceStarted(t)
@@ -191,7 +191,7 @@ func (s *deadlines) setLocked(l *loop.Loop, owner deadliner, dir int, t time.Tim
 // armLocked makes sure a check of dir comes due no later than its
 // deadline, which is in the future (so > 0).
 func (s *deadlines) armLocked(l *loop.Loop, owner deadliner, dir int) {
-	d := &s.dl[dir]
+	d := &s.byDir[dir]
 	if d.armedAt != 0 && d.at >= d.armedAt {
 		return
 	}
@@ -204,7 +204,7 @@ func (s *deadlines) armLocked(l *loop.Loop, owner deadliner, dir int) {
 // deadline expired with it (closed: the owner is closed; nothing expires).
 // A deadline moved later queues its check again.
 func (s *deadlines) fireLocked(l *loop.Loop, owner deadliner, dir int, at int64, closed bool) (expired bool) {
-	d := &s.dl[dir]
+	d := &s.byDir[dir]
 	if d.armedAt == at {
 		d.armedAt = 0
 	}
@@ -222,5 +222,5 @@ func (s *deadlines) fireLocked(l *loop.Loop, owner deadliner, dir int, at int64,
 // passedLocked reports whether dir's deadline has passed, looking at the
 // clock for a direction without queued checks.
 func (s *deadlines) passedLocked(dir int) bool {
-	return s.passed[dir] || s.set[dir] && s.dl[dir].at <= sinceStarted(time.Now())
+	return s.passed[dir] || s.set[dir] && s.byDir[dir].at <= sinceStarted(time.Now())
 }
