@@ -45,11 +45,12 @@ type deadliner interface {
 	fire(dir int, at int64)
 }
 
-// A deadlineCheck asks for nc's deadline in direction dir to be checked at at.
+// A deadlineCheck asks for owner's deadline in direction dir to be checked
+// at at.
 type deadlineCheck struct {
-	at  int64
-	nc  deadliner
-	dir uint8
+	at    int64
+	owner deadliner
+	dir   uint8
 }
 
 // deadlineHeap is a min-heap of entries on at.
@@ -99,7 +100,7 @@ type deadlineQueue struct {
 	l *loop.Loop
 
 	mu      sync.Mutex
-	h       deadlineHeap
+	heap    deadlineHeap
 	timerAt int64 // the instant the latest timer was armed for; 0: none pending
 }
 
@@ -107,7 +108,7 @@ type deadlineQueue struct {
 // Caller holds nc.mu.
 func (q *deadlineQueue) add(nc deadliner, dir int, at int64) {
 	q.mu.Lock()
-	q.h.push(deadlineCheck{at: at, nc: nc, dir: uint8(dir)})
+	q.heap.push(deadlineCheck{at: at, owner: nc, dir: uint8(dir)})
 	arm := q.timerAt == 0 || at < q.timerAt
 	if arm {
 		q.timerAt = at
@@ -139,23 +140,23 @@ func (q *deadlineQueue) expire(at int64) {
 	if q.timerAt == at {
 		q.timerAt = 0
 	}
-	for len(q.h) > 0 && q.h[0].at <= now {
-		due = append(due, q.h.pop())
+	for len(q.heap) > 0 && q.heap[0].at <= now {
+		due = append(due, q.heap.pop())
 	}
 	next := int64(0)
-	if len(q.h) > 0 && q.timerAt == 0 {
-		next = q.h[0].at
+	if len(q.heap) > 0 && q.timerAt == 0 {
+		next = q.heap[0].at
 		q.timerAt = next
 	}
-	if cap(q.h) > 64 && len(q.h) < cap(q.h)/4 {
-		q.h = append(deadlineHeap(nil), q.h...) // give the memory back after a mass close
+	if cap(q.heap) > 64 && len(q.heap) < cap(q.heap)/4 {
+		q.heap = append(deadlineHeap(nil), q.heap...) // give the memory back after a mass close
 	}
 	q.mu.Unlock()
 	if next != 0 {
 		q.arm(next)
 	}
 	for _, e := range due {
-		e.nc.fire(int(e.dir), e.at)
+		e.owner.fire(int(e.dir), e.at)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // caller holds and why the connect was cut short, if it was. Loop goroutine
 // only, except f.
 type dialState struct {
-	f        *sched.Future[*Conn]
+	future   *sched.Future[*Conn]
 	network  string // as the caller gave it, for errors
 	canceled error  // set when ctx or the connect timeout ended it first
 	timer    *sched.Timer
@@ -85,7 +85,7 @@ func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Ha
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	ds := &dialState{f: f, network: network}
+	ds := &dialState{future: f, network: network}
 	if !needsLookup(network, address) {
 		t, err := resolve(ctx, network, address, false)
 		if err != nil {
@@ -112,7 +112,7 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 	addr := sockaddrToAddr(sa)
 	fd, err := newSocket(family)
 	if err != nil {
-		ds.f.Complete(nil, opError("dial", ds.network, "socket", nil, addr, err))
+		ds.future.Complete(nil, opError("dial", ds.network, "socket", nil, addr, err))
 		return
 	}
 	c := newConn(l, fd, streamNetwork(ds.network), h, cfg, nil)
@@ -173,7 +173,7 @@ func startDial(ctx context.Context, l *loop.Loop, ds *dialState, sa unix.Sockadd
 		if ds.stopCtx != nil {
 			ds.stopCtx()
 		}
-		ds.f.Complete(nil, opError("dial", ds.network, "", nil, addr, err))
+		ds.future.Complete(nil, opError("dial", ds.network, "", nil, addr, err))
 	}
 }
 
@@ -198,7 +198,7 @@ func (c *lifecycle) finishDial(err error) {
 	c.extras.dial = nil
 	c.state = stateClosed
 	ds.stop()
-	ds.f.Complete(nil, err)
+	ds.future.Complete(nil, err)
 }
 
 // stop ends the dial's ctx watch and connect timer.
@@ -245,8 +245,8 @@ func (c *lifecycle) connectedAs(res int32, givenUp bool) {
 	if err := c.open(); err != nil {
 		// OnOpen panicked: the connection closes (OnClose reports it)
 		// and the dial fails with the panic.
-		ds.f.Complete(nil, opError("dial", ds.network, "", nil, c.raddr, err))
+		ds.future.Complete(nil, opError("dial", ds.network, "", nil, c.raddr, err))
 		return
 	}
-	ds.f.Complete(c.conn(), nil)
+	ds.future.Complete(c.conn(), nil)
 }

@@ -40,7 +40,7 @@ func DeadlineQueueLen(l *loop.Loop) int {
 	q := deadlinesOf(l)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.h)
+	return len(q.heap)
 }
 
 // KeptOnLoop returns the capacity of the kept input buffers of l's

@@ -547,15 +547,15 @@ func DialNet(ctx context.Context, g *loop.Group, network, address string, opts .
 // queue bounded by WithBacklog's value (default 4096); past it a new
 // connection is closed at once, as a full kernel backlog drops it.
 type NetListener struct {
-	srv *Server
-	max int
+	srv         *Server
+	maxAccepted int // WithBacklog's value: the bound of accepted
 
-	mu      sync.Mutex
-	q       []*NetConn
-	closed  bool
-	sig     chan struct{}
-	done    chan struct{}
-	dropped atomic.Uint64
+	mu       sync.Mutex
+	accepted []*NetConn // accepted connections Accept has yet to take
+	closed   bool
+	wakeup   chan struct{} // a pending wakeup for Accept, once one is accepted
+	done     chan struct{}
+	dropped  atomic.Uint64
 }
 
 // ListenNet listens on address as Listen does and returns a net.Listener
@@ -565,7 +565,7 @@ func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts
 	if err != nil {
 		return nil, err
 	}
-	ln := &NetListener{max: cfg.backlog, sig: make(chan struct{}, 1), done: make(chan struct{})}
+	ln := &NetListener{maxAccepted: cfg.backlog, wakeup: make(chan struct{}, 1), done: make(chan struct{})}
 	opts = append(opts[:len(opts):len(opts)], asNetConn, func(c *config) { c.netListener = ln })
 	srv, err := ListenFunc(ctx, g, network, address, func(*Conn) Handler { return newNetConn() }, opts...)
 	if err != nil {
@@ -578,16 +578,16 @@ func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts
 // push queues an accepted connection for Accept. On the connection's loop.
 func (ln *NetListener) push(nc *NetConn) {
 	ln.mu.Lock()
-	if ln.closed || len(ln.q) >= ln.max {
+	if ln.closed || len(ln.accepted) >= ln.maxAccepted {
 		ln.mu.Unlock()
 		ln.dropped.Add(1)
 		_ = nc.Close()
 		return
 	}
-	ln.q = append(ln.q, nc)
+	ln.accepted = append(ln.accepted, nc)
 	ln.mu.Unlock()
 	select {
-	case ln.sig <- struct{}{}:
+	case ln.wakeup <- struct{}{}:
 	default: // a wakeup is pending already
 	}
 }
@@ -601,12 +601,12 @@ func (ln *NetListener) Accept() (net.Conn, error) {
 			ln.mu.Unlock()
 			return nil, &net.OpError{Op: "accept", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: net.ErrClosed}
 		}
-		if len(ln.q) > 0 {
-			nc := ln.q[0]
-			ln.q[0] = nil
-			ln.q = ln.q[1:]
-			if len(ln.q) == 0 {
-				ln.q = nil
+		if len(ln.accepted) > 0 {
+			nc := ln.accepted[0]
+			ln.accepted[0] = nil
+			ln.accepted = ln.accepted[1:]
+			if len(ln.accepted) == 0 {
+				ln.accepted = nil
 			}
 			ln.mu.Unlock()
 			return nc, nil
@@ -616,7 +616,7 @@ func (ln *NetListener) Accept() (net.Conn, error) {
 			return nil, &net.OpError{Op: "accept", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: loop.ErrInLoop}
 		}
 		select {
-		case <-ln.sig:
+		case <-ln.wakeup:
 		case <-ln.done:
 		}
 	}
@@ -632,8 +632,8 @@ func (ln *NetListener) Close() error {
 		return &net.OpError{Op: "close", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: net.ErrClosed}
 	}
 	ln.closed = true
-	q := ln.q
-	ln.q = nil
+	q := ln.accepted
+	ln.accepted = nil
 	ln.mu.Unlock()
 	close(ln.done)
 	for _, nc := range q {

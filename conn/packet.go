@@ -222,8 +222,8 @@ type dgramOut struct {
 // dgramSend is one SENDMSG in flight, its Completer.
 type dgramSend struct {
 	pc    *PacketConn
-	d     dgramOut
-	tries uint8 // sends of d that ended without sending it (maxSendTries)
+	dgram dgramOut
+	tries uint8 // sends of dgram that ended without sending it (maxSendTries)
 }
 
 // rearmDelay is how long a socket waits before arming its receive again
@@ -758,9 +758,9 @@ func (pc *PacketConn) flush() {
 		d := pc.out.pop()
 		pc.mu.Unlock()
 		s := pc.sendRecord()
-		s.d, s.tries = d, 0
+		s.dgram, s.tries = d, 0
 		if _, err := pc.l.SendTo(pc.fd, d.buf, d.to[:d.toLen], 0, s); err != nil {
-			s.d = dgramOut{}
+			s.dgram = dgramOut{}
 			pc.writeErrs.Add(1)
 			pc.sends = append(pc.sends, s)
 			pc.putBuf(d.buf)
@@ -793,8 +793,8 @@ func (s *dgramSend) Complete(c *loop.Completion) {
 	if c.Res < 0 && !c.Quarantined && s.retry(c.Res) {
 		return
 	}
-	d := s.d
-	s.d = dgramOut{}
+	d := s.dgram
+	s.dgram = dgramOut{}
 	if !c.Quarantined {
 		pc.sends = append(pc.sends, s)
 		pc.putBuf(d.buf)
@@ -840,7 +840,7 @@ func (s *dgramSend) retry(res int32) bool {
 		return false
 	}
 	s.tries++
-	if _, err := pc.l.SendTo(pc.fd, s.d.buf, s.d.to[:s.d.toLen], 0, s); err != nil {
+	if _, err := pc.l.SendTo(pc.fd, s.dgram.buf, s.dgram.to[:s.dgram.toLen], 0, s); err != nil {
 		return false // the loop is shutting down
 	}
 	pc.inflight++
