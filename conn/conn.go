@@ -38,9 +38,11 @@ type Conn struct {
 	raddr net.Addr
 	fd    int32
 
-	// Shared with other goroutines.
-	mu                 sync.Mutex                   // guards outQueue, flushQueued, the setting of sharedWritesClosed and sharedCloseReported, and extras.closeErr's writes
-	shared             sharedFlags                  // what other goroutines read or set: sharedUnix, sharedUserPaused, …
+	// Shared with other goroutines. mu guards outQueue and flushQueued,
+	// the setting of sharedWritesClosed and sharedCloseReported, and the
+	// writes of extras.closeErr.
+	mu                 sync.Mutex
+	shared             sharedFlags                  // sharedUnix, sharedUserPaused, …
 	writabilityChanges atomic.Uint32                // writability transitions so far: even = writable (outbound.notifyWritability)
 	userData           atomic.Pointer[connUserData] // SetContext's value and CloseFuture's future; made on first use
 	outQueue           chunkQueue                   // outbound bytes, appended by Write, consumed by sends; guarded by mu

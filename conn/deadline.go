@@ -9,10 +9,10 @@ import (
 )
 
 // NetConn and NetPacketConn deadlines are checked by one queue per loop: a
-// min-heap of (instant, connection, direction) entries, 32 bytes each, with
-// one timer on the loop's wheel armed for the earliest (a timer and closure
-// per deadline would cost more for the whole life of an idle connection
-// whose server keeps a read deadline). Entries are never removed early: a
+// min-heap of (instant, connection, direction) entries, with one timer on
+// the loop's wheel armed for the earliest (a timer and closure per
+// deadline would cost more for the whole life of an idle connection whose
+// server keeps a read deadline). Entries are never removed early: a
 // deadline moved later or cleared leaves its entry to come due, and the
 // owner's state (fire) says whether anything expired; a check that finds
 // the deadline moved later queues itself again, so pushing a deadline

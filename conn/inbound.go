@@ -302,11 +302,12 @@ func (c *inbound) consume(n int) {
 
 // deliverChunks delivers data in pieces of one receive buffer when it is
 // longer (a bundle receive fills several buffers at once): deliverMax, as
-// the resume of kept bytes delivers, or the loop's buffer size if larger. A handler that pauses reading, or a connection
-// that does on becoming unwritable, stops the bytes after the piece it was
-// given, and the rest is kept for the resume, as bytes arriving while
-// paused are. So what a paused connection takes in stays within one
-// receive buffer of what it had when it paused. Must be called on c's loop.
+// the resume of kept bytes delivers, or the loop's buffer size if larger.
+// A handler that pauses reading, or a connection that does on becoming
+// unwritable, stops the bytes after the piece it was given, and the rest is
+// kept for the resume, as bytes arriving while paused are. So what a paused
+// connection takes in stays within one receive buffer of what it had when
+// it paused. Must be called on c's loop.
 func (c *inbound) deliverChunks(data []byte) {
 	if len(data) > deliverMax {
 		chunk := max(int(c.l.Features().BufSize), deliverMax)
@@ -339,9 +340,10 @@ func (c *inbound) deliver(data []byte) {
 	}
 }
 
-// keep appends data to the kept bytes; unseen marks bytes the handler has not been
-// given yet. Past the inbound limit the connection fails. Must be called
-// on c's loop. It reports false when the limit closed the connection.
+// keep appends data to the kept bytes; unseen marks bytes the handler has
+// not been given yet. Past the inbound limit the connection fails. Must be
+// called on c's loop. It reports false when the limit closed the
+// connection.
 func (c *inbound) keep(data []byte, unseen bool) bool {
 	// The limit is on what the handler left unconsumed: the bytes kept
 	// while paused are at most a receive or two (the receive stops at
