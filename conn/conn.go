@@ -22,13 +22,15 @@ import (
 // connection), as a task they do not wait for, returning nil, since two
 // loops waiting on each other would both stop for good. An error of such a
 // task (the connection closed meanwhile) is not reported.
-//
-// Inside the package a Conn has three sides, each a type of its own over
-// the same struct: inbound (receiving, pausing, the bytes kept for the
-// handler), outbound (the queue Write fills, writability, sending) and
-// lifecycle (open, close, linger, timeouts, a dial's outcome). The fields
-// below are grouped the same way.
 type Conn struct {
+	// A Conn has three sides, each a type of its own over this struct
+	// (a pointer conversion away: Conn.inbound, Conn.outbound,
+	// Conn.lifecycle): inbound (inbound.go: receiving, pausing, the bytes
+	// kept for the handler), outbound (outbound.go: the queue Write fills,
+	// writability, sending) and lifecycle (lifecycle.go: open, close,
+	// linger, timeouts, a dial's outcome). The loop-only fields are
+	// grouped the same way.
+
 	// Immutable once the connection is on its loop.
 	l     *loop.Loop
 	h     Handler
