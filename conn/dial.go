@@ -13,7 +13,7 @@ import (
 
 // dialState follows a dial from its start to its outcome: the future the
 // caller holds and why the connect was cut short, if it was. Loop goroutine
-// only, except f.
+// only, except future.
 type dialState struct {
 	future   *sched.Future[*Conn]
 	network  string // as the caller gave it, for errors
