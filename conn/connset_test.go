@@ -35,8 +35,8 @@ func TestConnSet(t *testing.T) {
 		}
 	}
 	for i, c := range s.snapshot() {
-		if !want[c] || int(c.regIdx) != i+1 {
-			t.Fatalf("member %d: in map %v, index %d", i, want[c], c.regIdx)
+		if !want[c] || int(c.registryIndex) != i+1 {
+			t.Fatalf("member %d: in map %v, index %d", i, want[c], c.registryIndex)
 		}
 	}
 	for _, c := range s.snapshot() {

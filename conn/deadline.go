@@ -9,10 +9,10 @@ import (
 )
 
 // NetConn and NetPacketConn deadlines are checked by one queue per loop: a
-// min-heap of (instant, connection, direction) entries, 32 bytes each, with
-// one timer on the loop's wheel armed for the earliest (a timer and closure
-// per deadline would cost more for the whole life of an idle connection
-// whose server keeps a read deadline). Entries are never removed early: a
+// min-heap of (instant, connection, direction) entries, with one timer on
+// the loop's wheel armed for the earliest (a timer and closure per
+// deadline would cost more for the whole life of an idle connection whose
+// server keeps a read deadline). Entries are never removed early: a
 // deadline moved later or cleared leaves its entry to come due, and the
 // owner's state (fire) says whether anything expired; a check that finds
 // the deadline moved later queues itself again, so pushing a deadline
@@ -45,17 +45,18 @@ type deadliner interface {
 	fire(dir int, at int64)
 }
 
-// A dlEntry asks for nc's deadline in direction dir to be checked at at.
-type dlEntry struct {
-	at  int64
-	nc  deadliner
-	dir uint8
+// A deadlineCheck asks for owner's deadline in direction dir to be checked
+// at at.
+type deadlineCheck struct {
+	at    int64
+	owner deadliner
+	dir   uint8
 }
 
-// dlHeap is a min-heap of entries on at.
-type dlHeap []dlEntry
+// deadlineHeap is a min-heap of entries on at.
+type deadlineHeap []deadlineCheck
 
-func (h *dlHeap) push(e dlEntry) {
+func (h *deadlineHeap) push(e deadlineCheck) {
 	*h = append(*h, e)
 	a := *h
 	for i := len(a) - 1; i > 0; {
@@ -68,12 +69,12 @@ func (h *dlHeap) push(e dlEntry) {
 	}
 }
 
-func (h *dlHeap) pop() dlEntry {
+func (h *deadlineHeap) pop() deadlineCheck {
 	a := *h
 	e := a[0]
 	last := len(a) - 1
 	a[0] = a[last]
-	a[last] = dlEntry{} // let the connection go
+	a[last] = deadlineCheck{} // let the connection go
 	a = a[:last]
 	for i := 0; ; {
 		m, l, r := i, 2*i+1, 2*i+2
@@ -99,7 +100,7 @@ type deadlineQueue struct {
 	l *loop.Loop
 
 	mu      sync.Mutex
-	h       dlHeap
+	heap    deadlineHeap
 	timerAt int64 // the instant the latest timer was armed for; 0: none pending
 }
 
@@ -107,7 +108,7 @@ type deadlineQueue struct {
 // Caller holds nc.mu.
 func (q *deadlineQueue) add(nc deadliner, dir int, at int64) {
 	q.mu.Lock()
-	q.h.push(dlEntry{at: at, nc: nc, dir: uint8(dir)})
+	q.heap.push(deadlineCheck{at: at, owner: nc, dir: uint8(dir)})
 	arm := q.timerAt == 0 || at < q.timerAt
 	if arm {
 		q.timerAt = at
@@ -133,29 +134,29 @@ func (q *deadlineQueue) arm(at int64) {
 // timer is pending.
 func (q *deadlineQueue) expire(at int64) {
 	now := sinceStarted(time.Now())
-	var buf [16]dlEntry
+	var buf [16]deadlineCheck
 	due := buf[:0]
 	q.mu.Lock()
 	if q.timerAt == at {
 		q.timerAt = 0
 	}
-	for len(q.h) > 0 && q.h[0].at <= now {
-		due = append(due, q.h.pop())
+	for len(q.heap) > 0 && q.heap[0].at <= now {
+		due = append(due, q.heap.pop())
 	}
 	next := int64(0)
-	if len(q.h) > 0 && q.timerAt == 0 {
-		next = q.h[0].at
+	if len(q.heap) > 0 && q.timerAt == 0 {
+		next = q.heap[0].at
 		q.timerAt = next
 	}
-	if cap(q.h) > 64 && len(q.h) < cap(q.h)/4 {
-		q.h = append(dlHeap(nil), q.h...) // give the memory back after a mass close
+	if cap(q.heap) > 64 && len(q.heap) < cap(q.heap)/4 {
+		q.heap = append(deadlineHeap(nil), q.heap...) // give the memory back after a mass close
 	}
 	q.mu.Unlock()
 	if next != 0 {
 		q.arm(next)
 	}
 	for _, e := range due {
-		e.nc.fire(int(e.dir), e.at)
+		e.owner.fire(int(e.dir), e.at)
 	}
 }
 
@@ -165,7 +166,7 @@ func deadlinesOf(l *loop.Loop) *deadlineQueue { return &registryFor(l).deadlines
 // deadlines are the read and write deadlines of a NetConn or a
 // NetPacketConn, guarded by their owner's mutex.
 type deadlines struct {
-	dl     [2]deadline // by direction (dirRead, dirWrite)
+	byDir  [2]deadline // by direction (dirRead, dirWrite)
 	set    [2]bool     // a deadline is set
 	passed [2]bool     // it passed: blocked and later calls fail
 }
@@ -175,7 +176,7 @@ type deadlines struct {
 // owner when queue is set (a direction whose calls never block needs none:
 // they look at the deadline themselves, passedLocked).
 func (s *deadlines) setLocked(l *loop.Loop, owner deadliner, dir int, t time.Time, queue bool) (passed bool) {
-	d := &s.dl[dir]
+	d := &s.byDir[dir]
 	set := !t.IsZero()
 	if set {
 		d.at = sinceStarted(t)
@@ -191,7 +192,7 @@ func (s *deadlines) setLocked(l *loop.Loop, owner deadliner, dir int, t time.Tim
 // armLocked makes sure a check of dir comes due no later than its
 // deadline, which is in the future (so > 0).
 func (s *deadlines) armLocked(l *loop.Loop, owner deadliner, dir int) {
-	d := &s.dl[dir]
+	d := &s.byDir[dir]
 	if d.armedAt != 0 && d.at >= d.armedAt {
 		return
 	}
@@ -204,7 +205,7 @@ func (s *deadlines) armLocked(l *loop.Loop, owner deadliner, dir int) {
 // deadline expired with it (closed: the owner is closed; nothing expires).
 // A deadline moved later queues its check again.
 func (s *deadlines) fireLocked(l *loop.Loop, owner deadliner, dir int, at int64, closed bool) (expired bool) {
-	d := &s.dl[dir]
+	d := &s.byDir[dir]
 	if d.armedAt == at {
 		d.armedAt = 0
 	}
@@ -222,5 +223,5 @@ func (s *deadlines) fireLocked(l *loop.Loop, owner deadliner, dir int, at int64,
 // passedLocked reports whether dir's deadline has passed, looking at the
 // clock for a direction without queued checks.
 func (s *deadlines) passedLocked(dir int) bool {
-	return s.passed[dir] || s.set[dir] && s.dl[dir].at <= sinceStarted(time.Now())
+	return s.passed[dir] || s.set[dir] && s.byDir[dir].at <= sinceStarted(time.Now())
 }

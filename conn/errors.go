@@ -46,7 +46,7 @@ func opError(op, network, call string, src, dst net.Addr, err error) error {
 
 // opError decorates err with the connection's network and addresses.
 func (c *Conn) opError(op, call string, err error) error {
-	return opError(op, c.netw(), call, c.laddr, c.raddr, err)
+	return opError(op, c.network(), call, c.laddr, c.raddr, err)
 }
 
 // resultError maps the failed result of one of c's ops: -ECANCELED, which

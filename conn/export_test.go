@@ -6,18 +6,18 @@ import "github.com/ringloop/ringloop/loop"
 
 // AcceptOutOfResources returns how many accepts of s failed with EMFILE,
 // ENFILE, ENOBUFS or ENOMEM (each one starts a backoff).
-func AcceptOutOfResources(s *Server) int64 { return s.outOfRes.Load() }
+func AcceptOutOfResources(s *Server) int64 { return s.outOfResources.Load() }
 
 // InboundCap returns the capacity of c's inbound buffer (0 when none was
 // ever needed), read on c's loop.
 func InboundCap(c *Conn) int {
 	res := make(chan int, 1)
 	if c.l.Execute(func() {
-		if c.kin == nil {
+		if c.kept == nil {
 			res <- 0
 			return
 		}
-		res <- cap(c.kin.buf)
+		res <- cap(c.kept.buf)
 	}) != nil {
 		return -1
 	}
@@ -28,7 +28,7 @@ func InboundCap(c *Conn) int {
 func NetBuffered(nc *NetConn) int {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
-	return nc.in.n
+	return nc.received.n
 }
 
 // NetDeadlineChecks returns how many checks the deadlines of every NetConn
@@ -40,7 +40,7 @@ func DeadlineQueueLen(l *loop.Loop) int {
 	q := deadlinesOf(l)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.h)
+	return len(q.heap)
 }
 
 // KeptOnLoop returns the capacity of the kept input buffers of l's

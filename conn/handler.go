@@ -1,5 +1,10 @@
 package conn
 
+import (
+	"fmt"
+	"sync/atomic"
+)
+
 // A Handler receives a connection's events. Every method runs on the
 // connection's loop goroutine, one at a time, and must not block: a slow
 // handler stalls every connection of that loop.
@@ -87,3 +92,29 @@ func (NopHandler) OnData(*Conn, []byte) {}
 
 // OnClose does nothing.
 func (NopHandler) OnClose(*Conn, error) {}
+
+// A PanicError is the cause a connection closes with when one of its
+// handler's callbacks panicked: the panic value and the stack it was
+// raised on.
+type PanicError struct {
+	Callback string // "OnOpen", "OnData", "OnRead", "OnWritabilityChanged", "OnHalfClose" or "OnClose"
+	Value    any
+	Stack    []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("conn: %s panicked: %v", e.Callback, e.Value)
+}
+
+// Unwrap returns the panic value if it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// panics counts the handler panics recovered (RecoveredPanics).
+var panics atomic.Uint64
+
+// RecoveredPanics returns how many handler callbacks have panicked (and
+// were recovered) in this process. Safe for concurrent use.
+func RecoveredPanics() uint64 { return panics.Load() }

@@ -19,19 +19,19 @@ import (
 // mode, one per worker loop) and runs each on a worker loop with its
 // Handler. Its methods are safe for concurrent use.
 type Server struct {
-	workers *loop.Group
-	h       Handler             // shared by every connection, or nil
-	newH    func(*Conn) Handler // a handler per connection (ListenFunc), or nil
-	cfg     *config
-	network string // "tcp" or "unix"
-	addr    net.Addr
-	lns     []*listener
+	workers    *loop.Group
+	h          Handler             // shared by every connection, or nil
+	newHandler func(*Conn) Handler // a handler per connection (ListenFunc), or nil
+	cfg        *config
+	network    string // "tcp" or "unix"
+	addr       net.Addr
+	listeners  []*listener
 
-	closeOnce sync.Once
-	shutting  atomic.Bool // Shutdown was called: new conns are closed at once
-	live      atomic.Int64
-	outOfRes  atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
-	mu        sync.Mutex
+	closeOnce      sync.Once
+	shutting       atomic.Bool // Shutdown was called: new conns are closed at once
+	live           atomic.Int64
+	outOfResources atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
+	mu             sync.Mutex
 }
 
 // Backoff bounds for accept errors that mean "out of resources" (EMFILE,
@@ -87,18 +87,18 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 	if cfg.acceptor != nil && cfg.acceptor.State() >= loop.StateShuttingDown {
 		return nil, invalidOption("acceptor loop %v is shutting down", cfg.acceptor)
 	}
-	s := &Server{workers: workers, h: h, newH: newH, cfg: cfg, network: netOf(network)}
+	s := &Server{workers: workers, h: h, newHandler: newH, cfg: cfg, network: streamNetwork(network)}
 	fail := func(err error) (*Server, error) {
-		for _, ln := range s.lns {
+		for _, ln := range s.listeners {
 			unix.Close(ln.fd)
 		}
 		return nil, opError("listen", network, "", nil, nil, err)
 	}
-	sa, family, v6only, err := resolve(ctx, network, address, true)
+	t, err := resolve(ctx, network, address, true)
 	if err != nil {
 		return fail(err)
 	}
-	if cfg.reusePort && family == unix.AF_UNIX {
+	if cfg.reusePort && t.family == unix.AF_UNIX {
 		return fail(invalidOption("reuse-port needs a TCP network, not %q", network))
 	}
 	n := 1
@@ -106,31 +106,26 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 		n = workers.Len()
 	}
 	for i := range n {
-		fd, err := listenSocket(family, sa, v6only, cfg.reusePort, cfg.backlog)
-		if err != nil && i == 0 && family == unix.AF_INET6 && network == "tcp" && isUnspecified(sa) {
-			// No IPv6 on this host: "tcp" on every address falls back to IPv4.
-			family, sa, v6only = unix.AF_INET, &unix.SockaddrInet4{Port: sockPort(sa)}, false
-			fd, err = listenSocket(family, sa, v6only, cfg.reusePort, cfg.backlog)
+		fd, err := listenSocket(t.family, t.sa, t.v6only, cfg.reusePort, cfg.backlog)
+		if err != nil && i == 0 {
+			if t4, ok := ipv4Fallback(network, t); ok {
+				// No IPv6 on this host: "tcp" on every address falls back to IPv4.
+				t = t4
+				fd, err = listenSocket(t.family, t.sa, t.v6only, cfg.reusePort, cfg.backlog)
+			}
 		}
 		if err != nil {
 			return fail(err)
 		}
-		ln := &listener{s: s, fd: fd, done: make(chan struct{})}
-		s.lns = append(s.lns, ln)
+		ln := &listener{srv: s, fd: fd, done: make(chan struct{})}
+		s.listeners = append(s.listeners, ln)
 		if i == 0 {
 			bound, err := unix.Getsockname(fd)
 			if err != nil {
 				return fail(os.NewSyscallError("getsockname", err))
 			}
-			if u, ok := sa.(*unix.SockaddrUnix); ok {
-				s.addr = &net.UnixAddr{Name: u.Name, Net: "unix"}
-				if len(u.Name) > 0 && u.Name[0] != '@' {
-					ln.path = u.Name
-				}
-			} else {
-				s.addr = sockaddrToAddr(bound)
-				sa = withPort(sa, sockPort(bound)) // the other reuse-port listeners share the port
-			}
+			// The other reuse-port listeners share the bound port.
+			s.addr, ln.path, t = boundListener(t, bound)
 		}
 		switch {
 		case cfg.reusePort:
@@ -141,13 +136,13 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 			ln.l = workers.Next()
 		}
 	}
-	for i, ln := range s.lns {
+	for i, ln := range s.listeners {
 		ln.rearmFn = ln.arm
 		if err := ln.l.Execute(ln.open); err != nil {
-			for _, ln := range s.lns[i:] {
+			for _, ln := range s.listeners[i:] {
 				ln.closeFdOnce() // no loop has seen these
 			}
-			s.lns = s.lns[:i]
+			s.listeners = s.listeners[:i]
 			s.Close()
 			return nil, opError("listen", network, "", nil, s.addr, err)
 		}
@@ -179,7 +174,7 @@ func (s *Server) close(ctx context.Context) error {
 		return ErrServerClosed
 	}
 	var wait []*listener
-	for _, ln := range s.lns {
+	for _, ln := range s.listeners {
 		if err := executeRetrying(ln.l, ln.stop); err != nil {
 			// The loop terminated: its drain ended the accept; the
 			// listener's fd is closed by its last completion, or here if
@@ -238,13 +233,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // add registers a new connection. It reports false once Shutdown began.
+// On c's loop.
 func (s *Server) add(c *Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutting.Load() {
 		return false
 	}
-	c.counted = true
+	c.flags.set(flagCounted)
 	s.live.Add(1)
 	return true
 }
@@ -265,11 +261,11 @@ func (s *Server) closeConns() {
 	}
 }
 
-// remove forgets a connection after its OnClose.
+// remove forgets a connection after its OnClose. On c's loop.
 func (s *Server) remove(c *Conn) {
 	s.mu.Lock()
-	if c.counted {
-		c.counted = false
+	if c.flags.has(flagCounted) {
+		c.flags.clear(flagCounted)
 		s.live.Add(-1)
 	}
 	s.mu.Unlock()
@@ -278,21 +274,21 @@ func (s *Server) remove(c *Conn) {
 // listener is one listening socket and the accept op on its loop. Fields
 // below fdClosed are owned by the loop goroutine.
 type listener struct {
-	s        *Server
+	srv      *Server
 	l        *loop.Loop
 	fd       int
 	path     string // Unix socket path to remove on close
 	done     chan struct{}
 	fdClosed atomic.Bool
 
-	id      loop.OpID
-	active  bool
-	closing bool
-	backoff time.Duration
-	pause   bool // the next arm waits for a backoff timer
-	timer   *sched.Timer
-	rearmFn func()
-	unhook  func() // removes the shutdown hook that stops ln; nil until set
+	id          loop.OpID
+	active      bool
+	closing     bool
+	backoff     time.Duration
+	backOffNext bool // the next arm waits for a backoff timer
+	timer       *sched.Timer
+	rearmFn     func()
+	unhook      func() // removes the shutdown hook that stops ln; nil until set
 }
 
 // open hooks the listener to its loop's shutdown, which stops accepting at
@@ -351,25 +347,25 @@ func (ln *listener) Complete(cp *loop.Completion) {
 		// Given up at a ring rebuild (its final word never came): not a
 		// shutdown. Accept again after a pause. A connection the
 		// kernel accepted for it, if any, is lost with it.
-		ln.pause = true
+		ln.backOffNext = true
 		ln.next()
 		return
 	}
 	if res >= 0 {
 		ln.backoff = 0
-		ln.s.handoff(ln, int(res))
+		ln.srv.handoff(ln, int(res))
 	} else {
 		switch errnoOf(res) {
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
 			// Out of resources: stop accepting (so the same error cannot
 			// come back at once) and try again after a pause.
-			ln.s.outOfRes.Add(1)
-			ln.pause = true
+			ln.srv.outOfResources.Add(1)
+			ln.backOffNext = true
 			if !final {
 				cancelOp(ln.l, ln.id)
 			}
 		case unix.ECANCELED:
-			if final && !ln.pause {
+			if final && !ln.backOffNext {
 				// Canceled by the loop's own shutdown: the listener is done.
 				ln.closing = true
 				ln.closeFdOnce()
@@ -378,7 +374,7 @@ func (ln *listener) Complete(cp *loop.Completion) {
 		case unix.ECONNABORTED, unix.EINTR, unix.EAGAIN, unix.EPROTO, unix.EPERM:
 			// The peer gave up, or a transient condition: accept the next one.
 		default:
-			ln.pause = true
+			ln.backOffNext = true
 		}
 	}
 	if final {
@@ -389,8 +385,8 @@ func (ln *listener) Complete(cp *loop.Completion) {
 // next follows the accept op's final completion: re-arm at once, or after a
 // pause if an error asked for one.
 func (ln *listener) next() {
-	if ln.pause {
-		ln.pause = false
+	if ln.backOffNext {
+		ln.backOffNext = false
 		ln.backOff()
 		return
 	}
@@ -470,10 +466,10 @@ func (s *Server) handoff(ln *listener, fd int) {
 	}
 	c := newConn(w, fd, s.network, s.h, s.cfg, s)
 	if w == ln.l {
-		c.register()
+		c.lifecycle().register()
 		return
 	}
-	if err := w.Execute(c.register); err != nil && !c.setShared(sharedClaimed) {
+	if err := w.Execute(c.lifecycle().register); err != nil && !c.shared.set(sharedClaimed) {
 		// Refused, and register did not run meanwhile (a loop whose
 		// start failed refuses a task and still runs it as it
 		// terminates: whoever claims the fd first closes it).
@@ -483,48 +479,14 @@ func (s *Server) handoff(ln *listener, fd int) {
 
 // register runs on the connection's loop: the server counts it, then it
 // opens. After Shutdown began it is closed at once instead.
-func (c *Conn) register() {
-	if c.setShared(sharedClaimed) {
+func (c *lifecycle) register() {
+	if c.shared.set(sharedClaimed) {
 		return // the hand-off found the task refused and closed the fd
 	}
-	if !c.srv.add(c) {
+	if !c.srv.add(c.conn()) {
 		unix.Close(int(c.fd))
 		c.state = stateClosed
 		return
 	}
 	c.open()
-}
-
-func isUnspecified(sa unix.Sockaddr) bool {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet6:
-		return a.Addr == [16]byte{}
-	case *unix.SockaddrInet4:
-		return a.Addr == [4]byte{}
-	}
-	return false
-}
-
-func sockPort(sa unix.Sockaddr) int {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return a.Port
-	case *unix.SockaddrInet6:
-		return a.Port
-	}
-	return 0
-}
-
-func withPort(sa unix.Sockaddr, port int) unix.Sockaddr {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		b := *a
-		b.Port = port
-		return &b
-	case *unix.SockaddrInet6:
-		b := *a
-		b.Port = port
-		return &b
-	}
-	return sa
 }

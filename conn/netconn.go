@@ -51,26 +51,26 @@ const netWriteMax = 64 << 10
 // bytes already buffered, or a Write to a writable connection, still
 // succeeds there).
 type NetConn struct {
-	c       *Conn
-	mu      sync.Mutex
-	waiters atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
-	paused  bool         // receiving paused because in is full; under mu
-	closed  bool         // Close was called; under mu
-	eof     bool         // the peer's FIN arrived; under mu
-	ended   bool         // the connection ended (OnClose ran) with cause; under mu
-	rw      wakeup       // input, EOF, an error, Close or the read deadline
-	ww      wakeup       // writable, an error, Close or the write deadline
+	c           *Conn
+	mu          sync.Mutex
+	waiters     atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
+	paused      bool         // receiving paused because received is full; under mu
+	closed      bool         // Close was called; under mu
+	eof         bool         // the peer's FIN arrived; under mu
+	ended       bool         // the connection ended (OnClose ran) with cause; under mu
+	readWakeup  wakeup       // input, EOF, an error, Close or the read deadline
+	writeWakeup wakeup       // writable, an error, Close or the write deadline
 
 	// Under mu.
-	in    chunkQueue // received, not yet read
-	cause error      // what OnClose reported (see readEnd, writeEnd)
-	dls   deadlines  // read and write deadlines
+	received  chunkQueue // received, not yet read
+	cause     error      // what OnClose reported (see readEnd, writeEnd)
+	deadlines deadlines  // read and write deadlines
 }
 
 func newNetConn() *NetConn {
 	nc := new(NetConn)
-	nc.rw.init()
-	nc.ww.init()
+	nc.readWakeup.init()
+	nc.writeWakeup.init()
 	return nc
 }
 
@@ -93,8 +93,8 @@ func (nc *NetConn) wake(w *wakeup) { w.wake(nc.c.l, &nc.waiters) }
 // made of a sync.Mutex, held while no wakeup is pending (a Mutex may be
 // unlocked by a goroutine other than the one that locked it), and a flag
 // that lets only one wakeup be pending, so the Mutex is never unlocked
-// twice. It holds 12 bytes where a channel would take 96 more, which
-// matters for thousands of idle connections each blocked in a Read.
+// twice. It is smaller than a channel, which matters for many idle
+// connections each blocked in a Read.
 type wakeup struct {
 	mu      sync.Mutex
 	pending atomic.Bool
@@ -134,12 +134,12 @@ const (
 	dirWrite
 )
 
-// sig returns dir's wakeup.
-func (nc *NetConn) sig(dir int) *wakeup {
+// wakeupFor returns dir's wakeup.
+func (nc *NetConn) wakeupFor(dir int) *wakeup {
 	if dir == dirRead {
-		return &nc.rw
+		return &nc.readWakeup
 	}
-	return &nc.ww
+	return &nc.writeWakeup
 }
 
 // block waits for dir's wakeup. It is called with nc.mu held after the
@@ -149,7 +149,7 @@ func (nc *NetConn) sig(dir int) *wakeup {
 // the wakeup afterwards, and a signal left before the wait is kept, so none
 // is lost (a stale one only makes the caller check again).
 func (nc *NetConn) block(dir int, op string) error {
-	w := nc.sig(dir)
+	w := nc.wakeupFor(dir)
 	nc.mu.Unlock()
 	if loop.Current() != nil {
 		return nc.c.opError(op, "", loop.ErrInLoop)
@@ -162,7 +162,7 @@ func (nc *NetConn) block(dir int, op string) error {
 // OnOpen implements Handler.
 func (nc *NetConn) OnOpen(c *Conn) {
 	nc.c = c
-	if ln := c.cfg.netLn; ln != nil {
+	if ln := c.cfg.netListener; ln != nil {
 		ln.push(nc)
 	}
 }
@@ -174,8 +174,8 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 		nc.mu.Unlock()
 		return
 	}
-	nc.in.push(data, true)
-	pause := nc.in.n >= nc.limit() && !nc.paused
+	nc.received.push(data, true)
+	pause := nc.received.n >= nc.limit() && !nc.paused
 	if pause {
 		nc.paused = true
 	}
@@ -183,7 +183,7 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 	if pause {
 		_ = c.PauseRead()
 	}
-	nc.wake(&nc.rw)
+	nc.wake(&nc.readWakeup)
 }
 
 // OnHalfClose implements HalfCloseHandler: the peer sends nothing more.
@@ -193,13 +193,13 @@ func (nc *NetConn) OnHalfClose(*Conn) {
 		nc.eof = true
 	}
 	nc.mu.Unlock()
-	nc.wake(&nc.rw)
+	nc.wake(&nc.readWakeup)
 }
 
 // OnWritabilityChanged implements WritabilityHandler.
 func (nc *NetConn) OnWritabilityChanged(_ *Conn, writable bool) {
 	if writable {
-		nc.wake(&nc.ww)
+		nc.wake(&nc.writeWakeup)
 	}
 }
 
@@ -208,8 +208,8 @@ func (nc *NetConn) OnClose(_ *Conn, err error) {
 	nc.mu.Lock()
 	nc.ended, nc.cause = true, err
 	nc.mu.Unlock()
-	nc.rw.signal()
-	nc.wake(&nc.ww)
+	nc.readWakeup.signal()
+	nc.wake(&nc.writeWakeup)
 }
 
 // Read reads received bytes into p. It returns io.EOF once the peer's FIN
@@ -224,20 +224,20 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 	switch {
 	case nc.closed:
 		nc.mu.Unlock()
-		nc.rw.signal() // pass the wakeup on to another reader
+		nc.readWakeup.signal() // pass the wakeup on to another reader
 		return 0, nc.c.opError("read", "", net.ErrClosed)
-	case nc.in.n > 0 && len(p) > 0:
-		n := nc.in.read(p)
-		more := nc.in.n > 0 || nc.readEnded()
+	case nc.received.n > 0 && len(p) > 0:
+		n := nc.received.read(p)
+		more := nc.received.n > 0 || nc.readEnded()
 		nc.unlockResuming()
 		if more {
-			nc.rw.signal() // pass the wakeup on to another reader
+			nc.readWakeup.signal() // pass the wakeup on to another reader
 		}
 		return n, nil
-	case nc.readEnded() && nc.in.n == 0:
+	case nc.readEnded() && nc.received.n == 0:
 		err := nc.readEnd()
 		nc.mu.Unlock()
-		nc.rw.signal()
+		nc.readWakeup.signal()
 		return 0, err
 	}
 	nc.mu.Unlock()
@@ -247,7 +247,7 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 // unlockResuming unlocks nc.mu after a read, and resumes receiving if the
 // read brought a paused NetConn's buffer down to half its bound.
 func (nc *NetConn) unlockResuming() {
-	resume := nc.paused && nc.in.n <= nc.limit()/2
+	resume := nc.paused && nc.received.n <= nc.limit()/2
 	nc.paused = nc.paused && !resume
 	nc.mu.Unlock()
 	if resume {
@@ -259,10 +259,10 @@ func (nc *NetConn) unlockResuming() {
 // It is called with nc.mu held and returns with it held, unless it returns
 // an error: the read deadline passed, or the caller is a loop goroutine.
 func (nc *NetConn) awaitInput() error {
-	for nc.in.n == 0 && !nc.readEnded() && !nc.closed {
-		if nc.dls.passed[dirRead] {
+	for nc.received.n == 0 && !nc.readEnded() && !nc.closed {
+		if nc.deadlines.passed[dirRead] {
 			nc.mu.Unlock()
-			nc.rw.signal() // pass the wakeup on to another reader
+			nc.readWakeup.signal() // pass the wakeup on to another reader
 			return nc.c.opError("read", "", os.ErrDeadlineExceeded)
 		}
 		if err := nc.block(dirRead, "read"); err != nil {
@@ -308,7 +308,7 @@ func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
 		n, rerr := r.Read(t.buf)
 		if n > 0 {
 			t.w = n
-			if err := nc.c.queueChunks([]*chunk{t}, n); err != nil {
+			if err := nc.c.outbound().queueChunks([]*chunk{t}, n); err != nil {
 				return total, err
 			}
 			total += int64(n)
@@ -329,7 +329,7 @@ func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
 // connection stays writable.
 func (nc *NetConn) passWritable() {
 	if nc.c.Writable() {
-		nc.ww.signal()
+		nc.writeWakeup.signal()
 	}
 }
 
@@ -346,7 +346,7 @@ func (nc *NetConn) awaitWritable() error {
 			err = nc.c.opError("write", "", net.ErrClosed)
 		case nc.ended:
 			err = writeError(nc.c, nc.writeEnd())
-		case nc.dls.passed[dirWrite]:
+		case nc.deadlines.passed[dirWrite]:
 			err = nc.c.opError("write", "", os.ErrDeadlineExceeded)
 		case nc.c.Writable():
 			nc.mu.Unlock()
@@ -354,7 +354,7 @@ func (nc *NetConn) awaitWritable() error {
 		}
 		if err != nil {
 			nc.mu.Unlock()
-			nc.ww.signal() // pass the wakeup on to another writer
+			nc.writeWakeup.signal() // pass the wakeup on to another writer
 			return err
 		}
 		if loop.Current() == nc.c.l {
@@ -416,10 +416,10 @@ func (nc *NetConn) Close() error {
 		return nc.c.opError("close", "", net.ErrClosed)
 	}
 	nc.closed = true
-	nc.in.release()
+	nc.received.release()
 	nc.mu.Unlock()
-	nc.rw.signal()
-	nc.ww.signal()
+	nc.readWakeup.signal()
+	nc.writeWakeup.signal()
 	err := nc.c.Close()
 	if errors.Is(err, net.ErrClosed) {
 		return nil // the connection had already ended on its own
@@ -467,7 +467,7 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 			nc.mu.Unlock()
 			return total, nc.c.opError("read", "", net.ErrClosed)
 		}
-		if nc.in.n == 0 {
+		if nc.received.n == 0 {
 			err := nc.readEnd()
 			nc.mu.Unlock()
 			if err == io.EOF {
@@ -477,12 +477,12 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		}
 		// Take the head chunk out of the queue, write it without the
 		// lock, and free it.
-		t := nc.in.q[nc.in.head]
-		nc.in.q[nc.in.head] = nil
-		nc.in.head++
-		nc.in.n -= t.w - t.r
-		if nc.in.head == len(nc.in.q) {
-			nc.in.q, nc.in.head = nc.in.q[:0], 0
+		t := nc.received.q[nc.received.head]
+		nc.received.q[nc.received.head] = nil
+		nc.received.head++
+		nc.received.n -= t.w - t.r
+		if nc.received.head == len(nc.received.q) {
+			nc.received.q, nc.received.head = nc.received.q[:0], 0
 		}
 		nc.unlockResuming()
 		n, err := w.Write(t.buf[t.r:t.w])
@@ -504,10 +504,10 @@ func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 		nc.mu.Unlock()
 		return nc.c.opError("set", "", net.ErrClosed)
 	}
-	passed := nc.dls.setLocked(nc.c.l, nc, dir, t, true)
+	passed := nc.deadlines.setLocked(nc.c.l, nc, dir, t, true)
 	nc.mu.Unlock()
 	if passed {
-		nc.sig(dir).signal()
+		nc.wakeupFor(dir).signal()
 	}
 	return nil
 }
@@ -515,10 +515,10 @@ func (nc *NetConn) setDeadline(dir int, t time.Time) error {
 // fire implements deadliner: a check queued for at came due.
 func (nc *NetConn) fire(dir int, at int64) {
 	nc.mu.Lock()
-	expired := nc.dls.fireLocked(nc.c.l, nc, dir, at, nc.closed)
+	expired := nc.deadlines.fireLocked(nc.c.l, nc, dir, at, nc.closed)
 	nc.mu.Unlock()
 	if expired {
-		nc.wake(nc.sig(dir))
+		nc.wake(nc.wakeupFor(dir))
 	}
 }
 
@@ -547,15 +547,15 @@ func DialNet(ctx context.Context, g *loop.Group, network, address string, opts .
 // queue bounded by WithBacklog's value (default 4096); past it a new
 // connection is closed at once, as a full kernel backlog drops it.
 type NetListener struct {
-	srv *Server
-	max int
+	srv         *Server
+	maxAccepted int // WithBacklog's value: the bound of accepted
 
-	mu      sync.Mutex
-	q       []*NetConn
-	closed  bool
-	sig     chan struct{}
-	done    chan struct{}
-	dropped atomic.Uint64
+	mu       sync.Mutex
+	accepted []*NetConn // accepted connections Accept has yet to take
+	closed   bool
+	wakeup   chan struct{} // a pending wakeup for Accept, once one is accepted
+	done     chan struct{}
+	dropped  atomic.Uint64
 }
 
 // ListenNet listens on address as Listen does and returns a net.Listener
@@ -565,8 +565,8 @@ func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts
 	if err != nil {
 		return nil, err
 	}
-	ln := &NetListener{max: cfg.backlog, sig: make(chan struct{}, 1), done: make(chan struct{})}
-	opts = append(opts[:len(opts):len(opts)], asNetConn, func(c *config) { c.netLn = ln })
+	ln := &NetListener{maxAccepted: cfg.backlog, wakeup: make(chan struct{}, 1), done: make(chan struct{})}
+	opts = append(opts[:len(opts):len(opts)], asNetConn, func(c *config) { c.netListener = ln })
 	srv, err := ListenFunc(ctx, g, network, address, func(*Conn) Handler { return newNetConn() }, opts...)
 	if err != nil {
 		return nil, err
@@ -578,16 +578,16 @@ func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts
 // push queues an accepted connection for Accept. On the connection's loop.
 func (ln *NetListener) push(nc *NetConn) {
 	ln.mu.Lock()
-	if ln.closed || len(ln.q) >= ln.max {
+	if ln.closed || len(ln.accepted) >= ln.maxAccepted {
 		ln.mu.Unlock()
 		ln.dropped.Add(1)
 		_ = nc.Close()
 		return
 	}
-	ln.q = append(ln.q, nc)
+	ln.accepted = append(ln.accepted, nc)
 	ln.mu.Unlock()
 	select {
-	case ln.sig <- struct{}{}:
+	case ln.wakeup <- struct{}{}:
 	default: // a wakeup is pending already
 	}
 }
@@ -601,12 +601,12 @@ func (ln *NetListener) Accept() (net.Conn, error) {
 			ln.mu.Unlock()
 			return nil, &net.OpError{Op: "accept", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: net.ErrClosed}
 		}
-		if len(ln.q) > 0 {
-			nc := ln.q[0]
-			ln.q[0] = nil
-			ln.q = ln.q[1:]
-			if len(ln.q) == 0 {
-				ln.q = nil
+		if len(ln.accepted) > 0 {
+			nc := ln.accepted[0]
+			ln.accepted[0] = nil
+			ln.accepted = ln.accepted[1:]
+			if len(ln.accepted) == 0 {
+				ln.accepted = nil
 			}
 			ln.mu.Unlock()
 			return nc, nil
@@ -616,7 +616,7 @@ func (ln *NetListener) Accept() (net.Conn, error) {
 			return nil, &net.OpError{Op: "accept", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: loop.ErrInLoop}
 		}
 		select {
-		case <-ln.sig:
+		case <-ln.wakeup:
 		case <-ln.done:
 		}
 	}
@@ -632,8 +632,8 @@ func (ln *NetListener) Close() error {
 		return &net.OpError{Op: "close", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: net.ErrClosed}
 	}
 	ln.closed = true
-	q := ln.q
-	ln.q = nil
+	q := ln.accepted
+	ln.accepted = nil
 	ln.mu.Unlock()
 	close(ln.done)
 	for _, nc := range q {

@@ -27,18 +27,18 @@ type NetPacketConn struct {
 	pc    *PacketConn
 	limit int
 
-	mu     sync.Mutex
-	in     fifo[netDgram]
-	bytes  int      // memory the queued datagrams take (dgramCost)
-	spare  [][]byte // buffers of read datagrams, for reuse
-	closed bool
-	ended  error // the socket closed under us (OnPacketClose)
-	soft   error // an ICMP error on a connected socket, for the next read that finds no datagram
-	dls    deadlines
+	mu           sync.Mutex
+	received     fifo[netDgram]
+	receivedCost int      // memory the queued datagrams take (dgramCost)
+	spare        [][]byte // buffers of read datagrams, for reuse
+	closed       bool
+	ended        error // the socket closed under us (OnPacketClose)
+	softErr      error // an ICMP error on a connected socket, for the next read that finds no datagram
+	deadlines    deadlines
 
-	rw      wakeup
-	waiters atomic.Int32
-	dropped atomic.Uint64
+	readWakeup wakeup
+	waiters    atomic.Int32
+	dropped    atomic.Uint64
 }
 
 // A queued datagram is charged the memory it takes, as the kernel charges
@@ -79,7 +79,7 @@ func openPacketNet(ctx context.Context, g *loop.Group, op, network, address stri
 		return nil, err
 	}
 	np := &NetPacketConn{limit: netLimit(cfg.netInbound)}
-	np.rw.init()
+	np.readWakeup.init()
 	pc, err := openPacket(ctx, g, op, network, address, np, opts)
 	if err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func (np *NetPacketConn) Dropped() uint64 { return np.dropped.Load() }
 func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 	np.mu.Lock()
 	cost := dgramCost(len(data))
-	if np.closed || np.bytes+cost > np.limit && np.in.n > 0 {
+	if np.closed || np.receivedCost+cost > np.limit && np.received.n > 0 {
 		np.mu.Unlock()
 		np.dropped.Add(1)
 		return
@@ -130,10 +130,10 @@ func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
 		b = make([]byte, len(data), max(len(data), dgramMinBuf))
 	}
 	copy(b, data)
-	np.in.push(netDgram{buf: b, from: from})
-	np.bytes += cost
+	np.received.push(netDgram{buf: b, from: from})
+	np.receivedCost += cost
 	np.mu.Unlock()
-	np.rw.wake(pc.l, &np.waiters)
+	np.readWakeup.wake(pc.l, &np.waiters)
 }
 
 // OnPacketError implements PacketErrorHandler. A datagram too long for the
@@ -156,9 +156,9 @@ func (np *NetPacketConn) OnPacketError(pc *PacketConn, err error) {
 		return
 	}
 	np.mu.Lock()
-	np.soft = os.NewSyscallError("read", errno)
+	np.softErr = os.NewSyscallError("read", errno)
 	np.mu.Unlock()
-	np.rw.wake(pc.l, &np.waiters)
+	np.readWakeup.wake(pc.l, &np.waiters)
 }
 
 // OnPacketClose implements PacketCloseHandler: a socket closed under us
@@ -170,7 +170,7 @@ func (np *NetPacketConn) OnPacketClose(pc *PacketConn, err error) {
 	}
 	np.ended = err
 	np.mu.Unlock()
-	np.rw.wake(pc.l, &np.waiters)
+	np.readWakeup.wake(pc.l, &np.waiters)
 }
 
 // ReadFrom reads the next datagram into p and returns its length and
@@ -204,44 +204,44 @@ func (np *NetPacketConn) Read(p []byte) (int, error) {
 
 func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 	np.mu.Lock()
-	for np.in.n == 0 && !np.closed && np.ended == nil && np.soft == nil {
-		if np.dls.passed[dirRead] {
+	for np.received.n == 0 && !np.closed && np.ended == nil && np.softErr == nil {
+		if np.deadlines.passed[dirRead] {
 			np.mu.Unlock()
-			np.rw.signal() // pass it on: every blocked reader times out
+			np.readWakeup.signal() // pass it on: every blocked reader times out
 			return 0, Addr{}, np.opError("read", os.ErrDeadlineExceeded)
 		}
 		np.mu.Unlock()
 		if np.pc.l.InLoop() {
 			return 0, Addr{}, np.opError("read", loop.ErrInLoop)
 		}
-		np.rw.wait(&np.waiters)
+		np.readWakeup.wait(&np.waiters)
 		np.mu.Lock()
 	}
-	if np.in.n == 0 && !np.closed && np.soft != nil {
-		err := np.soft
-		np.soft = nil
+	if np.received.n == 0 && !np.closed && np.softErr != nil {
+		err := np.softErr
+		np.softErr = nil
 		np.mu.Unlock()
 		return 0, Addr{}, np.opError("read", err)
 	}
-	if np.closed || np.in.n == 0 {
+	if np.closed || np.received.n == 0 {
 		err := np.ended
 		if np.closed || err == nil {
 			err = net.ErrClosed
 		}
 		np.mu.Unlock()
-		np.rw.signal() // pass it on to another reader
+		np.readWakeup.signal() // pass it on to another reader
 		return 0, Addr{}, np.opError("read", err)
 	}
-	d := np.in.pop()
-	np.bytes -= dgramCost(len(d.buf))
+	d := np.received.pop()
+	np.receivedCost -= dgramCost(len(d.buf))
 	n := copy(p, d.buf)
 	if cap(d.buf) <= dgramMinBuf && len(np.spare) < 256 {
 		np.spare = append(np.spare, d.buf[:0])
 	}
-	more := np.in.n > 0
+	more := np.received.n > 0
 	np.mu.Unlock()
 	if more {
-		np.rw.signal() // pass the wakeup on to another reader
+		np.readWakeup.signal() // pass the wakeup on to another reader
 	}
 	return n, d.from, nil
 }
@@ -288,7 +288,7 @@ func (np *NetPacketConn) writable() error {
 	switch {
 	case np.closed:
 		return np.opError("write", net.ErrClosed)
-	case np.dls.passedLocked(dirWrite):
+	case np.deadlines.passedLocked(dirWrite):
 		return np.opError("write", os.ErrDeadlineExceeded)
 	}
 	return nil
@@ -317,7 +317,7 @@ func (np *NetPacketConn) Close() error {
 	}
 	np.closed = true
 	np.mu.Unlock()
-	np.rw.signal()
+	np.readWakeup.signal()
 	if err := np.pc.Close(); err != nil && !isClosedErr(err) {
 		return err
 	}
@@ -370,10 +370,10 @@ func (np *NetPacketConn) setDeadline(dir int, t time.Time) error {
 		return np.opError("set", net.ErrClosed)
 	}
 	// Writes never block: only reads need their deadline checked on time.
-	passed := np.dls.setLocked(np.pc.l, np, dir, t, dir == dirRead)
+	passed := np.deadlines.setLocked(np.pc.l, np, dir, t, dir == dirRead)
 	np.mu.Unlock()
 	if passed && dir == dirRead {
-		np.rw.signal()
+		np.readWakeup.signal()
 	}
 	return nil
 }
@@ -381,9 +381,9 @@ func (np *NetPacketConn) setDeadline(dir int, t time.Time) error {
 // fire implements deadliner: a check queued for at came due.
 func (np *NetPacketConn) fire(dir int, at int64) {
 	np.mu.Lock()
-	expired := np.dls.fireLocked(np.pc.l, np, dir, at, np.closed)
+	expired := np.deadlines.fireLocked(np.pc.l, np, dir, at, np.closed)
 	np.mu.Unlock()
 	if expired {
-		np.rw.wake(np.pc.l, &np.waiters)
+		np.readWakeup.wake(np.pc.l, &np.waiters)
 	}
 }

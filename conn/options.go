@@ -55,10 +55,10 @@ const (
 type config struct {
 	acceptor        *loop.Loop
 	dialLoop        *loop.Loop
-	connTimeout     time.Duration
+	connectTimeout  time.Duration
 	reusePort       bool
 	backlog         int
-	delay           bool // TCP_NODELAY off (the zero value keeps it on)
+	nagle           bool // Nagle's algorithm on: TCP_NODELAY off (the zero value keeps it off)
 	keepAlive       time.Duration
 	readBuf         int
 	writeBuf        int
@@ -73,19 +73,19 @@ type config struct {
 	inboundLimit    int
 	inboundBudget   int          // a group's kept bytes in all (WithInboundBudget)
 	netInbound      int          // WithInboundLimit as given (0: each kind's default), for the adapters
-	dgramQueue      int          // datagrams a PacketConn queues (WithDatagramQueue)
+	datagramQueue   int          // datagrams a PacketConn queues (WithDatagramQueue)
 	udpSegment      int          // UDP_SEGMENT size (WithUDPSegment)
-	netLn           *NetListener // ListenNet's listener, which its NetConns join on open
+	netListener     *NetListener // ListenNet's listener, which its NetConns join on open
 	netConn         bool         // the connection under a NetConn (asNetConn)
 }
 
 func defaultConfig() config {
 	return config{
-		backlog:    DefaultBacklog,
-		lowWater:   DefaultLowWaterMark,
-		highWater:  DefaultHighWaterMark,
-		dgramQueue: DefaultDatagramQueue,
-		linger:     DefaultLinger,
+		backlog:       DefaultBacklog,
+		lowWater:      DefaultLowWaterMark,
+		highWater:     DefaultHighWaterMark,
+		datagramQueue: DefaultDatagramQueue,
+		linger:        DefaultLinger,
 
 		outboundLimit: DefaultOutboundLimit,
 		inboundBudget: DefaultInboundBudget,
@@ -109,7 +109,7 @@ func WithBacklog(n int) Option { return func(c *config) { c.backlog = n } }
 
 // WithNoDelay sets TCP_NODELAY on every TCP connection (default true:
 // writes go out as soon as the loop flushes them). Ignored for Unix sockets.
-func WithNoDelay(on bool) Option { return func(c *config) { c.delay = !on } }
+func WithNoDelay(on bool) Option { return func(c *config) { c.nagle = !on } }
 
 // WithKeepAlive enables TCP keepalive probes with d as both the idle time
 // and the probe interval (whole seconds, rounded up). 0 (the default) leaves
@@ -161,7 +161,7 @@ func WithLoop(l *loop.Loop) Option { return func(c *config) { c.dialLoop = l } }
 // by Listen), on the loop's timer wheel: past it the connect is canceled
 // and the dial fails with an error wrapping os.ErrDeadlineExceeded. 0 (the
 // default) leaves the bound to the dial's ctx and the kernel's SYN retries.
-func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connTimeout = d } }
+func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connectTimeout = d } }
 
 // WithHalfClose lets a connection outlive the peer's FIN (Netty's
 // ALLOW_HALF_CLOSURE). Off (the default), the FIN closes the connection once
@@ -271,7 +271,7 @@ func WithInboundBudget(n int) Option { return func(c *config) { c.inboundBudget 
 // WithDatagramQueue bounds how many datagrams a PacketConn queues before
 // the kernel has taken them (default DefaultDatagramQueue; 0 means the
 // default): a write past it fails with ErrQueueFull instead of queuing.
-func WithDatagramQueue(n int) Option { return func(c *config) { c.dgramQueue = n } }
+func WithDatagramQueue(n int) Option { return func(c *config) { c.datagramQueue = n } }
 
 // WithUDPSegment turns on UDP generic segmentation offload (UDP_SEGMENT)
 // for a UDP PacketConn: a write of more than n bytes goes out as
@@ -319,14 +319,14 @@ func (c *config) validate() error {
 		return invalidOption("inbound limit %d (expected >= 0)", c.inboundLimit)
 	case c.inboundBudget < 0:
 		return invalidOption("inbound budget %d (expected >= 0; 0 means the default)", c.inboundBudget)
-	case c.connTimeout < 0:
-		return invalidOption("connect timeout %v (expected >= 0)", c.connTimeout)
+	case c.connectTimeout < 0:
+		return invalidOption("connect timeout %v (expected >= 0)", c.connectTimeout)
 	case c.linger < 0:
 		return invalidOption("linger %v (expected >= 0)", c.linger)
 	case c.udpSegment < 0 || c.udpSegment > maxUDPPayload:
 		return invalidOption("UDP segment %d (expected 0..%d; 0 turns it off)", c.udpSegment, maxUDPPayload)
-	case c.dgramQueue < 0 || c.dgramQueue > 1<<24:
-		return invalidOption("datagram queue %d (expected 0..%d; 0 means the default)", c.dgramQueue, 1<<24)
+	case c.datagramQueue < 0 || c.datagramQueue > 1<<24:
+		return invalidOption("datagram queue %d (expected 0..%d; 0 means the default)", c.datagramQueue, 1<<24)
 	}
 	if c.backlog == 0 {
 		c.backlog = d.backlog
@@ -343,8 +343,8 @@ func (c *config) validate() error {
 	if c.inboundBudget == 0 {
 		c.inboundBudget = d.inboundBudget
 	}
-	if c.dgramQueue == 0 {
-		c.dgramQueue = d.dgramQueue
+	if c.datagramQueue == 0 {
+		c.datagramQueue = d.datagramQueue
 	}
 	if c.outboundLimit == 0 {
 		c.outboundLimit = d.outboundLimit

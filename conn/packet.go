@@ -169,19 +169,19 @@ type PacketStats struct {
 // A PacketConn is a datagram socket on a loop. Its handler runs on that
 // loop; its methods are safe for concurrent use.
 type PacketConn struct {
-	l         *loop.Loop
-	flushFn   func() // pc.flush, made once: queuing it allocates nothing
-	fd        int
-	family    int
-	network   string
-	laddr     net.Addr
-	raddr     net.Addr
-	connected bool
-	path      string // a bound Unix socket's path, removed on close
-	h         PacketHandler
-	eh        PacketErrorHandler
-	ch        PacketCloseHandler
-	queueMax  int
+	l            *loop.Loop
+	flushFn      func() // pc.flush, made once: queuing it allocates nothing
+	fd           int
+	family       int
+	network      string
+	laddr        net.Addr
+	raddr        net.Addr
+	connected    bool
+	path         string // a bound Unix socket's path, removed on close
+	h            PacketHandler
+	errHandler   PacketErrorHandler // h, if it implements PacketErrorHandler
+	closeHandler PacketCloseHandler // h, if it implements PacketCloseHandler
+	queueMax     int
 
 	// mu guards the outbound queue and the close request.
 	mu          sync.Mutex
@@ -192,17 +192,17 @@ type PacketConn struct {
 	closeReq    bool
 
 	// Owned by the loop goroutine.
-	recvArmed bool
-	recvID    loop.OpID
-	inflight  int
-	sends     []*dgramSend // free send records
-	closing   bool
-	closeErr  error
-	fdClosed  bool
-	unhook    func()
-	srcName   []byte // the last Unix source name seen, its kind and its string
-	srcAbs    bool
-	srcString string
+	recvArmed       bool
+	recvID          loop.OpID
+	inflight        int
+	sends           []*dgramSend // free send records
+	closing         bool
+	closeErr        error
+	fdClosed        bool
+	unhook          func()
+	lastSrcName     []byte // the last Unix source name seen, whether it is abstract, and its string
+	lastSrcAbstract bool
+	lastSrc         string
 
 	received, sent, truncated, readErrs, writeErrs, queueFull atomic.Uint64
 	drops                                                     atomic.Uint64 // the kernel's count when the fd closed
@@ -223,8 +223,8 @@ type dgramOut struct {
 // dgramSend is one SENDMSG in flight, its Completer.
 type dgramSend struct {
 	pc    *PacketConn
-	d     dgramOut
-	tries uint8 // sends of d that ended without sending it (maxSendTries)
+	dgram dgramOut
+	tries uint8 // sends of dgram that ended without sending it (maxSendTries)
 }
 
 // rearmDelay is how long a socket waits before arming its receive again
@@ -270,33 +270,28 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 	if err != nil {
 		return nil, err
 	}
-	streamNet, ok := map[string]string{"udp": "tcp", "udp4": "tcp4", "udp6": "tcp6", "unixgram": "unix"}[network]
-	if !ok {
-		return fail(fmt.Errorf("%w: %q (datagram networks: udp, udp4, udp6, unixgram)", ErrUnknownNetwork, network))
-	}
-	pc := &PacketConn{network: network, h: h, queueMax: cfg.dgramQueue, done: make(chan struct{})}
+	pc := &PacketConn{network: network, h: h, queueMax: cfg.datagramQueue, done: make(chan struct{})}
 	pc.flushFn = pc.flush
-	pc.eh, _ = h.(PacketErrorHandler)
-	pc.ch, _ = h.(PacketCloseHandler)
-	var sa unix.Sockaddr
-	var v6only bool
+	pc.errHandler, _ = h.(PacketErrorHandler)
+	pc.closeHandler, _ = h.(PacketCloseHandler)
 	pc.connected = op == "dial"
-	sa, pc.family, v6only, err = resolve(ctx, streamNet, address, !pc.connected)
+	t, err := resolvePacket(ctx, network, address, !pc.connected)
 	if err != nil {
 		return fail(err)
 	}
-	pc.fd, err = packetSocket(pc.family, sa, v6only, op == "dial", cfg)
+	pc.family = t.family
+	pc.fd, err = packetSocket(t.family, t.sa, t.v6only, op == "dial", cfg)
 	if err != nil {
 		return fail(err)
 	}
-	if u, ok := sa.(*unix.SockaddrUnix); ok && op == "listen" && u.Name[0] != '@' {
-		pc.path = u.Name
+	if u, ok := t.sa.(*unix.SockaddrUnix); ok && op == "listen" {
+		pc.path = unixPath(u)
 	}
 	if bound, err := unix.Getsockname(pc.fd); err == nil {
 		pc.laddr = packetAddr(bound)
 	}
 	if pc.connected {
-		pc.raddr = packetAddr(sa)
+		pc.raddr = packetAddr(t.sa)
 	}
 	pc.l = cfg.dialLoop
 	if pc.l == nil {
@@ -324,18 +319,6 @@ func (pc *PacketConn) open() {
 	}
 	pc.unhook = remove
 	pc.arm()
-}
-
-// packetAddr converts a bound or peer sockaddr to the net.Addr package net
-// reports for a datagram socket.
-func packetAddr(sa unix.Sockaddr) net.Addr {
-	if u, ok := sa.(*unix.SockaddrUnix); ok {
-		return &net.UnixAddr{Name: u.Name, Net: "unixgram"}
-	}
-	if ap, ok := ring.SockaddrToAddrPort(sa); ok {
-		return net.UDPAddrFromAddrPort(ap)
-	}
-	return nil
 }
 
 // Loop returns the loop the socket lives on.
@@ -541,11 +524,11 @@ func (pc *PacketConn) deliver(data []byte, from Addr) {
 
 // report hands a failure that keeps the socket open to the error handler.
 func (pc *PacketConn) report(err *DatagramError) {
-	if pc.eh == nil {
+	if pc.errHandler == nil {
 		return
 	}
 	defer pc.logPanic("OnPacketError")
-	pc.eh.OnPacketError(pc, err)
+	pc.errHandler.OnPacketError(pc, err)
 }
 
 // source converts a datagram's raw source address. A Unix name seen just
@@ -558,15 +541,15 @@ func (pc *PacketConn) source(name []byte) Addr {
 	if !ok || len(n) == 0 && !abstract {
 		return Addr{unix: true} // unnamed
 	}
-	if string(n) != string(pc.srcName) || abstract != pc.srcAbs || pc.srcString == "" {
-		pc.srcName, pc.srcAbs = append(pc.srcName[:0], n...), abstract
+	if string(n) != string(pc.lastSrcName) || abstract != pc.lastSrcAbstract || pc.lastSrc == "" {
+		pc.lastSrcName, pc.lastSrcAbstract = append(pc.lastSrcName[:0], n...), abstract
 		if abstract {
-			pc.srcString = "@" + string(n)
+			pc.lastSrc = "@" + string(n)
 		} else {
-			pc.srcString = string(n)
+			pc.lastSrc = string(n)
 		}
 	}
-	return Addr{name: pc.srcString, unix: true}
+	return Addr{name: pc.lastSrc, unix: true}
 }
 
 // WriteTo sends b as one datagram to addr (a *net.UDPAddr, *net.UnixAddr
@@ -772,9 +755,9 @@ func (pc *PacketConn) flush() {
 		d := pc.out.pop()
 		pc.mu.Unlock()
 		s := pc.sendRecord()
-		s.d, s.tries = d, 0
+		s.dgram, s.tries = d, 0
 		if _, err := pc.l.IO().SendTo(pc.fd, d.buf, d.to[:d.toLen], 0, s); err != nil {
-			s.d = dgramOut{}
+			s.dgram = dgramOut{}
 			pc.writeErrs.Add(1)
 			pc.sends = append(pc.sends, s)
 			pc.putBuf(d.buf)
@@ -807,8 +790,8 @@ func (s *dgramSend) Complete(c *loop.Completion) {
 	if c.Res < 0 && !c.Quarantined && s.retry(c.Res) {
 		return
 	}
-	d := s.d
-	s.d = dgramOut{}
+	d := s.dgram
+	s.dgram = dgramOut{}
 	if !c.Quarantined {
 		pc.sends = append(pc.sends, s)
 		pc.putBuf(d.buf)
@@ -854,7 +837,7 @@ func (s *dgramSend) retry(res int32) bool {
 		return false
 	}
 	s.tries++
-	if _, err := pc.l.IO().SendTo(pc.fd, s.d.buf, s.d.to[:s.d.toLen], 0, s); err != nil {
+	if _, err := pc.l.IO().SendTo(pc.fd, s.dgram.buf, s.dgram.to[:s.dgram.toLen], 0, s); err != nil {
 		return false // the loop is shutting down
 	}
 	pc.inflight++
@@ -935,10 +918,10 @@ func (pc *PacketConn) maybeFinish() {
 	if pc.unhook != nil {
 		pc.unhook()
 	}
-	if pc.ch != nil {
+	if pc.closeHandler != nil {
 		func() {
 			defer pc.logPanic("OnPacketClose")
-			pc.ch.OnPacketClose(pc, pc.closeErr)
+			pc.closeHandler.OnPacketClose(pc, pc.closeErr)
 		}()
 	}
 	close(pc.done)

@@ -13,11 +13,11 @@ import (
 // loopConns is one loop's open connections. Loop goroutine only, but for
 // deadlines.
 type loopConns struct {
-	conns   connSet // indexed by Conn.regIdx
-	closing bool    // the loop's shutdown began: no connection joins
-	kept    int     // capacity of its connections' kept input buffers (Conn.charge)
-	keepers int     // connections with a kept input buffer
-	out     int     // bytes its connections queue for sending, as of their last chargeOut
+	conns          connSet // indexed by Conn.registryIndex
+	closing        bool    // the loop's shutdown began: no connection joins
+	kept           int     // capacity of its connections' kept input buffers (inbound.chargeKept)
+	keepers        int     // connections with a kept input buffer
+	outboundQueued int     // bytes its connections queue for sending, as of their last outbound.chargeOutbound
 
 	deadlines deadlineQueue // its NetConns' deadlines (safe for concurrent use)
 	overflow  overflow      // tasks a full task queue refused, in order (executeRetrying)
@@ -43,12 +43,12 @@ func (s *connSet) add(c *Conn) {
 	}
 	*s.at(s.n) = c
 	s.n++
-	c.regIdx = int32(s.n)
+	c.registryIndex = int32(s.n)
 }
 
 // remove takes c out of the set and reports whether it was in it.
 func (s *connSet) remove(c *Conn) bool {
-	i := int(c.regIdx) - 1
+	i := int(c.registryIndex) - 1
 	if i < 0 || i >= s.n || *s.at(i) != c {
 		return false
 	}
@@ -56,11 +56,11 @@ func (s *connSet) remove(c *Conn) bool {
 	if i != last {
 		moved := *s.at(last)
 		*s.at(i) = moved
-		moved.regIdx = int32(i + 1)
+		moved.registryIndex = int32(i + 1)
 	}
 	*s.at(last) = nil
 	s.n = last
-	c.regIdx = 0
+	c.registryIndex = 0
 	// Keep one empty chunk past the last used one, so that a connection
 	// opening and closing at a chunk's edge does not make and drop it
 	// each time; give back the others.
@@ -103,7 +103,7 @@ func registryFor(l *loop.Loop) *loopConns { return loopState.Get(l) }
 
 // track adds c to its loop's registry and reports false if the loop is
 // shutting down. Must be called on c's loop.
-func (c *Conn) track() bool {
+func (c *lifecycle) track() bool {
 	if c.l.State() >= loop.StateShuttingDown {
 		return false
 	}
@@ -111,13 +111,13 @@ func (c *Conn) track() bool {
 	if r.closing {
 		return false
 	}
-	r.conns.add(c)
+	r.conns.add(c.conn())
 	return true
 }
 
 // untrack removes c from its loop's registry. Must be called on c's loop.
-func (c *Conn) untrack() {
-	registryFor(c.l).conns.remove(c)
+func (c *lifecycle) untrack() {
+	registryFor(c.l).conns.remove(c.conn())
 }
 
 // closeAll closes every connection of its loop as the loop's shutdown
@@ -125,31 +125,31 @@ func (c *Conn) untrack() {
 func (r *loopConns) closeAll() {
 	r.closing = true
 	for _, c := range r.conns.snapshot() {
-		c.closeForShutdown()
+		c.lifecycle().closeForShutdown()
 	}
 }
 
 // closeForShutdown closes c because its loop is shutting down: as Close
 // (queued bytes linger), but OnClose reports net.ErrClosed. Must be called
 // on c's loop.
-func (c *Conn) closeForShutdown() {
-	c.shutdownClose = true
+func (c *lifecycle) closeForShutdown() {
+	c.flags.set(flagClosedByShutdown)
 	// As Close on the loop, even if a Close came first: its task may
 	// still be on its way (retried after a full task queue), and the loop
 	// is going away.
-	c.setShared(sharedCloseReq)
+	c.shared.set(sharedCloseRequested)
 	c.mu.Lock()
-	c.wclosed = true
+	c.shared.set(sharedWritesClosed)
 	c.mu.Unlock()
 	c.closeLinger()
-	if c.lingering && c.rareX().lingerHold == nil {
+	if c.flags.has(flagLingering) && c.ensureExtras().terminationHold == nil {
 		// Lingering since before the shutdown: the loop's shutdown stops
 		// its linger timer, so it holds the loop's termination instead,
 		// until its queue drains or the shutdown's timeout passes.
-		c.rare.lingerHold = c.l.DelayTermination(c.cfg.linger)
+		c.extras.terminationHold = c.l.DelayTermination(c.cfg.linger)
 	}
 }
 
 // errLoopShutdown is what OnClose reports for a connection closed by its
 // loop's shutdown.
-func (c *Conn) errLoopShutdown() error { return c.opError("close", "", net.ErrClosed) }
+func (c *lifecycle) errLoopShutdown() error { return c.conn().opError("close", "", net.ErrClosed) }

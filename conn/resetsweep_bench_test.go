@@ -23,7 +23,8 @@ func BenchmarkResetSweep(b *testing.B) {
 	conns := make([]Conn, n)
 	for i := range conns {
 		c := &conns[i]
-		c.fd, c.state, c.recvActive = int32(server), stateOpen, true
+		c.fd, c.state = int32(server), stateOpen
+		c.flags.set(flagRecvArmed)
 		r.conns.add(c)
 	}
 	b.Run("idle", func(b *testing.B) {
@@ -35,7 +36,7 @@ func BenchmarkResetSweep(b *testing.B) {
 	b.Run("received", func(b *testing.B) {
 		for b.Loop() {
 			for i := range conns {
-				conns[i].rxSweeps = 1
+				conns[i].resetSweepsLeft = 1
 			}
 			r.resetSweep()
 		}

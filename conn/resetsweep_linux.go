@@ -7,25 +7,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The reset sweep (docs/conn.md, "TCP receives that miss a reset"). A
-// kernel's multishot receive over TCP can post a peer's bytes and then
-// never post the reset that follows them (ring.TestRecvResetMiss shows it
-// on 6.18, about once in 1,000-5,000 such connections): the connection
+// The reset sweep (docs/conn.md, "TCP receives that miss a reset"; the
+// measurements are in docs/decisions.md, "The reset sweep"). A kernel's
+// multishot receive over TCP can post a peer's bytes and then never post
+// the reset that follows them (ring.TestRecvResetMiss): the connection
 // would wait for good, its fd open, with no timeout set. So every
 // resetSweepEvery each io_uring loop looks at the TCP connections that
 // received bytes in the last two sweeps and still have a multishot receive
 // armed, and asks the kernel for the socket's state (getsockopt TCP_INFO,
 // which changes nothing). One the peer has reset or shut down (TCP_CLOSE,
 // TCP_CLOSE_WAIT) has its receive canceled and re-armed as a single shot
-// (recvOnce), which reads what is left and then reports the end: the
-// reset's ECONNRESET or the FIN, closing the connection as they always do.
-// A receive that was merely about to complete loses nothing: the single
-// shot takes the bytes and the end in order.
+// (flagRecvSingleShot), which reads what is left and then reports the end:
+// the reset's ECONNRESET or the FIN, closing the connection as they always
+// do. A receive that was merely about to complete loses nothing: the
+// single shot takes the bytes and the end in order.
 //
-// The hot path pays one byte store per receive completion (rxSweeps); the
-// clock is not read. A sweep walks the loop's connections once and makes
-// one getsockopt per connection that received bytes since the sweep
-// before last; idle connections cost a load and a compare.
+// The hot path pays one byte store per receive completion
+// (resetSweepsLeft); the clock is not read. A sweep walks the loop's
+// connections once and makes one getsockopt per connection that received
+// bytes since the sweep before last.
 
 // resetSweepEvery is the reset sweep's period (hard-coded): a connection
 // whose receive missed a reset is closed within two of them.
@@ -51,18 +51,18 @@ func (r *loopConns) startResetSweep(l *loop.Loop) {
 func (r *loopConns) resetSweep() {
 	for i := range r.conns.n {
 		c := *r.conns.at(i)
-		if c.rxSweeps == 0 {
+		if c.resetSweepsLeft == 0 {
 			continue
 		}
-		c.rxSweeps--
-		c.checkReset()
+		c.resetSweepsLeft--
+		c.inbound().checkReset()
 	}
 }
 
 // checkReset re-arms c's receive as a single shot if it is multishot and
 // the socket's peer is gone. Must be called on c's loop.
-func (c *Conn) checkReset() {
-	if c.state != stateOpen || !c.recvActive || c.recvCanceled || c.unixSock || c.recvOnce {
+func (c *inbound) checkReset() {
+	if c.state != stateOpen || !c.flags.has(flagRecvArmed) || c.flags.has(flagRecvCanceled|flagRecvSingleShot) {
 		return
 	}
 	// tcpi_state is tcp_info's first byte: the kernel copies as much as
@@ -71,8 +71,8 @@ func (c *Conn) checkReset() {
 	if err != nil || (state != tcpClose && state != tcpCloseWait) {
 		return
 	}
-	// The ECANCELED completion re-arms (recvDone.Complete), now single.
-	c.recvOnce, c.recvCanceled = true, true
+	// The ECANCELED completion re-arms (inbound.Complete), now single.
+	c.flags.set(flagRecvSingleShot | flagRecvCanceled)
 	cancelOp(c.l, c.recvID)
 }
 

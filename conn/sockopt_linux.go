@@ -75,7 +75,7 @@ func listenSocket(family int, sa unix.Sockaddr, v6only, reusePort bool, backlog 
 // socket refuses must not fail the connection.
 func applySockopts(fd int, network string, cfg *config) {
 	if network == "tcp" {
-		_ = setNoDelay(fd, network, !cfg.delay)
+		_ = setNoDelay(fd, network, !cfg.nagle)
 		if cfg.keepAlive != 0 {
 			_ = setKeepAlive(fd, network, cfg.keepAlive)
 		}

@@ -1,0 +1,366 @@
+package conn
+
+import (
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/ringloop/ringloop/loop"
+	"golang.org/x/sys/unix"
+)
+
+// The send path. Write copies into the outbound chunkQueue under c.mu and
+// queues one flush tail task per loop turn (flushQueued deduplicates it);
+// the flush submits one SEND or SENDMSG of up to maxSendIov ranges. One
+// send is in flight per connection; its completion consumes what was sent
+// and submits the next, so a short write continues where it stopped.
+
+// outbound is a Conn seen from its send side: the outbound queue Write
+// appends to, the water marks and writability reports, the outbound limit
+// and the loop's count of queued bytes, the flush and the send op (it is
+// that op's loop.Completer). A pointer conversion: handing it to the loop
+// allocates nothing. Loop goroutine only, but for queueChunks, overLimit,
+// afterAppend, markQueued and kick, which Write runs on any goroutine.
+type outbound Conn
+
+// conn returns c as the Conn it is.
+func (c *outbound) conn() *Conn { return (*Conn)(c) }
+
+// inbound returns c seen from its receive side.
+func (c *outbound) inbound() *inbound { return (*inbound)(c) }
+
+// lifecycle returns c seen from its life's course.
+func (c *outbound) lifecycle() *lifecycle { return (*lifecycle)(c) }
+
+// unwritable reports whether the connection is above its high-water mark
+// (an odd count of writability transitions). Safe for concurrent use.
+func (c *outbound) unwritable() bool { return c.writabilityChanges.Load()&1 == 1 }
+
+// Writable reports whether the outbound buffer is below the high-water
+// mark: false once more than the high mark is queued, until it drains to
+// the low mark. Safe for concurrent use.
+func (c *Conn) Writable() bool { return c.writabilityChanges.Load()&1 == 0 }
+
+// Buffered returns the outbound bytes queued and not yet sent. Safe for
+// concurrent use.
+func (c *Conn) Buffered() int {
+	c.mu.Lock()
+	n := c.outQueue.n
+	c.mu.Unlock()
+	return n
+}
+
+// Write queues a copy of p for sending and returns len(p), nil: p may be
+// reused as soon as Write returns. Bytes go out in the order Write calls
+// return, also across goroutines (each call's bytes stay contiguous). Write
+// does not block and does not wait for the peer: it queues even above the
+// high-water mark, so a producer that can outrun the peer should watch
+// Writable or OnWritabilityChanged. The queue is bounded all the same
+// (WithOutboundLimit, default DefaultOutboundLimit): a Write made while
+// more than the limit is already queued queues nothing and returns an
+// error wrapping ErrOutboundLimit, and the connection closes with a reset
+// (the peer sees ECONNRESET, not a FIN) and OnClose reports that error;
+// later Writes return an error wrapping net.ErrClosed. So a peer that never
+// reads holds at most the limit plus one Write. After Close or CloseWrite
+// it returns an error wrapping net.ErrClosed. Safe for concurrent use.
+func (c *Conn) Write(p []byte) (int, error) {
+	n, err := c.Writev([][]byte{p})
+	return int(n), err
+}
+
+// Writev queues a copy of every buffer of bufs, in order and contiguous, as
+// one Write of their concatenation would, under the same outbound limit.
+// Safe for concurrent use.
+func (c *Conn) Writev(bufs [][]byte) (int64, error) {
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	if n >= spliceMin {
+		// A large write is copied into chunks of its own before taking
+		// the lock, which the loop's send completions need: copying it
+		// under the lock stalled the loop for as long as the copy took.
+		if err := c.outbound().queueChunks(fillChunks(bufs), int(n)); err != nil {
+			return 0, err
+		}
+		return n, nil
+	}
+	c.mu.Lock()
+	if c.shared.has(sharedWritesClosed) {
+		c.mu.Unlock()
+		return 0, c.opError("write", "", net.ErrClosed)
+	}
+	if n == 0 {
+		c.mu.Unlock()
+		return 0, nil
+	}
+	if c.outQueue.n > c.cfg.outboundLimit {
+		return 0, c.outbound().overLimit()
+	}
+	for _, b := range bufs {
+		c.outQueue.push(b, false)
+	}
+	c.outbound().afterAppend()
+	return n, nil
+}
+
+// queueChunks queues filled chunks holding n bytes, as Writev queues a copy
+// of its buffers; the queue owns them from then on (they are freed if the
+// connection is closed for writing).
+func (c *outbound) queueChunks(filled []*chunk, n int) error {
+	c.mu.Lock()
+	if c.shared.has(sharedWritesClosed) {
+		c.mu.Unlock()
+		for _, t := range filled {
+			putChunk(t)
+		}
+		return c.conn().opError("write", "", net.ErrClosed)
+	}
+	if c.outQueue.n > c.cfg.outboundLimit {
+		err := c.overLimit()
+		for _, t := range filled {
+			putChunk(t)
+		}
+		return err
+	}
+	c.outQueue.splice(filled, n)
+	c.afterAppend()
+	return nil
+}
+
+// overLimit fails a write made while the queued bytes exceed the outbound
+// limit: the connection takes no more writes and closes with a reset (the
+// stream lost bytes, so the peer must not see an orderly end), OnClose
+// reporting the error the write returns. Caller holds c.mu; overLimit
+// unlocks it.
+func (c *outbound) overLimit() error {
+	err := c.conn().opError("write", "", fmt.Errorf("%w: %d bytes queued, limit %d",
+		ErrOutboundLimit, c.outQueue.n, c.cfg.outboundLimit))
+	c.shared.set(sharedWritesClosed)
+	c.mu.Unlock()
+	abort := func() {
+		if c.state == stateOpen {
+			c.lifecycle().closeWithReset(err)
+		}
+	}
+	if c.l.InLoop() {
+		abort()
+	} else {
+		// An error means the loop is shutting down: its drain closes c.
+		_ = executeRetrying(c.l, abort)
+	}
+	return err
+}
+
+// afterAppend publishes what an append queued, unlocks c.mu and has the
+// queue flushed. Caller holds c.mu.
+func (c *outbound) afterAppend() {
+	kick := c.markQueued()
+	n := c.outQueue.n
+	c.mu.Unlock()
+	if kick {
+		c.kick()
+	}
+	// Only an unwritable connection may pause. The flush counts the bytes
+	// in the loop's total in any case; asking whether this is the loop
+	// costs a system call, so it is asked only then.
+	if c.unwritable() && c.cfg.pauseUnwritable != pauseNever && c.l.InLoop() {
+		c.chargeOutbound(n)
+		c.inbound().syncWritePause()
+	}
+}
+
+// markQueued publishes the queue's new size after an append and reports
+// whether a flush must be queued. Caller holds c.mu.
+func (c *outbound) markQueued() bool {
+	if c.outQueue.n > c.cfg.highWater && !c.unwritable() {
+		c.writabilityChanges.Add(1) // writable → unwritable
+	}
+	if c.flushQueued {
+		return false
+	}
+	c.flushQueued = true
+	return true
+}
+
+// kick queues the flush as a tail task. From the loop itself this is a
+// queue push (no wakeup, no system call); from another goroutine it wakes
+// the loop at most once per wait. A refused task means the loop is shutting
+// down: on the loop the flush runs at once; from elsewhere the bytes wait
+// for the next event of c on its loop (a send completion, the peer's FIN),
+// which starts the send itself, or for the drain that closes c.
+func (c *outbound) kick() {
+	if err := c.l.ExecuteAfterTurn(c.flushFn); err != nil {
+		c.mu.Lock()
+		c.flushQueued = false
+		c.mu.Unlock()
+		if c.l.InLoop() {
+			// The loop is terminating and takes no more tasks: flush
+			// now (a send the backend refuses closes the connection),
+			// so nothing waits for a flush that never runs.
+			c.flush()
+		}
+	}
+}
+
+// flush is the per-turn tail task: it starts a send unless one is in
+// flight (its completion continues), and reports writability changes.
+func (c *outbound) flush() {
+	c.mu.Lock()
+	c.flushQueued = false
+	n := c.outQueue.n
+	c.mu.Unlock()
+	c.chargeOutbound(n)
+	if c.state != stateOpen {
+		return
+	}
+	if !c.flags.has(flagSendArmed) {
+		c.startSend()
+	}
+	c.notifyWritability()
+}
+
+// startSend submits one SEND or SENDMSG for the queued bytes, or,
+// with nothing queued, runs what waited for the queue to drain (CloseWrite's
+// shutdown, the close after the peer's FIN). Must be called on c's loop with
+// no send in flight.
+func (c *outbound) startSend() {
+	var arr [maxSendIov][]byte // the loop copies the list: it can live on the stack
+	c.mu.Lock()
+	iov, total := c.outQueue.gather(arr[:0], maxSendIov)
+	c.mu.Unlock()
+	if total == 0 {
+		c.drained()
+		return
+	}
+	var (
+		id  loop.OpID
+		err error
+	)
+	if len(iov) > 1 {
+		id, err = c.l.IO().Sendmsg(int(c.fd), iov, 0, c)
+	} else {
+		id, err = c.l.IO().Send(int(c.fd), iov[0], 0, c)
+	}
+	if err != nil {
+		c.lifecycle().closeNow(c.conn().opError("write", "", err))
+		return
+	}
+	c.sendID, c.sendRanges = id, int32(len(iov))
+	c.flags.set(flagSendArmed)
+	c.opsInFlight++
+}
+
+// drained runs once the outbound queue is empty and no send is in flight.
+func (c *outbound) drained() {
+	if c.flags.has(flagLingering) {
+		c.lifecycle().closeNow(nil)
+		return
+	}
+	if c.flags.has(flagCloseWhenDrained) {
+		c.lifecycle().closeNow(io.EOF)
+		return
+	}
+	if c.flags.has(flagShutdownWanted) && !c.flags.has(flagShutdownStarted) {
+		c.flags.set(flagShutdownStarted)
+		c.lifecycle().startShutdown()
+	}
+}
+
+// notifyWritability reports writability transitions to the handler: every
+// one, in order, not just a changed level (Netty's behaviour).
+// c.writabilityChanges counts the transitions (changed under c.mu; an even
+// count means writable), and c.writabilityReported the ones reported. A
+// Write that crosses the high mark and a send completion that drains below
+// the low mark before the next report make two transitions, reported as
+// false then true, so a writer that stopped on Writable() false is resumed
+// even though the level looks unchanged. Transitions to writable happen
+// only in the send completion, which reports at once, so at most two are
+// ever pending. Must be called on c's loop.
+func (c *outbound) notifyWritability() {
+	c.inbound().syncWritePause()
+	g := c.writabilityChanges.Load()
+	for c.writabilityReported != g {
+		if c.state != stateOpen || c.flags.has(flagLingering) {
+			c.writabilityReported = g // closed for the user: nothing more is reported
+			return
+		}
+		c.writabilityReported++
+		if c.flags.has(flagWritabilityHandler) {
+			c.callWritability(c.writabilityReported&1 == 0)
+		}
+	}
+}
+
+// callWritability runs OnWritabilityChanged under recover.
+func (c *outbound) callWritability(writable bool) {
+	defer c.lifecycle().failOnPanic("OnWritabilityChanged")
+	c.h.(WritabilityHandler).OnWritabilityChanged(c.conn(), writable)
+}
+
+// backlogged reports whether bytes pile up where the default pause acts
+// (WithPauseReadWhenUnwritable): c queues more than half its outbound
+// limit, or its loop's connections more than outboundPressure in all.
+// Must be called on c's loop.
+func (c *outbound) backlogged() bool {
+	return c.outboundCharged > c.cfg.outboundLimit/2 || registryFor(c.l).outboundQueued > outboundPressure
+}
+
+// chargeOutbound brings the loop's count of queued outbound bytes in line
+// with c's queue, n bytes (c.outQueue.n, read under c.mu). Must be called
+// on c's loop after every change of that queue; a Write from another
+// goroutine is counted by the flush it queues.
+func (c *outbound) chargeOutbound(n int) {
+	registryFor(c.l).outboundQueued += n - c.outboundCharged
+	c.outboundCharged = n
+}
+
+// Complete handles the send's completions. Must be called on c's loop.
+func (c *outbound) Complete(cp *loop.Completion) {
+	res := cp.Res
+	if cp.Quarantined {
+		// Given up without the kernel's final word: the kernel may
+		// still read these chunks, so they never return to the pool.
+		c.mu.Lock()
+		c.outQueue.pin(int(c.sendRanges))
+		c.mu.Unlock()
+	}
+	c.flags.clear(flagSendArmed)
+	c.sendRanges = 0
+	c.opsInFlight--
+	if c.state != stateOpen {
+		c.lifecycle().maybeFinish()
+		return
+	}
+	if cp.Quarantined && res < 0 {
+		// The outcome is unknown: some of the bytes may have gone out.
+		// Reset the connection so the peer sees a failure, not a gap.
+		c.lifecycle().closeWithReset(c.conn().opError("write", "", loop.ErrGivenUp))
+		return
+	}
+	if res < 0 {
+		if errnoOf(res) == unix.EAGAIN || errnoOf(res) == unix.EINTR {
+			c.startSend()
+			return
+		}
+		// Bytes queued may never reach the peer: reset, so it sees a
+		// failure rather than an orderly end with a gap.
+		c.lifecycle().closeWithReset(c.conn().resultError("write", "send", res))
+		return
+	}
+	if c.extras != nil && c.extras.idleTimeout > 0 {
+		c.extras.lastIO = now()
+	}
+	c.mu.Lock()
+	c.outQueue.consume(int(res))
+	if c.unwritable() && c.outQueue.n <= c.cfg.lowWater {
+		c.writabilityChanges.Add(1) // unwritable → writable
+	}
+	n := c.outQueue.n
+	c.mu.Unlock()
+	c.chargeOutbound(n)
+	c.notifyWritability()
+	if c.state == stateOpen {
+		c.startSend()
+	}
+}
