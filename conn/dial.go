@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/loop"
-	"github.com/ringloop/ringloop/ring"
 	"github.com/ringloop/ringloop/sched"
 	"golang.org/x/sys/unix"
 )
@@ -416,9 +416,9 @@ func tcpAddr(ap netip.AddrPort, zone uint32) *net.TCPAddr {
 // connAddr asks the kernel for a connection's local or (peer) remote
 // address. An IP one is read without the intermediate unix.Sockaddr.
 func connAddr(fd int, network string, peer bool) net.Addr {
-	inet, name := ring.LocalAddrPort, ring.Getsockname
+	inet, name := sock.LocalAddrPort, sock.Getsockname
 	if peer {
-		inet, name = ring.PeerAddrPort, ring.Getpeername
+		inet, name = sock.PeerAddrPort, sock.Getpeername
 	}
 	if network != "unix" {
 		if ap, zone, ok, err := inet(fd); err == nil && ok {

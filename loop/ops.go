@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/ring"
 	"golang.org/x/sys/unix"
 )
@@ -177,7 +178,7 @@ func (l *Loop) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := ring.PutSockaddr(&o.x().sa, sa)
+	n, err := sock.PutSockaddr(&o.x().sa, sa)
 	if err != nil {
 		l.ops.release(o)
 		if errors.Is(err, ring.ErrNotSupported) {
