@@ -3,7 +3,7 @@
 //
 // The module is four small packages in a strict order:
 //
-//	ring   our own io_uring binding on golang.org/x/sys/unix (the only package with unsafe)
+//	ring   our own io_uring binding on golang.org/x/sys/unix (unsafe only there and in internal/sock)
 //	sched  pure Go scheduling core: MPSC task queue, hashed timer wheel, futures
 //	loop   Group of Loops: one goroutine locked to one OS thread, one ring each
 //	conn   TCP and Unix stream servers and clients on the loops

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/ringloop/ringloop/ring"
+	"github.com/ringloop/ringloop/internal/sock"
 	"golang.org/x/sys/unix"
 )
 
@@ -269,9 +269,9 @@ func tcpAddr(ap netip.AddrPort, zone uint32) *net.TCPAddr {
 // connAddr asks the kernel for a connection's local or (peer) remote
 // address. An IP one is read without the intermediate unix.Sockaddr.
 func connAddr(fd int, network string, peer bool) net.Addr {
-	inet, name := ring.LocalAddrPort, ring.Getsockname
+	inet, name := sock.LocalAddrPort, sock.Getsockname
 	if peer {
-		inet, name = ring.PeerAddrPort, ring.Getpeername
+		inet, name = sock.PeerAddrPort, sock.Getpeername
 	}
 	if network != "unix" {
 		if ap, zone, ok, err := inet(fd); err == nil && ok {
@@ -327,7 +327,7 @@ func packetAddr(sa unix.Sockaddr) net.Addr {
 	if u, ok := sa.(*unix.SockaddrUnix); ok {
 		return &net.UnixAddr{Name: u.Name, Net: "unixgram"}
 	}
-	if ap, ok := ring.SockaddrToAddrPort(sa); ok {
+	if ap, ok := sock.SockaddrToAddrPort(sa); ok {
 		return net.UDPAddrFromAddrPort(ap)
 	}
 	return nil

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
-	"github.com/ringloop/ringloop/ring"
 )
 
 // The datagram fault run (go test -tags ringfault -run TestFaultPacketEcho
@@ -84,7 +84,7 @@ func runFaultDgramClient(ctx context.Context, id uint32, count int, srv *net.UDP
 	c.SetWriteBuffer(4 << 20)
 	defer func() {
 		if rc, err := c.SyscallConn(); err == nil {
-			rc.Control(func(fd uintptr) { out.drops, _ = ring.SocketDrops(int(fd)) })
+			rc.Control(func(fd uintptr) { out.drops, _ = sock.SocketDrops(int(fd)) })
 		}
 	}()
 	seen := make([]bool, count)

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
-	"github.com/ringloop/ringloop/ring"
 )
 
 // The net.PacketConn contract, in the manner of nettest.TestConn: one
@@ -298,7 +298,7 @@ func packetDrops(t *testing.T, c net.PacketConn) uint64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rc.Control(func(fd uintptr) { d, err = ring.SocketDrops(int(fd)) })
+		rc.Control(func(fd uintptr) { d, err = sock.SocketDrops(int(fd)) })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/loop"
-	"github.com/ringloop/ringloop/ring"
 )
 
 // Datagram sockets on the loops (docs/udp.md): datagrams arrive through
@@ -344,7 +344,7 @@ func (pc *PacketConn) Stats() PacketStats {
 		KernelDrops: pc.drops.Load()}
 	pc.mu.Lock()
 	if !pc.fdGone {
-		if d, err := ring.SocketDrops(pc.fd); err == nil {
+		if d, err := sock.SocketDrops(pc.fd); err == nil {
 			st.KernelDrops = uint64(d)
 		}
 	}
@@ -534,10 +534,10 @@ func (pc *PacketConn) report(err *DatagramError) {
 // source converts a datagram's raw source address. A Unix name seen just
 // before is not converted again, so a steady peer costs no allocation.
 func (pc *PacketConn) source(name []byte) Addr {
-	if ap, ok := ring.ParseAddrPort(name); ok {
+	if ap, ok := sock.ParseAddrPort(name); ok {
 		return Addr{ap: ap}
 	}
-	n, abstract, ok := ring.UnixName(name)
+	n, abstract, ok := sock.UnixName(name)
 	if !ok || len(n) == 0 && !abstract {
 		return Addr{unix: true} // unnamed
 	}
@@ -661,12 +661,12 @@ func (pc *PacketConn) putAddr(dst []byte, to Addr) (int, error) {
 		if pc.family != unix.AF_UNIX {
 			return 0, fmt.Errorf("conn: a Unix address on a %s socket", pc.network)
 		}
-		return ring.PutUnixName(dst, to.name)
+		return sock.PutUnixName(dst, to.name)
 	}
 	if pc.family == unix.AF_UNIX {
 		return 0, fmt.Errorf("conn: an IP address on a unixgram socket")
 	}
-	return ring.PutAddrPort(dst, to.ap, pc.family)
+	return sock.PutAddrPort(dst, to.ap, pc.family)
 }
 
 // bufLocked returns a buffer of n bytes for a queued datagram, a spare one
@@ -934,7 +934,7 @@ func (pc *PacketConn) closeFd() {
 		return
 	}
 	pc.fdClosed = true
-	if d, err := ring.SocketDrops(pc.fd); err == nil {
+	if d, err := sock.SocketDrops(pc.fd); err == nil {
 		pc.drops.Store(uint64(d))
 	}
 	pc.mu.Lock()

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
-	"github.com/ringloop/ringloop/ring"
 )
 
 // The datagram integrity test: 1,000,000 datagrams of random sizes from 1
@@ -114,7 +114,7 @@ func runDgramClient(ctx context.Context, id, n int, srv *net.UDPAddr) (error, ui
 	drops := func() uint32 {
 		var d uint32
 		if rc, err := c.SyscallConn(); err == nil {
-			rc.Control(func(fd uintptr) { d, _ = ring.SocketDrops(int(fd)) })
+			rc.Control(func(fd uintptr) { d, _ = sock.SocketDrops(int(fd)) })
 		}
 		return d
 	}

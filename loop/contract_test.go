@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/ring"
 	"golang.org/x/sys/unix"
@@ -1823,9 +1824,9 @@ func dupFd(tb testing.TB, fd int) int {
 }
 
 // putSockaddr encodes sa into raw and returns its length
-// (ring.PutSockaddr, which cannot fail on the addresses these tests use).
+// (sock.PutSockaddr, which cannot fail on the addresses these tests use).
 func putSockaddr(raw *unix.RawSockaddrAny, sa unix.Sockaddr) uint32 {
-	n, err := ring.PutSockaddr(raw, sa)
+	n, err := sock.PutSockaddr(raw, sa)
 	if err != nil {
 		panic(err)
 	}

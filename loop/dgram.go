@@ -54,7 +54,7 @@ func (io *IO) MaxDatagram() int {
 }
 
 // SendTo sends buf as one datagram on fd to the address to: a raw
-// sockaddr as Completion.Name gives one (ring.PutAddrPort writes one from
+// sockaddr as Completion.Name gives one (sock.PutAddrPort writes one from
 // a netip.AddrPort), or empty for a connected socket's peer. It copies to;
 // buf belongs to the loop until the final completion, and may be empty.
 // Res is the bytes sent (a datagram is sent whole or not at all) or -errno:

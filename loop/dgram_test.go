@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
-	"github.com/ringloop/ringloop/ring"
 )
 
 // dgramModes are the ways a loop receives datagrams: a multishot RECVMSG
@@ -51,7 +51,7 @@ func udpSocket(t *testing.T) (int, netip.AddrPort) {
 		t.Fatal(err)
 	}
 	sa, _ := unix.Getsockname(fd)
-	ap, _ := ring.SockaddrToAddrPort(sa)
+	ap, _ := sock.SockaddrToAddrPort(sa)
 	return fd, ap
 }
 
@@ -92,7 +92,7 @@ func TestDatagramEcho(t *testing.T) {
 					truncs = append(truncs, fmt.Sprintf("%d/%d", c.Res, len(c.Data)))
 					mu.Unlock()
 				}
-				from, ok := ring.ParseAddrPort(c.Name)
+				from, ok := sock.ParseAddrPort(c.Name)
 				if !ok || from != client.LocalAddr().(*net.UDPAddr).AddrPort() {
 					t.Errorf("source %v (%v, % x), want %v; res %d flags %#x msgflags %#x data %d", from, ok, c.Name, client.LocalAddr(), c.Res, c.Flags, c.MsgFlags, len(c.Data))
 				}

@@ -5,6 +5,7 @@ package loop
 import (
 	"errors"
 
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/ring"
 	"golang.org/x/sys/unix"
 )
@@ -13,7 +14,7 @@ import (
 // (recvpool.go), each laid out as a multishot RECVMSG lays one out
 // (dgram.go). The epoll backend reads datagram receives with it.
 type dgramReader struct {
-	msgs [dgramBatch]ring.Mmsghdr
+	msgs [dgramBatch]sock.Mmsghdr
 	iovs [dgramBatch]unix.Iovec
 	bufs [dgramBatch]int32
 	used [dgramBatch]int // bytes of each buffer used: header, source, payload
@@ -36,13 +37,13 @@ func (r *dgramReader) read(fd int, p *recvPool, flags uint32, max int) (int, err
 		r.bufs[k] = bi
 		r.iovs[k] = unix.Iovec{Base: &b[dgramHead]}
 		r.iovs[k].SetLen(len(b) - dgramHead)
-		r.msgs[k] = ring.Mmsghdr{Hdr: unix.Msghdr{Name: &b[ring.SizeofRecvmsgOut], Namelen: dgramNameLen, Iov: &r.iovs[k], Iovlen: 1}}
+		r.msgs[k] = sock.Mmsghdr{Hdr: unix.Msghdr{Name: &b[ring.SizeofRecvmsgOut], Namelen: dgramNameLen, Iov: &r.iovs[k], Iovlen: 1}}
 		k++
 	}
 	if k == 0 {
 		return 0, errNoBufs
 	}
-	n, err := ring.Recvmmsg(fd, r.msgs[:k], int(flags)|unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+	n, err := sock.Recvmmsg(fd, r.msgs[:k], int(flags)|unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 	for i := n; i < k; i++ {
 		p.put(r.bufs[i])
 	}

@@ -3,6 +3,7 @@
 package loop
 
 import (
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/ring"
 	"golang.org/x/sys/unix"
 )
@@ -385,7 +386,7 @@ func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 	if faultsEnabled && len(o.extras().iov) > 1 {
 		o.extras().msg.SetIovlen(faultSendLen(len(o.extras().iov)))
 	}
-	n, err := ring.Sendmsg(fd, &o.extras().msg, int(o.arg)|epollSendFlags) // EINTR retried inside
+	n, err := sock.Sendmsg(fd, &o.extras().msg, int(o.arg)|epollSendFlags) // EINTR retried inside
 	switch err {
 	case unix.EAGAIN:
 		return epWait
@@ -400,11 +401,11 @@ func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 // connect starts a non-blocking connect(2). EINPROGRESS parks the op on the
 // write side; tryConnect finishes it. The target is kept in the kernel's
 // layout for io_uring (opExt.connectTo, opExt.connectToLen); connect(2) through x/sys/unix
-// wants a unix.Sockaddr, so it is decoded (ring.ParseSockaddr: one small
+// wants a unix.Sockaddr, so it is decoded (sock.ParseSockaddr: one small
 // allocation per connect, next to the socket and epoll system calls).
 func (d *epollDriver) connect(o *op) {
 	fd := int(o.fd)
-	sa, err := ring.ParseSockaddr(&o.extras().connectTo, o.extras().connectToLen)
+	sa, err := sock.ParseSockaddr(&o.extras().connectTo, o.extras().connectToLen)
 	if err != nil {
 		d.final(o, errnoResult(err))
 		return

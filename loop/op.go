@@ -36,7 +36,7 @@ type Completion struct {
 	// the Complete call: the buffer returns to the loop right after.
 	Data []byte
 	// Name holds a received datagram's source address, a raw sockaddr as
-	// recvmsg(2) writes it (ring.ParseAddrPort reads an IP one; empty
+	// recvmsg(2) writes it (sock.ParseAddrPort reads an IP one; empty
 	// for an unnamed Unix socket); SendTo takes it back as a
 	// destination. Valid only during the Complete call. Nil for other
 	// ops.

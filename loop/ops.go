@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/ring"
 	"golang.org/x/sys/unix"
 )
@@ -200,10 +201,10 @@ func (io *IO) Connect(fd int, sa unix.Sockaddr, c Completer) (OpID, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := ring.PutSockaddr(&o.extras().connectTo, sa)
+	n, err := sock.PutSockaddr(&o.extras().connectTo, sa)
 	if err != nil {
 		io.ops.release(o)
-		if errors.Is(err, ring.ErrNotSupported) {
+		if errors.Is(err, errors.ErrUnsupported) {
 			return 0, err
 		}
 		return 0, invalidArgument("connect: %w", err)

@@ -8,7 +8,9 @@
 //
 // It is not a runtime: it starts no goroutine, calls no callback and knows
 // nothing of connections. Package loop builds the event loop on top of it.
-// It is the only package of the module that imports unsafe.
+// Socket helpers that are not io_uring (sockaddr encoding, sendmsg(2),
+// recvmmsg(2), SO_MEMINFO) are in internal/sock; ring and internal/sock are
+// the only packages of the module that import unsafe.
 //
 // # Concurrency
 //

@@ -55,7 +55,7 @@ func ParseRecvmsgOut(buf []byte, nameLen, controlLen uint32) (h RecvmsgOut, name
 
 // PutRecvmsgOut writes h at the start of buf (at least SizeofRecvmsgOut
 // bytes) as a multishot RECVMSG does, so that a buffer filled by
-// recvmsg(2) or Recvmmsg reads like one of the kernel's.
+// recvmsg(2) or recvmmsg(2) reads like one of the kernel's.
 func PutRecvmsgOut(buf []byte, h RecvmsgOut) {
 	_ = buf[SizeofRecvmsgOut-1]
 	binary.NativeEndian.PutUint32(buf[0:4], h.NameLen)

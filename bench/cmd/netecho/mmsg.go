@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ringloop/ringloop/bench/internal/serve"
-	"github.com/ringloop/ringloop/ring"
+	"github.com/ringloop/ringloop/internal/sock"
 )
 
 // mmsgBatch is how many datagrams one recvmmsg(2) takes at most.
@@ -53,7 +53,7 @@ func mmsgEcho(fd int) {
 	bufs := make([]byte, mmsgBatch*size)
 	names := make([]unix.RawSockaddrInet6, mmsgBatch)
 	iovs := make([]unix.Iovec, mmsgBatch)
-	msgs := make([]ring.Mmsghdr, mmsgBatch)
+	msgs := make([]sock.Mmsghdr, mmsgBatch)
 	for i := range msgs {
 		iovs[i].Base = &bufs[i*size]
 		msgs[i].Hdr.Iov = &iovs[i]
@@ -65,7 +65,7 @@ func mmsgEcho(fd int) {
 			iovs[i].Len = size
 			msgs[i].Hdr.Namelen = uint32(unsafe.Sizeof(names[i]))
 		}
-		n, err := ring.Recvmmsg(fd, msgs, unix.MSG_WAITFORONE)
+		n, err := sock.Recvmmsg(fd, msgs, unix.MSG_WAITFORONE)
 		if err != nil {
 			if err == unix.EAGAIN {
 				continue
@@ -79,7 +79,7 @@ func mmsgEcho(fd int) {
 			iovs[i].Len = uint64(msgs[i].Len)
 		}
 		for sent := 0; sent < n; {
-			k, err := ring.Sendmmsg(fd, msgs[sent:n], 0)
+			k, err := sock.Sendmmsg(fd, msgs[sent:n], 0)
 			if err != nil || k <= 0 {
 				break
 			}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package ring_test
+package sock_test
 
 import (
 	"errors"
@@ -11,11 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ringloop/ringloop/internal/testutil"
-	"github.com/ringloop/ringloop/ring"
+	"github.com/ringloop/ringloop/internal/sock"
 )
 
 // saString spells out a socket address's public fields, for comparisons.
@@ -53,7 +53,7 @@ func TestSockaddrRoundTrip(t *testing.T) {
 	} {
 		var raw unix.RawSockaddrAny
 		raw.Pad[len(raw.Pad)-1] = 1 // must be cleared
-		n, err := ring.PutSockaddr(&raw, c.sa)
+		n, err := sock.PutSockaddr(&raw, c.sa)
 		if err != nil || n != c.n {
 			t.Errorf("PutSockaddr(%s) = %d, %v; want %d", saString(c.sa), n, err, c.n)
 			continue
@@ -61,15 +61,15 @@ func TestSockaddrRoundTrip(t *testing.T) {
 		if raw.Pad[len(raw.Pad)-1] != 0 {
 			t.Errorf("PutSockaddr(%s) left old bytes in raw", saString(c.sa))
 		}
-		got, err := ring.ParseSockaddr(&raw, n)
+		got, err := sock.ParseSockaddr(&raw, n)
 		if err != nil || saString(got) != saString(c.sa) {
 			t.Errorf("ParseSockaddr(PutSockaddr(%s)) = %v, %v", saString(c.sa), saString(got), err)
 		}
 	}
 	// A Unix name given with a leading NUL is abstract too, spelled "@".
 	var raw unix.RawSockaddrAny
-	n, err := ring.PutSockaddr(&raw, &unix.SockaddrUnix{Name: "\x00nul"})
-	got, err2 := ring.ParseSockaddr(&raw, n)
+	n, err := sock.PutSockaddr(&raw, &unix.SockaddrUnix{Name: "\x00nul"})
+	got, err2 := sock.ParseSockaddr(&raw, n)
 	if err != nil || err2 != nil || n != 2+4 || saString(got) != `unix "@nul"` {
 		t.Errorf("leading NUL: %d %v %v %v", n, saString(got), err, err2)
 	}
@@ -89,7 +89,7 @@ func TestSockaddrErrors(t *testing.T) {
 		{&unix.SockaddrNetlink{Family: unix.AF_NETLINK}, unix.EAFNOSUPPORT},
 		{nil, unix.EINVAL},
 	} {
-		n, err := ring.PutSockaddr(&raw, c.sa)
+		n, err := sock.PutSockaddr(&raw, c.sa)
 		if !errors.Is(err, c.want) || n != 0 || !strings.HasPrefix(err.Error(), "ring: ") {
 			t.Errorf("PutSockaddr(%s) = %d, %v; want %v", saString(c.sa), n, err, c.want)
 		}
@@ -108,18 +108,17 @@ func TestSockaddrErrors(t *testing.T) {
 		{unix.AF_APPLETALK, 16, unix.EAFNOSUPPORT},
 	} {
 		raw.Addr.Family = c.family
-		if sa, err := ring.ParseSockaddr(&raw, c.n); !errors.Is(err, c.want) || sa != nil {
+		if sa, err := sock.ParseSockaddr(&raw, c.n); !errors.Is(err, c.want) || sa != nil {
 			t.Errorf("ParseSockaddr(family %d, %d bytes) = %v, %v; want %v", c.family, c.n, sa, err, c.want)
 		}
 	}
 }
 
 // TestSockaddrKernel checks both directions against the kernel on real
-// sockets of every family: a CONNECT to an address encoded by PutSockaddr
-// reaches the listener, and the peer address an ACCEPT wrote decodes to
-// what getsockname(2) and getpeername(2) report.
+// sockets of every family: a connect(2) to an address encoded by
+// PutSockaddr reaches the listener, and the peer address accept(2) wrote
+// decodes to what getsockname(2) and getpeername(2) report.
 func TestSockaddrKernel(t *testing.T) {
-	testutil.SkipIfNoUring(t)
 	dir := t.TempDir()
 	abstract := fmt.Sprintf("@ringloop-sockaddr-%d", os.Getpid())
 	for _, c := range []struct {
@@ -155,32 +154,18 @@ func TestSockaddrKernel(t *testing.T) {
 				}
 			}
 
-			// On the heap: the kernel reads and writes them after the Prep
-			// calls, and a goroutine stack can move (it did under -race).
-			// Prep keeps only their addresses, so nothing would make them
-			// escape without the package variable.
-			target, peer, peerLen := new(unix.RawSockaddrAny), new(unix.RawSockaddrAny), new(uint32)
-			kernelOwned = []any{target, peer, peerLen}
-			defer func() { kernelOwned = nil }()
-			tn, err := ring.PutSockaddr(target, lsa)
+			var target, peer unix.RawSockaddrAny
+			tn, err := sock.PutSockaddr(&target, lsa)
 			if err != nil {
 				t.Fatal(err)
 			}
-			*peerLen = unix.SizeofSockaddrAny
-			r := newRing(t, 8, nil)
-			sqe := getSQE(t, r)
-			sqe.PrepAccept(lfd, peer, peerLen, unix.SOCK_CLOEXEC)
-			sqe.UserData = 1
-			sqe = getSQE(t, r)
-			sqe.PrepConnect(cfd, target, tn)
-			sqe.UserData = 2
-			got := byUserData(t, reap(t, r, 2, 5e9))
-			if got[2].Res != 0 {
-				t.Fatalf("connect to %s: %v", saString(lsa), got[2].Err())
+			if err := rawConnect(cfd, &target, tn); err != nil {
+				t.Fatalf("connect to %s: %v", saString(lsa), err)
 			}
-			afd := int(got[1].Res)
-			if afd < 0 {
-				t.Fatalf("accept: %v", got[1].Err())
+			peerLen := uint32(unix.SizeofSockaddrAny)
+			afd, err := rawAccept(lfd, &peer, &peerLen)
+			if err != nil {
+				t.Fatalf("accept: %v", err)
 			}
 			defer unix.Close(afd)
 
@@ -192,12 +177,12 @@ func TestSockaddrKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dec, err := ring.ParseSockaddr(peer, *peerLen)
+			dec, err := sock.ParseSockaddr(&peer, peerLen)
 			if err != nil {
-				t.Fatalf("ParseSockaddr(accepted peer, %d bytes): %v", *peerLen, err)
+				t.Fatalf("ParseSockaddr(accepted peer, %d bytes): %v", peerLen, err)
 			}
 			want := saString(csa)
-			if c.family == unix.AF_UNIX && *peerLen == 2 {
+			if c.family == unix.AF_UNIX && peerLen == 2 {
 				// Unnamed: x/sys/unix ignores the length and spells it
 				// "@", the name of an abstract socket; the length says
 				// there is no name at all.
@@ -215,15 +200,31 @@ func TestSockaddrKernel(t *testing.T) {
 			}
 			// The kernel's length is the one PutSockaddr gives.
 			var again unix.RawSockaddrAny
-			if n, err := ring.PutSockaddr(&again, dec); err != nil || n != *peerLen || again != *peer {
-				t.Fatalf("re-encoded peer: %d bytes (kernel %d), %v, same bytes %v", n, *peerLen, err, again == *peer)
+			if n, err := sock.PutSockaddr(&again, dec); err != nil || n != peerLen || again != peer {
+				t.Fatalf("re-encoded peer: %d bytes (kernel %d), %v, same bytes %v", n, peerLen, err, again == peer)
 			}
 		})
 	}
 }
 
-// kernelOwned keeps memory whose address is in an SQE on the heap.
-var kernelOwned []any
+// rawConnect is connect(2) on an address in the kernel's layout.
+func rawConnect(fd int, sa *unix.RawSockaddrAny, n uint32) error {
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(sa)), uintptr(n))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// rawAccept is accept4(2), the peer's address written into sa and its
+// length into n.
+func rawAccept(fd int, sa *unix.RawSockaddrAny, n *uint32) (int, error) {
+	r, _, e := unix.Syscall6(unix.SYS_ACCEPT4, uintptr(fd), uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(n)), unix.SOCK_CLOEXEC, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
 
 func sockaddrSocket(t *testing.T, family int) int {
 	t.Helper()
@@ -248,25 +249,25 @@ func TestSockaddrAddrPort(t *testing.T) {
 		{&unix.SockaddrInet6{Port: 9, ZoneId: 3, Addr: [16]byte{0: 0xfe, 1: 0x80, 15: 1}}, "[fe80::1%3]:9"},
 		{&unix.SockaddrInet6{Port: 1, Addr: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}}, "[::ffff:127.0.0.1]:1"},
 	} {
-		ap, ok := ring.SockaddrToAddrPort(c.sa)
+		ap, ok := sock.SockaddrToAddrPort(c.sa)
 		if !ok || ap.String() != c.ap {
 			t.Errorf("SockaddrToAddrPort(%s) = %v, %v; want %s", saString(c.sa), ap, ok, c.ap)
 		}
-		back, err := ring.AddrPortToSockaddr(netip.MustParseAddrPort(c.ap))
+		back, err := sock.AddrPortToSockaddr(netip.MustParseAddrPort(c.ap))
 		if err != nil || saString(back) != saString(c.sa) {
 			t.Errorf("AddrPortToSockaddr(%s) = %s, %v", c.ap, saString(back), err)
 		}
 	}
-	if _, ok := ring.SockaddrToAddrPort(&unix.SockaddrUnix{Name: "/x"}); ok {
+	if _, ok := sock.SockaddrToAddrPort(&unix.SockaddrUnix{Name: "/x"}); ok {
 		t.Error("a Unix address converted to an AddrPort")
 	}
-	if _, err := ring.AddrPortToSockaddr(netip.AddrPort{}); !errors.Is(err, unix.EINVAL) {
+	if _, err := sock.AddrPortToSockaddr(netip.AddrPort{}); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("zero AddrPort: %v", err)
 	}
-	if _, err := ring.AddrPortToSockaddr(netip.MustParseAddrPort("[fe80::1%no-such-if0]:1")); !errors.Is(err, unix.EINVAL) {
+	if _, err := sock.AddrPortToSockaddr(netip.MustParseAddrPort("[fe80::1%no-such-if0]:1")); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("unknown zone: %v", err)
 	}
-	if sa, err := ring.AddrPortToSockaddr(netip.MustParseAddrPort("[fe80::1%lo]:1")); err != nil || sa.(*unix.SockaddrInet6).ZoneId == 0 {
+	if sa, err := sock.AddrPortToSockaddr(netip.MustParseAddrPort("[fe80::1%lo]:1")); err != nil || sa.(*unix.SockaddrInet6).ZoneId == 0 {
 		t.Errorf("zone lo: %v, %v", sa, err)
 	}
 }
@@ -289,15 +290,15 @@ func TestAddrPort(t *testing.T) {
 			t.Fatal(err)
 		}
 		sc.Control(func(fd uintptr) {
-			peer, _, ok, err := ring.PeerAddrPort(int(fd))
+			peer, _, ok, err := sock.PeerAddrPort(int(fd))
 			if err != nil || !ok || peer.String() != c.RemoteAddr().String() {
 				t.Errorf("%s PeerAddrPort = %v %v %v, want %v", network, peer, ok, err, c.RemoteAddr())
 			}
-			local, _, ok, err := ring.LocalAddrPort(int(fd))
+			local, _, ok, err := sock.LocalAddrPort(int(fd))
 			if err != nil || !ok || local.String() != c.LocalAddr().String() {
 				t.Errorf("%s LocalAddrPort = %v %v %v, want %v", network, local, ok, err, c.LocalAddr())
 			}
-			if n := testing.AllocsPerRun(10, func() { ring.PeerAddrPort(int(fd)) }); n != 0 {
+			if n := testing.AllocsPerRun(10, func() { sock.PeerAddrPort(int(fd)) }); n != 0 {
 				t.Errorf("PeerAddrPort allocates %.0f times", n)
 			}
 		})
@@ -310,10 +311,10 @@ func TestAddrPort(t *testing.T) {
 	}
 	defer unix.Close(fds[0])
 	defer unix.Close(fds[1])
-	if _, _, ok, err := ring.PeerAddrPort(fds[0]); ok || err != nil {
+	if _, _, ok, err := sock.PeerAddrPort(fds[0]); ok || err != nil {
 		t.Fatalf("PeerAddrPort of a Unix socket: ok %v err %v", ok, err)
 	}
-	if _, _, _, err := ring.PeerAddrPort(-1); err == nil {
-		t.Fatal("ring.PeerAddrPort(-1) succeeded")
+	if _, _, _, err := sock.PeerAddrPort(-1); err == nil {
+		t.Fatal("sock.PeerAddrPort(-1) succeeded")
 	}
 }

@@ -1,4 +1,4 @@
-package ring_test
+package sock_test
 
 import (
 	"net/netip"
@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ringloop/ringloop/ring"
+	"github.com/ringloop/ringloop/internal/sock"
 )
 
 func TestRawAddrPort(t *testing.T) {
@@ -24,22 +24,22 @@ func TestRawAddrPort(t *testing.T) {
 		{"[2001:db8::1]:65535", unix.AF_INET6, unix.SizeofSockaddrInet6, "[2001:db8::1]:65535"},
 		{"[fe80::1%7]:1", unix.AF_INET6, unix.SizeofSockaddrInet6, "[fe80::1%7]:1"},
 	} {
-		n, err := ring.PutAddrPort(b[:], netip.MustParseAddrPort(tc.ap), tc.family)
+		n, err := sock.PutAddrPort(b[:], netip.MustParseAddrPort(tc.ap), tc.family)
 		if err != nil || n != tc.n {
 			t.Fatalf("PutAddrPort(%s, %d) = %d, %v; want %d", tc.ap, tc.family, n, err, tc.n)
 		}
-		back, ok := ring.ParseAddrPort(b[:n])
+		back, ok := sock.ParseAddrPort(b[:n])
 		if !ok || back.String() != tc.back {
 			t.Fatalf("ParseAddrPort(PutAddrPort(%s)) = %v, %v; want %s", tc.ap, back, ok, tc.back)
 		}
 	}
-	if _, err := ring.PutAddrPort(b[:], netip.MustParseAddrPort("[2001:db8::1]:1"), unix.AF_INET); err == nil {
+	if _, err := sock.PutAddrPort(b[:], netip.MustParseAddrPort("[2001:db8::1]:1"), unix.AF_INET); err == nil {
 		t.Fatal("an IPv6 address was written for an IPv4 socket")
 	}
-	if _, err := ring.PutAddrPort(b[:], netip.AddrPort{}, unix.AF_INET6); err == nil {
+	if _, err := sock.PutAddrPort(b[:], netip.AddrPort{}, unix.AF_INET6); err == nil {
 		t.Fatal("an invalid address was written")
 	}
-	if _, ok := ring.ParseAddrPort(b[:1]); ok {
+	if _, ok := sock.ParseAddrPort(b[:1]); ok {
 		t.Fatal("ParseAddrPort read a 1-byte address")
 	}
 
@@ -47,11 +47,11 @@ func TestRawAddrPort(t *testing.T) {
 	// an abstract name of 107 bytes after the leading NUL.
 	long := "/" + strings.Repeat("p", 107)
 	for _, name := range []string{"/tmp/x.sock", "@abstract", long, "@" + long[1:]} {
-		n, err := ring.PutUnixName(b[:], name)
+		n, err := sock.PutUnixName(b[:], name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, abstract, ok := ring.UnixName(b[:n])
+		got, abstract, ok := sock.UnixName(b[:n])
 		want := name
 		if abstract {
 			want = name[1:]
@@ -60,10 +60,10 @@ func TestRawAddrPort(t *testing.T) {
 			t.Fatalf("UnixName(PutUnixName(%q)) = %q, %v, %v", name, got, abstract, ok)
 		}
 	}
-	if _, err := ring.PutUnixName(b[:], long+"x"); err == nil {
+	if _, err := sock.PutUnixName(b[:], long+"x"); err == nil {
 		t.Fatal("a 109-byte Unix socket name was written")
 	}
-	if got, _, ok := ring.UnixName(b[:2]); !ok || len(got) != 0 {
+	if got, _, ok := sock.UnixName(b[:2]); !ok || len(got) != 0 {
 		t.Fatalf("unnamed: %q, %v", got, ok)
 	}
 }

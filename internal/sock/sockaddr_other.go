@@ -1,6 +1,6 @@
 //go:build !linux
 
-package ring
+package sock
 
 import (
 	"net/netip"
@@ -9,36 +9,33 @@ import (
 )
 
 // PutSockaddr encodes the kernel's struct sockaddr on Linux only; elsewhere
-// it returns ErrNotSupported.
+// it returns an error matching errors.ErrUnsupported.
 func PutSockaddr(raw *unix.RawSockaddrAny, sa unix.Sockaddr) (uint32, error) {
-	return 0, ErrNotSupported
+	return 0, errNotSupported
 }
 
 // ParseSockaddr decodes the kernel's struct sockaddr on Linux only;
-// elsewhere it returns ErrNotSupported.
+// elsewhere it returns an error matching errors.ErrUnsupported.
 func ParseSockaddr(raw *unix.RawSockaddrAny, n uint32) (unix.Sockaddr, error) {
-	return nil, ErrNotSupported
+	return nil, errNotSupported
 }
 
 // Getpeername returns fd's peer address on Linux only; elsewhere it returns
-// ErrNotSupported.
-func Getpeername(fd int) (unix.Sockaddr, error) { return nil, ErrNotSupported }
+// an error matching errors.ErrUnsupported.
+func Getpeername(fd int) (unix.Sockaddr, error) { return nil, errNotSupported }
 
 // Getsockname returns fd's local address on Linux only; elsewhere it
-// returns ErrNotSupported.
-func Getsockname(fd int) (unix.Sockaddr, error) { return nil, ErrNotSupported }
+// returns an error matching errors.ErrUnsupported.
+func Getsockname(fd int) (unix.Sockaddr, error) { return nil, errNotSupported }
 
 // PeerAddrPort returns fd's peer address on Linux only; elsewhere it
-// returns ErrNotSupported.
+// returns an error matching errors.ErrUnsupported.
 func PeerAddrPort(fd int) (netip.AddrPort, uint32, bool, error) {
-	return netip.AddrPort{}, 0, false, ErrNotSupported
+	return netip.AddrPort{}, 0, false, errNotSupported
 }
 
 // LocalAddrPort returns fd's local address on Linux only; elsewhere it
-// returns ErrNotSupported.
+// returns an error matching errors.ErrUnsupported.
 func LocalAddrPort(fd int) (netip.AddrPort, uint32, bool, error) {
-	return netip.AddrPort{}, 0, false, ErrNotSupported
+	return netip.AddrPort{}, 0, false, errNotSupported
 }
-
-// SocketDrops is Linux only; elsewhere it returns ErrNotSupported.
-func SocketDrops(fd int) (uint32, error) { return 0, ErrNotSupported }
