@@ -32,7 +32,7 @@ import (
 type profile struct {
 	conns, sizes, depths []int
 	reps                 int
-	// targetReps, when above reps, repeats the cells the issue 6 targets
+	// targetReps, when above reps, repeats the cells the targets
 	// are checked on (64 B at 64 connections and up) this many times:
 	// their ratios are within a few percent of the targets, so they get
 	// the tighter median.
