@@ -2,6 +2,7 @@
 // where the kernel refuses io_uring, loopback sockets, fd / mapping /
 // goroutine leak checks, a watchdog, and waits for events (a condition, a
 // thread asleep in its io_uring or epoll wait, a blocked goroutine, a
-// readable fd, a queued connection) that tests use instead of sleeping. It is imported by _test.go files
-// only, and like everything outside package ring it does not import unsafe.
+// readable fd, a queued connection) that tests use instead of sleeping. It
+// is imported by _test.go files only, and like everything outside package
+// ring it does not import unsafe.
 package testutil
