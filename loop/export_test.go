@@ -48,6 +48,10 @@ func (l *Loop) InjectStall(n int) {
 	l.wakeup()
 }
 
+// Wake ends the loop's wait if it has published one, without giving it
+// work: after a test moves the loop's injected clock, the loop reads it.
+func (l *Loop) Wake() { l.wakeup() }
+
 // Waiting reports whether the loop has published a wait deadline (it is
 // blocked in, or about to enter, a wait).
 func (l *Loop) Waiting() bool { return l.nextWakeup.Load() != awake }
