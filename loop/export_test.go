@@ -56,6 +56,10 @@ func (l *Loop) Wake() { l.wakeup() }
 // blocked in, or about to enter, a wait).
 func (l *Loop) Waiting() bool { return l.nextWakeup.Load() != awake }
 
+// WaitDeadline returns the clock instant the loop's published wait ends
+// at, or -1 while it has published none.
+func (l *Loop) WaitDeadline() int64 { return l.nextWakeup.Load() }
+
 // Tid returns the loop thread's id, 0 before start and after termination.
 func (l *Loop) Tid() int { return int(l.tid.Load()) }
 
