@@ -37,6 +37,13 @@ func WaitBlocked(tb testing.TB, tid int, d time.Duration) {
 	}
 }
 
+// Blocked reports whether thread tid of this process sleeps in an io_uring
+// or epoll wait now.
+func Blocked(tid int) bool {
+	nr, _ := sleepingIn(tid)
+	return waitSyscalls[nr]
+}
+
 // sleepingIn returns the number of the system call thread tid sleeps in
 // (-1 if it runs or sleeps outside one), with what the kernel said.
 func sleepingIn(tid int) (int, string) {
