@@ -192,7 +192,9 @@ func TestWriteThenClose(t *testing.T) {
 			if _, err := c.Write([]byte("late")); !errorsIsClosed(err) {
 				t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
 			}
-			time.Sleep(50 * time.Millisecond) // the peer is slow to start reading
+			// The peer starts reading once c's loop took the Close, with
+			// most of the MiB still queued.
+			ctTurnPasses(t, c.Loop())
 			peer.SetReadDeadline(time.Now().Add(10 * time.Second))
 			got, err := io.ReadAll(peer)
 			if err != nil {

@@ -108,7 +108,7 @@ func TestNetConnCloseUnblocks(t *testing.T) {
 			_, err := d.Write(make([]byte, 256<<20)) // the peer never reads
 			errs <- err
 		}()
-		time.Sleep(200 * time.Millisecond)
+		ctWaitFor(t, 10*time.Second, "the Read and the Write to block", func() bool { return conn.NetWaiters(d) == 2 })
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
 		}
