@@ -357,6 +357,7 @@ func TestFixedDelay(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the first run, due at once, did not come")
 		}
+		turnPasses(t, l) // the run has ended and its next deadline is set
 		for i := 1; i < 6; i++ {
 			next := at + int64(30*time.Millisecond) // 10 ms task + 20 ms delay
 			clk.Set(next - 1)
