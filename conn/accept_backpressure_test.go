@@ -133,9 +133,13 @@ func TestAcceptanceBackpressure(t *testing.T) {
 		for len(pauses) > 0 || read < total {
 			if len(pauses) > 0 && read >= pauses[0] {
 				pauses = pauses[1:]
-				time.Sleep(200 * time.Millisecond)
-				if sc := p.conn.Load(); p.sent.Load() < total && (sc == nil || sc.Writable()) {
-					t.Errorf("at %d bytes: the server is still writable after the client did not read for 200 ms", read)
+				// The client stops reading: the server becomes
+				// unwritable (unless it has sent everything).
+				if !testutil.Eventually(30*time.Second, func() bool {
+					sc := p.conn.Load()
+					return p.sent.Load() >= total || sc != nil && !sc.Writable()
+				}) {
+					t.Errorf("at %d bytes: the server is still writable 30 s after the client stopped reading", read)
 				}
 				if liveGrowth == 0 { // the live heap while the server is blocked
 					runtime.GC()

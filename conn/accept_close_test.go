@@ -96,7 +96,11 @@ func TestAcceptancePeerReset(t *testing.T) {
 		if !errors.As(err, &oe) {
 			t.Errorf("OnClose err is %T, want a *net.OpError", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		// OnClose runs after the connection's last op ended: only a task
+		// already queued could call it again.
+		for _, l := range g.Loops() {
+			ctTurnPasses(t, l)
+		}
 		if n := rec.closes.Load(); n != 1 {
 			t.Errorf("OnClose called %d times, want 1", n)
 		}
@@ -148,14 +152,10 @@ func TestAcceptanceCloseInFlight(t *testing.T) {
 			if _, err := sc.Write(big); err != nil {
 				t.Fatalf("server Write: %v", err)
 			}
-			// Stalled: bytes queued, and none leaving for 20 ms.
-			last := -1
+			// Stalled: bytes queued, and the client advertises a zero
+			// window.
 			accWaitFor(t, 10*time.Second, "a stalled send", func() bool {
-				time.Sleep(20 * time.Millisecond)
-				n := sc.Buffered()
-				stalled := n > 0 && n == last
-				last = n
-				return stalled
+				return sc.Buffered() > 0 && ctZeroWindow(t, c)
 			})
 
 			if i%2 == 0 {
@@ -180,7 +180,9 @@ func TestAcceptanceCloseInFlight(t *testing.T) {
 				t.Errorf("iteration %d: server received %d bytes, want 1", i, n)
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		for _, l := range g.Loops() {
+			ctTurnPasses(t, l)
+		}
 		if n := rec.closes.Load(); n != 10 {
 			t.Errorf("OnClose called %d times for 10 connections", n)
 		}
@@ -234,7 +236,11 @@ func TestAcceptanceHalfClose(t *testing.T) {
 		if err := <-errc; err != nil {
 			t.Fatalf("client write/CloseWrite: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond) // the FIN follows the data
+		// The FIN follows the data: once the server's kernel has it, a
+		// turn of the server's loop takes it (end of stream).
+		accWaitFor(t, 10*time.Second, "the server to acknowledge the FIN", func() bool { return ctFinAcked(t, tc) })
+		ctTurnPasses(t, sc.Loop())
+		ctTurnPasses(t, sc.Loop())
 		queued := sc.Buffered()
 		select {
 		case err := <-rec.closed:

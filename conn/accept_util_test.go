@@ -94,13 +94,7 @@ func (accEcho) OnData(c *conn.Conn, data []byte) { c.Write(data) }
 // accWaitFor polls cond every millisecond until it holds or d passes.
 func accWaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(tb, d, what, cond)
 }
 
 // accHelperEnv names the helper mode of a re-executed test binary

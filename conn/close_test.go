@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testknobs"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
 )
 
 // TestCloseInFlight: Close while a send (8 MiB to a peer that does not
@@ -192,7 +194,9 @@ func TestWriteThenClose(t *testing.T) {
 			if _, err := c.Write([]byte("late")); !errorsIsClosed(err) {
 				t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
 			}
-			time.Sleep(50 * time.Millisecond) // the peer is slow to start reading
+			// The peer starts reading once c's loop took the Close, with
+			// most of the MiB still queued.
+			ctTurnPasses(t, c.Loop())
 			peer.SetReadDeadline(time.Now().Add(10 * time.Second))
 			got, err := io.ReadAll(peer)
 			if err != nil {
@@ -214,7 +218,8 @@ func TestWriteThenClose(t *testing.T) {
 // later), with OnClose(nil) and the fd gone.
 func TestCloseLingerTimeout(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
-		g := ctGroup(t, b, 1)
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := ctGroup(t, b, 1, testknobs.Clock(clk).(loop.Option))
 		ln := testutil.Loopback(t)
 		baseline := testutil.FdCount()
 		const linger = 200 * time.Millisecond
@@ -231,15 +236,21 @@ func TestCloseLingerTimeout(t *testing.T) {
 		}
 		defer peer.Close()
 		c.Write(make([]byte, 16<<20)) // far more than the socket buffers hold
-		start := time.Now()
 		c.Close()
+		// On the loop's clock, which the test moves: open a nanosecond
+		// before the linger time, closed at it.
+		ctTurnPasses(t, c.Loop())
+		clk.Advance(linger - 1)
+		ctTurnPasses(t, c.Loop())
+		select {
+		case <-ce.closed:
+			t.Fatalf("closed before the linger time %v, OnClose(%v)", linger, ce.closeErr)
+		default:
+		}
+		clk.Advance(1)
+		c.Loop().Execute(func() {})
 		if err := ce.wait(t); err != nil {
 			t.Fatalf("OnClose(%v), want nil", err)
-		}
-		took := time.Since(start)
-		t.Logf("closed %v after Close (linger %v)", took.Round(time.Millisecond), linger)
-		if took < linger-10*time.Millisecond || took > linger+time.Second {
-			t.Fatalf("closed %v after Close, want about the linger time %v", took, linger)
 		}
 		peer.Close()
 		ctWaitFor(t, 5*time.Second, "fds back to baseline", func() bool { return testutil.FdCount() == baseline })

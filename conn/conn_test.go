@@ -315,9 +315,13 @@ func TestTimeouts(t *testing.T) {
 			if err := c.SetIdleTimeout(150 * time.Millisecond); err != nil {
 				t.Fatal(err)
 			}
-			for range 8 { // 400ms of traffic every 50ms
+			// 400ms of traffic: echo round trips back to back. (The
+			// timeouts are measured on the real clock, as net.Conn
+			// deadlines are.)
+			for start, n := time.Now(), 0; time.Since(start) < 400*time.Millisecond; {
 				c.Write([]byte("ping"))
-				time.Sleep(50 * time.Millisecond)
+				n += 4
+				ctWaitFor(t, 10*time.Second, "the echo", func() bool { return len(ce.received()) >= n })
 			}
 			select {
 			case <-ce.closed:

@@ -56,3 +56,11 @@ func KeptOnLoop(l *loop.Loop) (kept, keepers int) {
 	v := <-res
 	return v[0], v[1]
 }
+
+// NetWaiters returns how many goroutines are blocked in nc's Read or
+// Write.
+func NetWaiters(nc *NetConn) int { return int(nc.waiters.Load()) }
+
+// NetPacketWaiters returns how many goroutines are blocked in np's reads
+// or writes.
+func NetPacketWaiters(np *NetPacketConn) int { return int(np.waiters.Load()) }

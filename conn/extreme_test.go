@@ -17,9 +17,11 @@ import (
 )
 
 // bulkThenClose writes n pattern bytes on open, then closes.
+// closed is closed once it has.
 type bulkThenClose struct {
 	conn.NopHandler
-	n int
+	n      int
+	closed chan struct{}
 }
 
 func (h bulkThenClose) OnOpen(c *conn.Conn) {
@@ -27,6 +29,7 @@ func (h bulkThenClose) OnOpen(c *conn.Conn) {
 	ctPattern(buf, 0)
 	c.Write(buf)
 	c.Close()
+	close(h.closed)
 }
 
 // TestHugeDurations: durations too long for the clock mean "never": a
@@ -38,22 +41,23 @@ func TestHugeDurations(t *testing.T) {
 		g := ctGroup(t, b, 1)
 		t.Run("linger", func(t *testing.T) {
 			const n = 8 << 20
-			srv := ctListen(t, "tcp", "127.0.0.1:0", g, bulkThenClose{n: n}, conn.WithLinger(math.MaxInt64))
+			h := bulkThenClose{n: n, closed: make(chan struct{})}
+			srv := ctListen(t, "tcp", "127.0.0.1:0", g, h, conn.WithLinger(math.MaxInt64))
 			c, err := net.Dial("tcp", srv.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
 			c.SetReadDeadline(time.Now().Add(30 * time.Second))
-			time.Sleep(50 * time.Millisecond) // let the server's queue wait on us
-			h := sha256.New()
-			got, err := io.Copy(h, c)
+			<-h.closed // the server's queue waits on us
+			sum := sha256.New()
+			got, err := io.Copy(sum, c)
 			if err != nil || got != n {
 				t.Fatalf("read %d of %d bytes: %v", got, n, err)
 			}
 			want := make([]byte, n)
 			ctPattern(want, 0)
-			if sha256.Sum256(want) != [32]byte(h.Sum(nil)) {
+			if sha256.Sum256(want) != [32]byte(sum.Sum(nil)) {
 				t.Fatal("the bytes differ")
 			}
 		})

@@ -353,7 +353,12 @@ func (h *halfCloser) OnData(c *conn.Conn, data []byte) { h.q = append(h.q, data.
 func (h *halfCloser) OnHalfClose(c *conn.Conn) {
 	q := string(h.q)
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		// Later: once a task queued now ran, OnHalfClose has returned.
+		returned := make(chan struct{})
+		if err := c.Loop().Execute(func() { close(returned) }); err != nil {
+			panic(err)
+		}
+		<-returned
 		if _, err := c.Write([]byte("late answer to " + q)); err != nil {
 			panic(err)
 		}

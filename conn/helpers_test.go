@@ -222,13 +222,44 @@ func (h *ctServerHandler) accepted(tb testing.TB) (*conn.Conn, *ctEvents) {
 // ctWaitFor polls cond until it holds or d passes.
 func ctWaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(time.Millisecond)
+	testutil.WaitFor(tb, d, what, cond)
+}
+
+// ctTurnPasses waits until l has finished a whole turn that began after
+// the call (waking it with empty tasks): the completions the kernel had
+// posted by then were dispatched, and the tasks queued before it ran.
+func ctTurnPasses(tb testing.TB, l *loop.Loop) {
+	tb.Helper()
+	k := l.Stats().Turns
+	ctWaitFor(tb, 10*time.Second, "a turn of "+l.String(), func() bool {
+		l.Execute(func() {})
+		return l.Stats().Turns >= k+2
+	})
+}
+
+// ctTCPInfo returns the TCP_INFO of the TCP connection c.
+func ctTCPInfo(tb testing.TB, c net.Conn) *unix.TCPInfo {
+	tb.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		tb.Fatal(err)
 	}
+	var ti *unix.TCPInfo
+	rc.Control(func(fd uintptr) { ti, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	if err != nil {
+		tb.Fatalf("TCP_INFO: %v", err)
+	}
+	return ti
+}
+
+// ctZeroWindow reports whether the TCP connection c advertises a zero
+// receive window: its receive buffer is full, and its peer cannot send.
+func ctZeroWindow(tb testing.TB, c net.Conn) bool { return ctTCPInfo(tb, c).Rcv_wnd == 0 }
+
+// ctFinAcked reports whether the peer of the TCP connection c acknowledged
+// the FIN c sent (c is in FIN_WAIT2): the FIN is in the peer's socket.
+func ctFinAcked(tb testing.TB, c net.Conn) bool {
+	return ctTCPInfo(tb, c).State == 5 // TCP_FIN_WAIT2
 }
 
 // ctHangingAddr returns the address of a listener whose accept queue is

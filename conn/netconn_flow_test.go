@@ -108,7 +108,7 @@ func TestNetConnCloseUnblocks(t *testing.T) {
 			_, err := d.Write(make([]byte, 256<<20)) // the peer never reads
 			errs <- err
 		}()
-		time.Sleep(200 * time.Millisecond)
+		ctWaitFor(t, 10*time.Second, "the Read and the Write to block", func() bool { return conn.NetWaiters(d) == 2 })
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -164,10 +164,13 @@ func TestNetConnDeadlineQueue(t *testing.T) {
 		if el := time.Since(start); el < 140*time.Millisecond || el > 2*time.Second {
 			t.Fatalf("a 150 ms deadline, set after one of an hour, ended the Read after %v", el)
 		}
+		// The cleared deadline's check came due before the near one's;
+		// a Read it ended would have returned by now, or show below as
+		// a deadline error where Close should end it.
 		select {
 		case err := <-res:
 			t.Fatalf("Read after its deadline was cleared returned %v", err)
-		case <-time.After(100 * time.Millisecond):
+		default:
 		}
 		if n := conn.DeadlineQueueLen(l); n != 1 {
 			t.Fatalf("%d checks queued once two came due, want the far one only", n)
@@ -209,11 +212,14 @@ func TestNetConnDeadlineTimers(t *testing.T) {
 			_, err := d.Read(make([]byte, 1))
 			res <- err
 		}()
-		select {
-		case err := <-res:
-			t.Fatalf("Read with no deadline returned %v", err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		ctWaitFor(t, 10*time.Second, "the Read to wait", func() bool {
+			select {
+			case err := <-res:
+				t.Fatalf("Read with no deadline returned %v", err)
+			default:
+			}
+			return conn.NetWaiters(d) == 1
+		})
 		d.SetReadDeadline(time.Now()) // a deadline in the past ends it now
 		select {
 		case err := <-res:

@@ -520,19 +520,21 @@ func TestNetConnHTTPShutdown(t *testing.T) {
 
 		// An in-flight slow request.
 		type result struct {
-			body string
-			err  error
+			body  string
+			err   error
+			early bool // it ended before the release
 		}
+		var released atomic.Bool
 		slow := make(chan result, 1)
 		go func() {
 			resp, err := (&http.Client{Transport: trSlow, Timeout: 20 * time.Second}).Get(hs.url + "/slow")
 			if err != nil {
-				slow <- result{err: err}
+				slow <- result{err: err, early: !released.Load()}
 				return
 			}
 			body, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			slow <- result{string(body), err}
+			slow <- result{string(body), err, !released.Load()}
 		}()
 		select {
 		case <-started:
@@ -541,10 +543,13 @@ func TestNetConnHTTPShutdown(t *testing.T) {
 		}
 
 		shut := make(chan error, 1)
+		var shutEarly atomic.Bool // Shutdown returned before the release
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			shut <- srv.Shutdown(ctx)
+			err := srv.Shutdown(ctx)
+			shutEarly.Store(!released.Load())
+			shut <- err
 		}()
 		// Serve returns, the listener is closed and the idle connection
 		// goes, while the slow request is still in its handler.
@@ -563,18 +568,15 @@ func TestNetConnHTTPShutdown(t *testing.T) {
 			c.Close()
 			t.Errorf("a dial after Shutdown succeeded")
 		}
-		time.Sleep(200 * time.Millisecond)
-		select {
-		case err := <-shut:
-			t.Fatalf("Shutdown returned %v while a request was in flight", err)
-		case r := <-slow:
-			t.Fatalf("the slow request ended before its release: %q, %v", r.body, r.err)
-		default:
-		}
-
+		// Neither Shutdown nor the slow request may end before the
+		// release: each notes whether it did.
+		released.Store(true)
 		close(release)
 		select {
 		case r := <-slow:
+			if r.early {
+				t.Fatalf("the slow request ended before its release: %q, %v", r.body, r.err)
+			}
 			if r.err != nil || r.body != "slow done" {
 				t.Errorf("slow request: %q, %v", r.body, r.err)
 			}
@@ -583,6 +585,9 @@ func TestNetConnHTTPShutdown(t *testing.T) {
 		}
 		select {
 		case err := <-shut:
+			if shutEarly.Load() {
+				t.Fatalf("Shutdown returned %v while a request was in flight", err)
+			}
 			if err != nil {
 				t.Errorf("Shutdown: %v", err)
 			}

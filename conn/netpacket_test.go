@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,18 +159,22 @@ func packetFutureReadDeadline(t *testing.T, a, b net.PacketConn) {
 // holds the read until the new one; moved earlier, it ends it.
 func packetMovedReadDeadline(t *testing.T, a, b net.PacketConn) {
 	start := time.Now()
-	b.SetReadDeadline(start.Add(30 * time.Millisecond))
+	b.SetReadDeadline(start.Add(100 * time.Millisecond))
 	go func() {
-		time.Sleep(10 * time.Millisecond)
-		b.SetReadDeadline(start.Add(120 * time.Millisecond))
+		if !testutil.Eventually(10*time.Second, readBlocked(b)) {
+			t.Errorf("ReadFrom did not block")
+		}
+		b.SetReadDeadline(start.Add(200 * time.Millisecond))
 	}()
 	_, _, err := b.ReadFrom(make([]byte, 8))
-	if el := time.Since(start); !isTimeout(err) || el < 120*time.Millisecond {
-		t.Fatalf("ReadFrom: %v after %v, want a timeout after 120ms", err, el)
+	if el := time.Since(start); !isTimeout(err) || el < 200*time.Millisecond {
+		t.Fatalf("ReadFrom: %v after %v, want a timeout after 200ms", err, el)
 	}
 	b.SetReadDeadline(time.Time{})
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		if !testutil.Eventually(10*time.Second, readBlocked(b)) {
+			t.Errorf("ReadFrom did not block")
+		}
 		b.SetReadDeadline(time.Now())
 	}()
 	if _, _, err := b.ReadFrom(make([]byte, 8)); !isTimeout(err) {
@@ -185,6 +190,8 @@ func packetWriteDeadline(t *testing.T, a, b net.PacketConn) {
 		t.Fatalf("WriteTo after the deadline: %v", err)
 	}
 	a.SetWriteDeadline(time.Now().Add(30 * time.Millisecond))
+	// Past the deadline, and past package net's timer that marks it
+	// passed: the deadline is an instant of the real clock.
 	time.Sleep(50 * time.Millisecond)
 	if _, err := a.WriteTo([]byte("late"), b.LocalAddr()); !isTimeout(err) {
 		t.Fatalf("WriteTo after a deadline that passed: %v", err)
@@ -207,7 +214,7 @@ func packetCloseUnblocksRead(t *testing.T, a, b net.PacketConn) {
 		_, _, err := b.ReadFrom(make([]byte, 8))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	ctWaitFor(t, 10*time.Second, "ReadFrom to block", readBlocked(b))
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +240,16 @@ func packetCloseUnblocksRead(t *testing.T, a, b net.PacketConn) {
 	}
 }
 
+// readBlocked returns a condition that holds while a ReadFrom of c waits:
+// for a NetPacketConn by its count of blocked goroutines, for package
+// net's socket by the goroutine's stack (parked in the network poller).
+func readBlocked(c net.PacketConn) func() bool {
+	if np, ok := c.(*conn.NetPacketConn); ok {
+		return func() bool { return conn.NetPacketWaiters(np) > 0 }
+	}
+	return func() bool { return testutil.Parked("net.(*UDPConn).ReadFrom") > 0 }
+}
+
 // isStdlib reports package net's own socket (whose SetDeadline after Close
 // is not checked here either way).
 func isStdlib(c net.PacketConn) bool { _, ok := c.(*net.UDPConn); return ok }
@@ -242,14 +259,23 @@ func isStdlib(c net.PacketConn) bool { _, ok := c.(*net.UDPConn); return ok }
 func packetConcurrent(t *testing.T, a, b net.PacketConn) {
 	const writers, per = 4, 250
 	var wg sync.WaitGroup
+	var sent, read atomic.Int64
+	// Within the socket buffers: at most 64 datagrams neither read nor
+	// counted as dropped, and 16 more per writer.
+	caughtUp := func() bool {
+		d, err := packetDropCount(b)
+		return err != nil || sent.Load()-read.Load()-int64(d) < 64
+	}
 	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range per {
 				a.WriteTo([]byte(fmt.Sprintf("%d/%d", w, i)), b.LocalAddr())
-				if i%32 == 31 {
-					time.Sleep(time.Millisecond) // stay within the socket buffers
+				sent.Add(1)
+				if i%16 == 15 && !testutil.Eventually(10*time.Second, caughtUp) {
+					t.Errorf("writer %d: the readers did not catch up", w)
+					return
 				}
 			}
 		}()
@@ -268,6 +294,7 @@ func packetConcurrent(t *testing.T, a, b net.PacketConn) {
 				if err != nil {
 					return
 				}
+				read.Add(1)
 				mu.Lock()
 				if seen[string(buf[:n])] {
 					t.Errorf("datagram %q read twice", buf[:n])
@@ -289,23 +316,28 @@ func packetConcurrent(t *testing.T, a, b net.PacketConn) {
 // packetDrops counts the datagrams c's socket dropped: the kernel's count,
 // and a NetPacketConn's own for its inbound queue.
 func packetDrops(t *testing.T, c net.PacketConn) uint64 {
+	d, err := packetDropCount(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// packetDropCount is packetDrops for any goroutine.
+func packetDropCount(c net.PacketConn) (uint64, error) {
 	switch c := c.(type) {
 	case *conn.NetPacketConn:
-		return c.Dropped() + c.PacketConn().Stats().KernelDrops
+		return c.Dropped() + c.PacketConn().Stats().KernelDrops, nil
 	case *net.UDPConn:
 		var d uint32
 		rc, err := c.SyscallConn()
 		if err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 		rc.Control(func(fd uintptr) { d, err = sock.SocketDrops(int(fd)) })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return uint64(d)
+		return uint64(d), err
 	}
-	t.Fatalf("no drop count for %T", c)
-	return 0
+	return 0, fmt.Errorf("no drop count for %T", c)
 }
 
 // TestNetPacketConnDial: DialPacketNet gives a net.Conn: Write to the

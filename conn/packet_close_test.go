@@ -157,13 +157,14 @@ func TestPacketRearmRetry(t *testing.T) {
 		h.release(pc.Loop())
 		// Armed again: the next refusal arrives too.
 		refused := h.refusals()
-		deadline := time.Now().Add(5 * time.Second)
-		for h.refusals() == refused {
-			if time.Now().After(deadline) {
-				t.Fatalf("no receive after the op table freed up; errors %v, stats %+v", h.errors(), pc.Stats())
+		if !testutil.Eventually(10*time.Second, func() bool {
+			if h.refusals() != refused {
+				return true
 			}
 			pc.Write([]byte("anyone now?"))
-			time.Sleep(20 * time.Millisecond)
+			return false
+		}) {
+			t.Fatalf("no receive after the op table freed up; errors %v, stats %+v", h.errors(), pc.Stats())
 		}
 		select {
 		case err := <-h.closed:

@@ -71,6 +71,7 @@ func BenchmarkPacketSend(b *testing.B) {
 				defer rx.Close()
 				rx.SetReadBuffer(8 << 20)
 				var got atomic.Int64
+				progress := make(chan struct{}, 1) // a datagram arrived
 				go func() {
 					buf := make([]byte, 2048)
 					for {
@@ -78,6 +79,10 @@ func BenchmarkPacketSend(b *testing.B) {
 							return
 						}
 						got.Add(1)
+						select {
+						case progress <- struct{}{}:
+						default:
+						}
 					}
 				}()
 				var opts []conn.Option
@@ -97,7 +102,7 @@ func BenchmarkPacketSend(b *testing.B) {
 				sent := 0
 				for sent < b.N {
 					for int64(sent)-got.Load() > window {
-						time.Sleep(10 * time.Microsecond)
+						<-progress
 					}
 					if gso {
 						k := min(per, b.N-sent)
@@ -107,15 +112,20 @@ func BenchmarkPacketSend(b *testing.B) {
 						sent += k
 					} else {
 						if _, err := pc.Write(one); err != nil {
-							time.Sleep(10 * time.Microsecond) // a full queue: let it drain
+							<-progress // a full queue: let it drain
 							continue
 						}
 						sent++
 					}
 				}
-				deadline := time.Now().Add(10 * time.Second)
-				for got.Load() < int64(b.N) && time.Now().Before(deadline) {
-					time.Sleep(100 * time.Microsecond)
+				timeout := time.After(10 * time.Second)
+			wait:
+				for got.Load() < int64(b.N) {
+					select {
+					case <-progress:
+					case <-timeout:
+						break wait
+					}
 				}
 				b.StopTimer()
 				syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)

@@ -257,17 +257,18 @@ func TestPacketErrors(t *testing.T) {
 	})
 }
 
-// ctWriteUntilErr writes to pc's peer every 10 ms until h has recorded an
-// error matching target, failing the test after 5 s.
+// ctWriteUntilErr writes to pc's peer until h has recorded an error
+// matching target, failing the test after 10 s.
 func ctWriteUntilErr(t *testing.T, pc *conn.PacketConn, h interface{ errors() []error }, target error) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !hasErr(h.errors(), target) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %v; errors %v", target, h.errors())
+	if !testutil.Eventually(10*time.Second, func() bool {
+		if hasErr(h.errors(), target) {
+			return true
 		}
 		pc.Write([]byte("is anyone there?"))
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("no %v; errors %v", target, h.errors())
 	}
 }
 

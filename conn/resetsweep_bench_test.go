@@ -76,11 +76,7 @@ func TestTCPInfoStateByte(t *testing.T) {
 
 func waitState(t *testing.T, state func(int) byte, fd int, want byte) {
 	t.Helper()
-	for range 200 {
-		if state(fd) == want {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testutil.Eventually(10*time.Second, func() bool { return state(fd) == want }) {
+		t.Fatalf("fd %d: state %d, want %d", fd, state(fd), want)
 	}
-	t.Fatalf("fd %d: state %d, want %d", fd, state(fd), want)
 }

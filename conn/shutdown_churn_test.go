@@ -107,7 +107,10 @@ func TestShutdownUnderChurn(t *testing.T) {
 					}
 				}()
 			}
-			time.Sleep(time.Duration(50+rand.IntN(100)) * time.Millisecond)
+			// The shutdown comes after a random number of dials, with
+			// connections opening and closing around it.
+			target := int64(50 + rand.IntN(400))
+			ctWaitFor(t, 30*time.Second, "the dials before the shutdown", func() bool { return dials.Load() >= target })
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			var gerr, serr error
 			switch order {

@@ -66,7 +66,10 @@ func TestGracefulShutdownLingers(t *testing.T) {
 				if err := g.ShutdownGracefully(0, 20*time.Second); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(200 * time.Millisecond) // a slow reader
+				// A slow reader: it starts once the shutdown closed the
+				// connection (its hooks run after the first turn that
+				// sees it), with the payload still queued.
+				ctTurnPasses(t, g.Loop(0))
 				cl.SetReadDeadline(time.Now().Add(30 * time.Second))
 				got, err := io.ReadAll(cl)
 				if err != nil {

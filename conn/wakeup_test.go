@@ -5,7 +5,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ringloop/ringloop/internal/testutil"
 )
+
+// blockInWait waits on w, then closes done (a goroutine blocked in the wait
+// shows this function on its stack).
+func blockInWait(w *wakeup, done chan struct{}) {
+	w.wait(new(atomic.Int32))
+	close(done)
+}
 
 // TestWakeup checks the NetConn's wakeup: a signal left before the wait is
 // taken at once, signals never pile up (a second one while one is pending
@@ -27,11 +36,12 @@ func TestWakeup(t *testing.T) {
 	}
 
 	done = make(chan struct{})
-	go func() { w.wait(new(atomic.Int32)); close(done) }()
+	go blockInWait(&w, done)
+	testutil.WaitParked(t, 10*time.Second, "conn.blockInWait", 1)
 	select {
 	case <-done:
 		t.Fatal("wait returned with no wakeup pending")
-	case <-time.After(20 * time.Millisecond):
+	default:
 	}
 	w.signal()
 	select {

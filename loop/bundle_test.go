@@ -105,39 +105,35 @@ func runRecvs(t *testing.T, b loop.Backend, bufSize uint32, skipIf func(loop.Fea
 			unix.Shutdown(wr[i], unix.SHUT_WR)
 		}()
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	allEnded := func() bool {
 		mu.Lock()
+		defer mu.Unlock()
 		done := true
 		for _, e := range ended {
 			done = done && e
 		}
+		return done
+	}
+	if !testutil.Eventually(20*time.Second, allEnded) {
+		mu.Lock()
+		var lens []int
+		for i := range got {
+			lens = append(lens, len(got[i]))
+		}
 		mu.Unlock()
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			mu.Lock()
-			var lens []int
-			for i := range got {
-				lens = append(lens, len(got[i]))
+		var parked []loop.OpID
+		var inFlight int
+		var live []string
+		runOn(t, l, func() { parked, inFlight, live = l.ParkedOps(), l.OpsInFlight(), l.LiveOps() })
+		t.Logf("live ops: %v; fds %v", live, rd)
+		for i := range trace {
+			if !ended[i] {
+				tr := trace[i]
+				t.Logf("pair %d: %d completions, last %v", i, len(tr), tr[max(0, len(tr)-8):])
 			}
-			mu.Unlock()
-			var parked []loop.OpID
-			var inFlight int
-			var live []string
-			runOn(t, l, func() { parked, inFlight, live = l.ParkedOps(), l.OpsInFlight(), l.LiveOps() })
-			t.Logf("live ops: %v; fds %v", live, rd)
-			for i := range trace {
-				if !ended[i] {
-					tr := trace[i]
-					t.Logf("pair %d: %d completions, last %v", i, len(tr), tr[max(0, len(tr)-8):])
-				}
-			}
-			st := l.Stats()
-			t.Fatalf("receives did not end: received %v of %d each, ended %v; %d parked now (%d parkings), %d ops in flight; stale %d misuse %d lost %d", lens, size, ended, len(parked), st.ParkedRecvs, inFlight, st.StaleCompletions, st.BufferMisuse, st.LostCompletions)
 		}
-		time.Sleep(time.Millisecond)
+		st := l.Stats()
+		t.Fatalf("receives did not end: received %v of %d each, ended %v; %d parked now (%d parkings), %d ops in flight; stale %d misuse %d lost %d", lens, size, ended, len(parked), st.ParkedRecvs, inFlight, st.StaleCompletions, st.BufferMisuse, st.LostCompletions)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -334,6 +334,21 @@ func (h *driverHarness) waitN(what string, ud uint64, n int) []cqe {
 	return h.of(ud)
 }
 
+// wakeWhenAsleep wakes the driver from another goroutine once the calling
+// goroutine's thread, the harness's, sleeps in the driver's wait (after
+// 10 s without, it fails the test and wakes it anyway).
+func (h *driverHarness) wakeWhenAsleep(t *testing.T) {
+	tid := unix.Gettid()
+	go func() {
+		if !testutil.Eventually(10*time.Second, func() bool { return testutil.Blocked(tid) }) {
+			t.Errorf("the poll did not sleep in its wait within 10s")
+		}
+		if err := h.d.wake(); err != nil {
+			t.Errorf("wake: %v", err)
+		}
+	}()
+}
+
 // quiet polls for d and fails if ud completes meanwhile.
 func (h *driverHarness) quiet(what string, ud uint64, d time.Duration) {
 	h.tb.Helper()
@@ -503,8 +518,7 @@ func contractPollZero(t *testing.T, mk mkHarness) {
 	a, b := testutil.SocketPair(t)
 	ud := h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = make([]byte, 8) })
 	h.poll(0)
-	writeAll(t, b, []byte("now"))
-	time.Sleep(20 * time.Millisecond)
+	writeAll(t, b, []byte("now")) // a socket pair: the recv is ready when the write returns
 	if r := h.poll(0); r.completions != 1 || r.timedOut {
 		t.Fatalf("poll(0) after the data arrived: %+v, %v; want the recv", r, h.log)
 	}
@@ -532,7 +546,7 @@ func contractRecv(t *testing.T, mk mkHarness) {
 			}
 
 			writeAll(t, b, []byte("world!"))
-			time.Sleep(10 * time.Millisecond)
+			testutil.WaitReadable(t, a, 10*time.Second)
 			ud = h.start(tagRecv, func(o *op) { o.fd = int32(a); o.buf = buf })
 			if len(h.of(ud)) != 0 {
 				t.Fatal("completion delivered from submit")
@@ -834,10 +848,7 @@ func contractWaitPrecision(t *testing.T, mk mkHarness) {
 		t.Fatalf("median wait %v for %v: rounded up to milliseconds?", med, wait)
 	}
 	h.poll(wait / 3)
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		h.d.wake()
-	}()
+	h.wakeWhenAsleep(t)
 	if r := h.poll(-1); !r.woken {
 		t.Fatalf("unbounded poll: %+v", r)
 	}
@@ -950,7 +961,7 @@ func contractCancel(t *testing.T, mk mkHarness) {
 	lfd, addr := testutil.ListenFd(t)
 	testutil.Dial(t, addr)
 	testutil.Dial(t, addr)
-	time.Sleep(20 * time.Millisecond)
+	testutil.WaitAcceptQueue(t, lfd, 2, 10*time.Second)
 	ud = h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
 	h.cancel(ud)
 	c := h.final("canceled accept", ud)
@@ -978,12 +989,7 @@ func contractCancel(t *testing.T, mk mkHarness) {
 // next poll then runs its full timeout.
 func contractWake(t *testing.T, mk mkHarness) {
 	h := mk(t)
-	go func() {
-		time.Sleep(30 * time.Millisecond)
-		if err := h.d.wake(); err != nil {
-			t.Errorf("wake: %v", err)
-		}
-	}()
+	h.wakeWhenAsleep(t)
 	start := time.Now()
 	if r := h.poll(10 * time.Second); !r.woken || time.Since(start) > 2*time.Second {
 		t.Fatalf("poll %+v after %v, want woken promptly", r, time.Since(start))
@@ -1245,8 +1251,7 @@ func contractRebuild(t *testing.T, mk mkHarness) {
 		}
 	}
 	// A result for the old instance that nobody reaps, and a wakeup.
-	writeAll(t, b3, []byte("early"))
-	time.Sleep(10 * time.Millisecond)
+	writeAll(t, b3, []byte("early")) // a socket pair: ready when the write returns
 	if err := h.d.wake(); err != nil {
 		t.Fatal(err)
 	}
@@ -1325,10 +1330,7 @@ func contractRebuild(t *testing.T, mk mkHarness) {
 		wantCQE(t, "connect continued across the rebuild", h.final("connect", conn), 0, false)
 	}
 
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		h.d.wake()
-	}()
+	h.wakeWhenAsleep(t)
 	if r := h.poll(10 * time.Second); !r.woken {
 		t.Fatalf("wake after the rebuild: %+v", r)
 	}

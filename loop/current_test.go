@@ -27,7 +27,11 @@ func TestCurrent(t *testing.T) {
 				for round := 0; round < 20; round++ {
 					// Let both loops fall asleep, so the shortcut applies
 					// off the loops.
-					time.Sleep(time.Millisecond)
+					for _, l := range g.Loops() {
+						if l.State() == loop.StateStarted {
+							waitAsleep(t, l)
+						}
+					}
 					if l := loop.Current(); l != nil {
 						t.Fatalf("round %d: Current off every loop = %v", round, l)
 					}

@@ -113,17 +113,37 @@ func TestEpollDriverEmptyEvents(t *testing.T) {
 		t.Fatalf("poll with an empty event: %+v after %v", r, el)
 	}
 
-	done := make(chan struct{})
+	// Each edge comes while the poll sleeps in epoll_wait: one wakeup
+	// each, until the poll gives up and returns.
+	tid := unix.Gettid() // the harness keeps to this thread
+	done, returned := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for range 4 * epollRewaits {
-			time.Sleep(2 * time.Millisecond)
+			asleep := testutil.Eventually(10*time.Second, func() bool {
+				select {
+				case <-returned:
+					return true
+				default:
+					return testutil.Blocked(tid)
+				}
+			})
+			select {
+			case <-returned:
+				return
+			default:
+			}
+			if !asleep {
+				t.Errorf("the poll did not sleep again")
+				return
+			}
 			unix.Write(b, []byte("z"))
 		}
 	}()
 	start = time.Now()
 	r = h.poll(5 * time.Second)
 	el := time.Since(start)
+	close(returned)
 	<-done
 	if el > 2*time.Second || r.timedOut || r.completions != 0 || r.woken {
 		t.Fatalf("poll with only empty events: %+v after %v", r, el)
@@ -138,7 +158,7 @@ func TestEpollDriverCloseClosesQueuedAccepts(t *testing.T) {
 	h := newDriverHarness(t, epollKind())
 	lfd, addr := testutil.ListenFd(t)
 	testutil.Dial(t, addr)
-	time.Sleep(20 * time.Millisecond)
+	testutil.WaitAcceptQueue(t, lfd, 1, 10*time.Second)
 	h.start(tagAccept, func(o *op) { o.fd = int32(lfd); o.multishot = true })
 	if h.epoll().ready.n == 0 {
 		t.Fatal("accept did not run at submit")

@@ -48,9 +48,17 @@ func (l *Loop) InjectStall(n int) {
 	l.waker.wake()
 }
 
+// Wake ends the loop's wait if it has published one, without giving it
+// work: after a test moves the loop's injected clock, the loop reads it.
+func (l *Loop) Wake() { l.waker.wake() }
+
 // Waiting reports whether the loop has published a wait deadline (it is
 // blocked in, or about to enter, a wait).
 func (l *Loop) Waiting() bool { return l.waker.nextWakeup.Load() != awake }
+
+// WaitDeadline returns the clock instant the loop's published wait ends
+// at, or -1 while it has published none.
+func (l *Loop) WaitDeadline() int64 { return l.waker.nextWakeup.Load() }
 
 // Tid returns the loop thread's id, 0 before start and after termination.
 func (l *Loop) Tid() int { return int(l.thread.id.Load()) }

@@ -80,7 +80,7 @@ func TestFdReusedAfterRawClose(t *testing.T) {
 			reuse(t, a, a2)
 			defer unix.Close(a)
 			res = submit(t, func(c loop.Completer) (loop.OpID, error) { return l.IO().Recv(a, buf, 0, c) })
-			time.Sleep(20 * time.Millisecond) // let the recv wait for readiness
+			waitAsleep(t, l) // the recv waits for readiness
 			unix.Write(peer2, []byte("yz"))
 			if r := wait(t, "recv on the reused fd", res); r != 2 {
 				t.Fatalf("recv on the reused fd: %d", r)
@@ -127,7 +127,7 @@ func TestFdReusedAfterRawClose(t *testing.T) {
 			reuse(t, lfd, l2)
 			defer unix.Close(lfd)
 			res = submit(t, func(c loop.Completer) (loop.OpID, error) { return l.IO().Accept(lfd, false, c) })
-			time.Sleep(20 * time.Millisecond) // let the accept wait for readiness
+			waitAsleep(t, l) // the accept waits for readiness
 			dial(sa2)
 			r = wait(t, "accept on the reused fd", res)
 			if r < 0 {

@@ -12,16 +12,19 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
 	"golang.org/x/sys/unix"
 )
 
 // TestHugeDelays: delays too long to add to the clock saturate to "never":
-// a timer of math.MaxInt64 does not fire, a fixed-rate timer with such an
-// initial delay does not run, and the loop does not spin on them (its
-// turns stay those of an idle loop).
+// on a clock the test moves a hundred years, a timer of math.MaxInt64 does
+// not fire, a fixed-rate timer with such an initial delay does not run,
+// and the loop does not spin on them (it sleeps its whole idle wait, as an
+// idle loop does).
 func TestHugeDelays(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
-		g := newGroup(t, b, loop.WithLoops(1))
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithClock(clk))
 		l := g.Loop(0)
 		runOn(t, l, func() {})
 		var runs atomic.Int64
@@ -40,15 +43,20 @@ func TestHugeDelays(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		turns := l.Stats().Turns
-		time.Sleep(300 * time.Millisecond)
 		// The fixed-rate timers with a 1 ms first run run once each (3),
 		// then wait their huge period.
+		advance(t, clk, l, time.Millisecond)
+		advance(t, clk, l, 100*365*24*time.Hour)
 		if n := runs.Load(); n != 3 {
-			t.Fatalf("huge delays: %d runs in 300ms, want 3 (the 1 ms first runs)", n)
+			t.Fatalf("huge delays: %d runs in 100 years, want 3 (the 1 ms first runs)", n)
 		}
-		if d := l.Stats().Turns - turns; d > 20 {
-			t.Fatalf("the loop turned %d times in 300ms with only far timers pending", d)
+		dl := int64(-1)
+		for dl == -1 { // -1: it woke up between the two looks
+			waitAsleep(t, l)
+			dl = l.WaitDeadline()
+		}
+		if d := time.Duration(dl - clk.Now()); d != sched.IdleWait {
+			t.Fatalf("the loop waits %v with only far timers pending, want the idle wait %v", d, sched.IdleWait)
 		}
 	})
 }

@@ -112,7 +112,9 @@ func TestExecuteManyProducers(t *testing.T) {
 		}
 		wg.Wait()
 		waitFor(t, 30*time.Second, "all tasks to run", func() bool { return ran.Load() == producers*perProducer })
-		time.Sleep(10 * time.Millisecond)
+		for _, l := range g.Loops() {
+			runOn(t, l, func() {}) // queued behind every task: a task run twice ran before it
+		}
 		if n := ran.Load(); n != producers*perProducer {
 			t.Fatalf("%d tasks ran, want %d (a task ran twice)", n, producers*perProducer)
 		}
@@ -188,8 +190,8 @@ func TestIdleGroupCPU(t *testing.T) {
 		g := newGroup(t, b, loop.WithLoops(4))
 		for _, l := range g.Loops() {
 			runOn(t, l, func() {})
+			waitAsleep(t, l)
 		}
-		time.Sleep(50 * time.Millisecond)
 		var before, after int64
 		var ru0, ru1 unix.Rusage
 		shared := g.Loop(0).Features().SharedThread
@@ -232,23 +234,24 @@ func rusageNanos(r *unix.Rusage) int64 {
 
 func TestTimers(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
-		g := newGroup(t, b, loop.WithLoops(2))
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := newGroup(t, b, loop.WithLoops(2), loop.WithClock(clk))
 		const n = 10000
 		var (
 			early, canceledRan, ran atomic.Int64
 			wg                      sync.WaitGroup
 			timers                  = make([]*sched.Timer, n)
-			start                   = time.Now()
+			start                   = clk.Now()
 		)
 		for i := 0; i < n; i++ {
 			d := time.Duration(rand.Int64N(int64(200 * time.Millisecond)))
-			due := time.Now().Add(d)
+			due := start + int64(d)
 			canceled := i%10 == 0
 			if !canceled {
 				wg.Add(1)
 			}
 			tm, err := g.Schedule(d, func() {
-				if time.Now().Before(due) {
+				if clk.Now() < due {
 					early.Add(1)
 				}
 				if canceled {
@@ -263,15 +266,24 @@ func TestTimers(t *testing.T) {
 			}
 			timers[i] = tm
 		}
+		// The clock moves past every deadline, 250 µs before each Stop
+		// with the loops woken, so the canceled timers are stopped while
+		// the loops fire the due ones: some fire before their Stop.
 		stopped := 0
 		for i := 0; i < n; i += 10 {
+			clk.Advance(250 * time.Microsecond)
+			for _, l := range g.Loops() {
+				l.Wake()
+			}
 			if timers[i].Stop() {
 				stopped++
 			}
 		}
 		wg.Wait()
-		time.Sleep(250*time.Millisecond - time.Since(start)) // every canceled deadline has passed
-		time.Sleep(20 * time.Millisecond)
+		for _, l := range g.Loops() {
+			turnPasses(t, l)
+			runOn(t, l, func() {}) // behind every timer that was due
+		}
 		if early.Load() != 0 {
 			t.Fatalf("%d timers ran early", early.Load())
 		}
@@ -287,66 +299,89 @@ func TestTimers(t *testing.T) {
 	})
 }
 
+// TestFixedRateNoDrift: on a clock the test moves, a fixed-rate timer whose
+// run takes 3 ms runs exactly at each of its slots, never before: its own
+// time does not push the schedule (a fixed delay would slip 3 ms a run).
 func TestFixedRateNoDrift(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
-		g := newGroup(t, b, loop.WithLoops(1))
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithClock(clk))
 		l := g.Loop(0)
 		const period, runs = 10 * time.Millisecond, 30
-		var times []time.Time
-		done := make(chan struct{})
-		start := time.Now()
+		ran := make(chan int64, runs)
+		start := clk.Now()
 		tm, err := l.ScheduleAtFixedRate(period, period, func() {
-			if len(times) == runs {
-				return
-			}
-			time.Sleep(3 * time.Millisecond) // the task's own time must not push the schedule
-			times = append(times, time.Now())
-			if len(times) == runs {
-				close(done)
-			}
+			ran <- clk.Now()
+			clk.Advance(3 * time.Millisecond) // the task's own time must not push the schedule
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-done
-		tm.Stop()
-		for k, at := range times {
-			if due := start.Add(time.Duration(k+1) * period); at.Before(due) {
-				t.Fatalf("run %d at %v, before its slot %v", k, at.Sub(start), due.Sub(start))
+		defer tm.Stop()
+		for k := 0; k < runs; k++ {
+			slot := start + int64(k+1)*int64(period)
+			clk.Set(slot - 1)
+			turnPasses(t, l)
+			select {
+			case at := <-ran:
+				t.Fatalf("run %d at %v, before its slot %v", k, time.Duration(at-start), time.Duration(slot-start))
+			default:
+			}
+			clk.Set(slot)
+			turnPasses(t, l)
+			select {
+			case at := <-ran:
+				if at != slot {
+					t.Fatalf("run %d at %v, want its slot %v", k, time.Duration(at-start), time.Duration(slot-start))
+				}
+			default:
+				t.Fatalf("run %d did not come at its slot %v: the schedule drifted", k, time.Duration(slot-start))
 			}
 		}
-		// Fixed delay with the same 3 ms task would end near 30*(10+3) ms.
-		end := times[runs-1].Sub(start)
-		if end > time.Duration(runs)*period+60*time.Millisecond {
-			t.Fatalf("%d fixed-rate runs of %v ended after %v: the schedule drifted", runs, period, end)
-		}
-		t.Logf("fixed rate: run %d ended at %v (ideal %v)", runs, end, time.Duration(runs)*period+3*time.Millisecond)
 	})
 }
 
+// TestFixedDelay: on a clock the test moves, a fixed-delay timer whose run
+// takes 10 ms runs again exactly 20 ms after each run ends, never before.
 func TestFixedDelay(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
-		g := newGroup(t, b, loop.WithLoops(1))
-		var times []time.Time
-		done := make(chan struct{})
-		tm, err := g.Loop(0).ScheduleWithFixedDelay(0, 20*time.Millisecond, func() {
-			if len(times) == 6 {
-				return
-			}
-			times = append(times, time.Now())
-			time.Sleep(10 * time.Millisecond)
-			if len(times) == 6 {
-				close(done)
-			}
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithClock(clk))
+		l := g.Loop(0)
+		ran := make(chan int64, 6)
+		tm, err := l.ScheduleWithFixedDelay(0, 20*time.Millisecond, func() {
+			ran <- clk.Now()
+			clk.Advance(10 * time.Millisecond)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-done
-		tm.Stop()
-		for i := 1; i < len(times); i++ {
-			if gap := times[i].Sub(times[i-1]); gap < 30*time.Millisecond {
-				t.Fatalf("fixed-delay gap %d = %v, want >= 30ms (10ms task + 20ms delay)", i, gap)
+		defer tm.Stop()
+		var at int64
+		select {
+		case at = <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first run, due at once, did not come")
+		}
+		turnPasses(t, l) // the run has ended and its next deadline is set
+		for i := 1; i < 6; i++ {
+			next := at + int64(30*time.Millisecond) // 10 ms task + 20 ms delay
+			clk.Set(next - 1)
+			turnPasses(t, l)
+			select {
+			case <-ran:
+				t.Fatalf("fixed-delay gap %d shorter than 30ms (10ms task + 20ms delay)", i)
+			default:
+			}
+			clk.Set(next)
+			turnPasses(t, l)
+			select {
+			case at = <-ran:
+				if at != next {
+					t.Fatalf("fixed-delay run %d at %v, want %v", i, at, next)
+				}
+			default:
+				t.Fatalf("fixed-delay run %d did not come 30ms after the previous one started", i)
 			}
 		}
 	})
@@ -397,7 +432,7 @@ func TestTimerFromOutsideWakesPromptly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		// Schedule writes the eventfd, if at all, before it returns.
 		if w := l.Stats().WakeWrites - w0; w != 0 {
 			t.Fatalf("a timer 10 s out made %d eventfd writes", w)
 		}
@@ -420,7 +455,8 @@ func TestTimerFromOutsideWakesPromptly(t *testing.T) {
 
 func TestPanickingTaskRecovered(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
-		g := newGroup(t, b, loop.WithLoops(1))
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithClock(clk))
 		l := g.Loop(0)
 		l.Execute(func() { panic("boom") })
 		runOn(t, l, func() {})
@@ -437,13 +473,18 @@ func TestPanickingTaskRecovered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		for runs.Load() < 3 {
+			advance(t, clk, l, time.Millisecond)
+		}
 		<-tm.Future().Done()
 		_, ferr, _ := tm.Future().Result()
 		var pe *sched.PanicError
 		if !errors.As(ferr, &pe) {
 			t.Fatalf("periodic future: %v, want a PanicError", ferr)
 		}
-		time.Sleep(20 * time.Millisecond)
+		for range 5 { // five more periods
+			advance(t, clk, l, time.Millisecond)
+		}
 		if runs.Load() != 3 {
 			t.Fatalf("periodic task ran %d times after panicking on run 3", runs.Load())
 		}
@@ -461,7 +502,8 @@ func TestMaxPendingTasks(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		const n = 64
 		const timers = 3 * n
-		g := newGroup(t, b, loop.WithLoops(1), loop.WithMaxPendingTasks(n))
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithMaxPendingTasks(n), loop.WithClock(clk))
 		l := g.Loop(0)
 		// retry submits f until the bounded queue takes it.
 		retry := func(f func() error) {
@@ -474,7 +516,7 @@ func TestMaxPendingTasks(t *testing.T) {
 				if !errors.Is(err, loop.ErrQueueFull) {
 					t.Fatal(err)
 				}
-				time.Sleep(time.Millisecond)
+				waitFor(t, 10*time.Second, "room in the task queue", func() bool { return l.Stats().PendingTasks < n })
 			}
 		}
 		// 3n timers go to the wheel (through the task queue, so some may
@@ -482,18 +524,16 @@ func TestMaxPendingTasks(t *testing.T) {
 		// the loop's wait do not wake it, so the queue fills up with them;
 		// the refused Schedule wakes the loop, which makes room at once
 		// (else the setup would last until the first timer is due).
-		// They fall due only after the queue below is full (delay bounds
-		// the time the setup may take).
+		// They fall due only when the test moves the clock, after the
+		// queue below is full.
 		const delay = 150 * time.Millisecond
 		var fired [timers]atomic.Int32
-		first := time.Now()
 		for i := range timers {
 			retry(func() error {
 				_, err := l.Schedule(delay, func() { fired[i].Add(1) })
 				return err
 			})
 		}
-		scheduled := time.Now()
 		inWheel := make(chan struct{})
 		retry(func() error { return l.Execute(func() { close(inWheel) }) })
 		<-inWheel
@@ -522,13 +562,15 @@ func TestMaxPendingTasks(t *testing.T) {
 		if s := l.Stats(); s.PendingTasks != n || s.Rejected < 2 {
 			t.Fatalf("pending %d, rejected %d", s.PendingTasks, s.Rejected)
 		}
-		if setup := time.Since(first); setup >= delay {
-			t.Fatalf("setup took %v, longer than the timers' delay", setup)
+		for i := range fired {
+			if c := fired[i].Load(); c != 0 {
+				t.Fatalf("timer %d ran before it was due", i)
+			}
 		}
 		// Let the timers fall due while the queue is full, then release: the
 		// queued tasks run, then the due timers move into the queue, n at a
 		// time, the rest waiting in the wheel.
-		time.Sleep(time.Until(scheduled.Add(delay + 20*time.Millisecond)))
+		clk.Advance(delay + 20*time.Millisecond)
 		unblock()
 
 		allFired := func() bool {
@@ -541,8 +583,8 @@ func TestMaxPendingTasks(t *testing.T) {
 		}
 		waitFor(t, 5*time.Second, "the timers", allFired)
 		var got []int
-		runOn(t, l, func() { got = append(got, order...) })
-		time.Sleep(20 * time.Millisecond)
+		turnPasses(t, l)
+		runOn(t, l, func() { got = append(got, order...) }) // behind any timer queued again
 		for i := range fired {
 			if c := fired[i].Load(); c != 1 {
 				t.Fatalf("timer %d ran %d times", i, c)

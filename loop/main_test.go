@@ -11,6 +11,7 @@ import (
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 	"github.com/ringloop/ringloop/ring"
+	"github.com/ringloop/ringloop/sched"
 )
 
 func TestMain(m *testing.M) { os.Exit(testutil.RunMain(m)) }
@@ -78,12 +79,43 @@ func runOn(tb testing.TB, l *loop.Loop, f func()) {
 // waitFor polls cond every millisecond until it holds or d passes.
 func waitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
+	testutil.WaitFor(tb, d, what, cond)
+}
+
+// turnPasses waits until l has finished a whole turn that began after the
+// call, waking it from its waits. That turn read the clock after the
+// call: timers due by then were moved to the task queue (and the first
+// of them ran), and, while shutting down, the quiet period, the timeout
+// and the holds were checked. It fails if l terminates first.
+func turnPasses(tb testing.TB, l *loop.Loop) {
+	tb.Helper()
+	k := l.Stats().Turns
+	waitFor(tb, 10*time.Second, "a turn of "+l.String(), func() bool {
+		if l.State() == loop.StateTerminated {
+			tb.Fatalf("%v terminated while a turn was awaited", l)
 		}
-		time.Sleep(time.Millisecond)
+		l.Wake()
+		return l.Stats().Turns >= k+2
+	})
+}
+
+// advance moves clk, l's clock, by d and waits until l has run every
+// timer due by then and every task queued before.
+func advance(tb testing.TB, clk *sched.ManualClock, l *loop.Loop, d time.Duration) {
+	tb.Helper()
+	clk.Advance(d)
+	turnPasses(tb, l)
+	runOn(tb, l, func() {}) // behind the timers the turn moved
+}
+
+// waitAsleep waits until l sleeps in its backend's wait, so the ops it
+// started before are in the kernel (on a shared thread, whose id changes,
+// until it has published its wait deadline).
+func waitAsleep(tb testing.TB, l *loop.Loop) {
+	tb.Helper()
+	waitFor(tb, 10*time.Second, "the loop to wait", l.Waiting)
+	if !l.Features().SharedThread {
+		testutil.WaitBlocked(tb, l.Tid(), 10*time.Second)
 	}
 }
 

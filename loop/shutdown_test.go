@@ -14,10 +14,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// TestShutdownGraceful: on a clock the test moves, tasks accepted before a
+// graceful shutdown run, a task 100 ms into the 200 ms quiet period runs
+// and restarts it, timers are refused and canceled, and the loops
+// terminate once 200 ms pass without a task: not at 300 ms, at 300 ms and
+// a nanosecond.
 func TestShutdownGraceful(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
-		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(2), loop.WithLogger(quietLogger))
+		clk := sched.NewManualClock(int64(time.Hour))
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(2), loop.WithLogger(quietLogger), loop.WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,27 +39,43 @@ func TestShutdownGraceful(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
+		start := clk.Now()
 		if err := g.ShutdownGracefully(200*time.Millisecond, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		close(release)
-		// A task 100 ms into the quiet period runs and extends it.
-		time.Sleep(100 * time.Millisecond)
-		var late atomic.Bool
-		if err := l.Execute(func() { late.Store(true) }); err != nil {
+		waitFor(t, 10*time.Second, "the tasks queued before the shutdown", func() bool { return before.Load() == 1000 })
+		// A task 100 ms into the quiet period runs and restarts it.
+		clk.Advance(100 * time.Millisecond)
+		late := make(chan struct{})
+		if err := l.Execute(func() { close(late) }); err != nil {
 			t.Fatalf("Execute while shutting down: %v", err)
 		}
 		if _, err := l.Schedule(time.Millisecond, func() {}); !errors.Is(err, loop.ErrRejected) {
 			t.Fatalf("Schedule while shutting down: %v", err)
 		}
-		<-g.Done()
-		took := time.Since(start)
-		if before.Load() != 1000 || !late.Load() {
-			t.Fatalf("tasks before shutdown ran %d/1000, late task ran %v", before.Load(), late.Load())
+		select {
+		case <-late:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a task queued while shutting down did not run")
 		}
-		if took < 300*time.Millisecond || took > 2*time.Second {
-			t.Fatalf("shutdown took %v, want about 300 ms (quiet period restarted at 100 ms)", took)
+		turnPasses(t, l) // the late task's turn has ended, noting when
+		// 200 ms after it, the quiet period has not passed yet.
+		clk.Set(start + int64(300*time.Millisecond))
+		turnPasses(t, l)
+		select {
+		case <-g.Done():
+			t.Fatal("the group terminated 200 ms after the late task: its quiet period was not restarted")
+		default:
+		}
+		clk.Advance(1)
+		for _, l := range g.Loops() {
+			l.Wake()
+		}
+		select {
+		case <-g.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the group did not terminate once the quiet period passed")
 		}
 		if _, ferr, ok := tm.Future().Result(); !ok || !errors.Is(ferr, sched.ErrCanceled) {
 			t.Fatalf("pending timer: %v %v, want canceled", ferr, ok)
@@ -66,42 +88,41 @@ func TestShutdownGraceful(t *testing.T) {
 				t.Fatalf("%v: %v", l, l.State())
 			}
 		}
-		t.Logf("graceful shutdown took %v", took)
 	})
 }
 
+// TestShutdownTimeoutBoundsBusyLoop: on a clock the test moves, a loop
+// that runs a task every 100 ms never goes quiet for its 300 ms quiet
+// period, and terminates at the 600 ms shutdown timeout, not before.
 func TestShutdownTimeoutBoundsBusyLoop(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
-		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+		clk := sched.NewManualClock(int64(time.Hour))
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger), loop.WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
 		}
 		l := g.Loop(0)
-		stop := make(chan struct{})
-		go func() { // a task every 10 ms: the loop never goes quiet
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(10 * time.Millisecond):
-					if l.Execute(func() {}) != nil {
-						return
-					}
-				}
-			}
-		}()
-		defer close(stop)
 		runOn(t, l, func() {})
-		start := time.Now()
+		start := clk.Now()
 		g.ShutdownGracefully(300*time.Millisecond, 600*time.Millisecond)
+		for clk.Now()-start < int64(500*time.Millisecond) {
+			clk.Advance(100 * time.Millisecond)
+			runOn(t, l, func() {}) // the loop never goes quiet
+		}
+		clk.Set(start + int64(600*time.Millisecond) - 1)
+		turnPasses(t, l)
 		select {
 		case <-g.Done():
-		case <-time.After(5 * time.Second):
-			t.Fatal("shutdown timeout did not bound a loop that never goes quiet")
+			t.Fatal("the busy loop terminated before the shutdown timeout")
+		default:
 		}
-		if took := time.Since(start); took < 550*time.Millisecond || took > 1500*time.Millisecond {
-			t.Fatalf("shutdown took %v, want about the 600 ms timeout", took)
+		clk.Advance(1)
+		l.Wake()
+		select {
+		case <-g.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("shutdown timeout did not bound a loop that never goes quiet")
 		}
 	})
 }
@@ -155,10 +176,11 @@ func TestShutdownFromLoopReturnsError(t *testing.T) {
 	})
 }
 
-// TestShutdownDelayTermination: a loop shutting down with a quiet period
-// of 0 does not terminate while a DelayTermination hold is out; it does
-// once the hold is released, and without the release once the hold's limit
-// or the shutdown's timeout passes, whichever is first.
+// TestShutdownDelayTermination: on a clock the test moves, a loop
+// shutting down with a quiet period of 0 does not terminate while a
+// DelayTermination hold is out; it does once the hold is released, and
+// without the release once the hold's limit or the shutdown's timeout
+// passes, whichever is first (not a nanosecond before).
 func TestShutdownDelayTermination(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
@@ -175,54 +197,64 @@ func TestShutdownDelayTermination(t *testing.T) {
 			{"huge limit released", math.MaxInt64, 10 * time.Second, true},
 			{"huge limit timeout", math.MaxInt64, 400 * time.Millisecond, false},
 		} {
-			g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+			clk := sched.NewManualClock(int64(time.Hour))
+			g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger), loop.WithClock(clk))
 			if err != nil {
 				t.Fatal(err)
 			}
 			l := g.Loop(0)
 			var release func()
-			start := time.Now() // before the hold: its limit counts from it
+			start := clk.Now() // the hold's limit and the shutdown's timeout count from it
 			runOn(t, l, func() { release = l.DelayTermination(c.limit) })
 			if err := g.ShutdownGracefully(0, c.timeout); err != nil {
 				t.Fatal(err)
 			}
+			turnPasses(t, l)
 			select {
 			case <-g.Done():
-				t.Fatalf("%s: terminated after %v with a hold out", c.name, time.Since(start))
-			case <-time.After(200 * time.Millisecond):
+				t.Fatalf("%s: terminated with a hold out", c.name)
+			default:
 			}
 			if c.release {
 				// Tasks still run while shutting down: release on the loop.
 				if err := l.Execute(func() { release(); release() }); err != nil {
 					t.Fatal(err)
 				}
+			} else {
+				bound := min(c.limit, c.timeout)
+				clk.Set(start + int64(bound) - 1)
+				turnPasses(t, l)
+				select {
+				case <-g.Done():
+					t.Fatalf("%s: terminated before the hold's %v bound", c.name, bound)
+				default:
+				}
+				clk.Advance(1)
+				l.Wake()
 			}
 			select {
 			case <-g.Done():
-			case <-time.After(5 * time.Second):
-				t.Fatalf("%s: not terminated %v after the shutdown", c.name, time.Since(start))
-			}
-			// The loop's clock may read up to a tick (1 ms) behind.
-			if bound := min(c.limit, c.timeout) - 5*time.Millisecond; !c.release && time.Since(start) < bound {
-				t.Fatalf("%s: terminated after %v, before the hold's %v bound", c.name, time.Since(start), bound)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: not terminated after the shutdown", c.name)
 			}
 		}
 	})
 }
 
 // TestShutdownReleasedHoldGone: a released DelayTermination hold no longer
-// counts. With a 10 s hold released at once and a 100 ms one never
-// released, a shutdown with a quiet period of 0 ends when the 100 ms one
-// expires, not at the 10 s shutdown timeout.
+// counts. On a clock the test moves, with a 10 s hold released at once and
+// a 100 ms one never released, a shutdown with a quiet period of 0 ends
+// when the 100 ms one expires, not at the 10 s shutdown timeout.
 func TestShutdownReleasedHoldGone(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
-		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger))
+		clk := sched.NewManualClock(int64(time.Hour))
+		g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(quietLogger), loop.WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
 		}
 		l := g.Loop(0)
-		start := time.Now()
+		start := clk.Now()
 		runOn(t, l, func() {
 			release := l.DelayTermination(10 * time.Second)
 			release()
@@ -231,18 +263,19 @@ func TestShutdownReleasedHoldGone(t *testing.T) {
 		if err := g.ShutdownGracefully(0, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
+		clk.Set(start + int64(100*time.Millisecond) - 1)
+		turnPasses(t, l)
 		select {
 		case <-g.Done():
-		case <-time.After(15 * time.Second):
-			t.Fatal("not terminated after the shutdown's timeout")
+			t.Fatal("terminated before the 100 ms hold expired")
+		default:
 		}
-		took := time.Since(start)
-		if took >= 5*time.Second {
-			t.Fatalf("terminated after %v: the released 10 s hold still counted", took)
-		}
-		// The loop's clock may read up to a tick (1 ms) behind.
-		if took < 95*time.Millisecond {
-			t.Fatalf("terminated after %v, before the 100 ms hold expired", took)
+		clk.Advance(1)
+		l.Wake()
+		select {
+		case <-g.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("not terminated once the 100 ms hold expired: the released 10 s hold still counted")
 		}
 	})
 }

@@ -89,7 +89,7 @@ func TestStallDetectorRebuilds(t *testing.T) {
 		waitFor(t, 5*time.Second, "the rebuild", func() bool { return l.Stats().Rebuilds == 1 })
 		took := time.Since(start)
 		in.check(t)
-		time.Sleep(50 * time.Millisecond)
+		turnPasses(t, l) // a turn after the ops completed, for a second rebuild to show
 		s := l.Stats()
 		t.Logf("rebuild after %v: rebuilds %d, migrated %d ops, early returns %d", took, s.Rebuilds, s.MigratedOps, s.EarlyReturns)
 		if s.Rebuilds != 1 {
@@ -150,6 +150,7 @@ func TestByteStreamAcrossRebuilds(t *testing.T) {
 		a, peer := testutil.SocketPair(t)
 		const total = 1 << 20
 		var got bytes.Buffer
+		var received atomic.Int64 // got.Len(), for the other goroutines
 		done := make(chan struct{})
 		buf := make([]byte, 4096)
 		var recv loop.Completer
@@ -160,6 +161,7 @@ func TestByteStreamAcrossRebuilds(t *testing.T) {
 				return
 			}
 			got.Write(buf[:c.Res])
+			received.Store(int64(got.Len()))
 			if got.Len() >= total {
 				close(done)
 				return
@@ -175,8 +177,10 @@ func TestByteStreamAcrossRebuilds(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
+				n := l.Stats().Rebuilds
 				testknobs.RebuildRing(l)
-				time.Sleep(2 * time.Millisecond)
+				// The next one once this one is done.
+				testutil.Eventually(20*time.Second, func() bool { return stop.Load() || l.Stats().Rebuilds > n })
 			}
 		}()
 		want := make([]byte, total)
@@ -189,8 +193,11 @@ func TestByteStreamAcrossRebuilds(t *testing.T) {
 				t.Fatal(err)
 			}
 			off += n
-			if off%(64<<10) < 1000 {
-				time.Sleep(time.Millisecond)
+			if off%(64<<10) < 1000 { // a rebuild, and the receiver catches up
+				r := l.Stats().Rebuilds
+				waitFor(t, 20*time.Second, "a rebuild and the receiver", func() bool {
+					return l.Stats().Rebuilds > r && received.Load() >= int64(off)-(64<<10)
+				})
 			}
 		}
 		select {

@@ -200,10 +200,11 @@ func (r *starveRig) arm(i int) {
 
 // send writes n patterned bytes to pair i from a goroutine; the returned
 // channel yields the write's error.
-func (r *starveRig) send(i, n int) chan error { return r.sendBursts(i, n, n, 0) }
+func (r *starveRig) send(i, n int) chan error { return r.sendBursts(i, n, n, false) }
 
-// sendBursts is send in bursts of burst bytes, pause apart.
-func (r *starveRig) sendBursts(i, n, burst int, pause time.Duration) chan error {
+// sendBursts is send in bursts of burst bytes; with drained, each burst
+// after every pair received every byte of the bursts before it.
+func (r *starveRig) sendBursts(i, n, burst int, drained bool) chan error {
 	done := make(chan error, 1)
 	r.writers.Add(1)
 	go func() {
@@ -220,11 +221,26 @@ func (r *starveRig) sendBursts(i, n, burst int, pause time.Duration) chan error 
 				}
 				b = b[k:]
 			}
-			time.Sleep(pause)
+			if drained && !testutil.Eventually(20*time.Second, func() bool { return r.receivedAll(n - len(p)) }) {
+				done <- fmt.Errorf("pair %d: the bursts before offset %d did not all arrive", i, n-len(p))
+				return
+			}
 		}
 		done <- nil
 	}()
 	return done
+}
+
+// receivedAll reports whether every pair received its first n bytes.
+func (r *starveRig) receivedAll(n int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.got {
+		if len(b) < n {
+			return false
+		}
+	}
+	return true
 }
 
 func pattern(i, n int) []byte {
@@ -466,14 +482,11 @@ func TestParkedRecvCanceledDuringResubmit(t *testing.T) {
 		t.Fatalf("Cancel of parked receive B from A's Completer: %v", cancelErr)
 	}
 	// B's writer is still writing: B, if resubmitted, gets bytes at once.
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	testutil.Eventually(10*time.Second, func() bool {
 		r.mu.Lock()
-		ended := r.ends[b] != 1
-		r.mu.Unlock()
-		if ended {
-			break
-		}
-	}
+		defer r.mu.Unlock()
+		return r.ends[b] != 1
+	})
 	r.mu.Lock()
 	endB, gotB := r.ends[b], len(r.got[b])-bytesAtCancel
 	r.mu.Unlock()
@@ -513,11 +526,12 @@ func TestBundleRotationOrder(t *testing.T) {
 		if !r.l.Features().RecvBundle {
 			t.Skip("no bundles (a kernel before 6.17): no rotation of single-shot bundles")
 		}
-		// Bursts with pauses: the parked queue empties between them and
-		// receives are armed multishot again, then rotate again.
+		// Bursts, each once every pair received the ones before: the
+		// parked queue empties between them and receives are armed
+		// multishot again, then rotate again.
 		var writes []chan error
 		for i := range pairs {
-			writes = append(writes, r.sendBursts(i, size, 32<<10, 5*time.Millisecond))
+			writes = append(writes, r.sendBursts(i, size, 32<<10, true))
 		}
 		r.finish(writes, nil)
 		r.checkStreams(size, nil)

@@ -324,9 +324,15 @@ func TestEventfdReadArmed(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectNoCQE(t, r, 20*time.Millisecond)
+	// The write comes once this thread sleeps in the wait.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := unix.Gettid()
 	done := make(chan error, 1)
 	go func() {
-		time.Sleep(10 * time.Millisecond)
+		if !testutil.Eventually(10*time.Second, func() bool { return testutil.Blocked(tid) }) {
+			t.Errorf("the wait did not sleep within 10s")
+		}
 		_, err := unix.Write(efd, []byte{5, 0, 0, 0, 0, 0, 0, 0})
 		done <- err
 	}()

@@ -253,7 +253,9 @@ func TestTimerHandOffThroughQueue(t *testing.T) {
 	w, clock := newTestWheel(t, 0)
 	q := NewQueue(0)
 	ran := make(chan struct{}, 1)
+	pushed := make(chan struct{})
 	go func() {
+		defer close(pushed)
 		tm, err := w.NewTimer(5*ms, func() { ran <- struct{}{} })
 		if err == nil {
 			err = q.Push(tm)
@@ -263,8 +265,9 @@ func TestTimerHandOffThroughQueue(t *testing.T) {
 		}
 	}()
 	run := func(t Task) { t.Run() }
-	for q.Drain(0, run) == 0 {
-		time.Sleep(time.Millisecond)
+	<-pushed
+	if n := q.Drain(0, run); n != 1 {
+		t.Fatalf("drained %d tasks after the hand-off, want the timer", n)
 	}
 	if w.Len() != 1 {
 		t.Fatalf("wheel holds %d timers after the hand-off", w.Len())

@@ -30,9 +30,10 @@ func (echoServer) OnData(c *conn.Conn, data []byte) { c.Write(data) }
 // cause, when the connection closes.
 type digestClient struct {
 	conn.NopHandler
-	h    hash.Hash // touched on the connection's loop only
-	n    int
-	done chan digestResult
+	h        hash.Hash // touched on the connection's loop only
+	n        int
+	done     chan digestResult
+	writable chan struct{} // the connection became writable
 }
 
 type digestResult struct {
@@ -42,6 +43,15 @@ type digestResult struct {
 }
 
 func (d *digestClient) OnData(c *conn.Conn, data []byte) { d.h.Write(data); d.n += len(data) }
+func (d *digestClient) OnWritabilityChanged(c *conn.Conn, writable bool) {
+	if writable {
+		select {
+		case d.writable <- struct{}{}:
+		default:
+		}
+	}
+}
+
 func (d *digestClient) OnClose(c *conn.Conn, err error) {
 	d.done <- digestResult{d.h.Sum(nil), d.n, err}
 }
@@ -108,12 +118,8 @@ func TestEchoEndToEnd(t *testing.T) {
 					}()
 				}
 				wg.Wait()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				for srv.Conns() > 0 && ctx.Err() == nil {
-					time.Sleep(time.Millisecond)
-				}
-				if n := srv.Conns(); n != 0 {
+				if !testutil.Eventually(10*time.Second, func() bool { return srv.Conns() == 0 }) {
+					n := srv.Conns()
 					t.Errorf("server still holds %d connections after every client finished", n)
 				}
 			})
@@ -126,7 +132,7 @@ func TestEchoEndToEnd(t *testing.T) {
 func dialAndEcho(addr string, g *loop.Group, seed uint64, n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d := &digestClient{h: sha256.New(), done: make(chan digestResult, 1)}
+	d := &digestClient{h: sha256.New(), done: make(chan digestResult, 1), writable: make(chan struct{}, 1)}
 	c, err := conn.Dial(ctx, g, "tcp", addr, d)
 	if err != nil {
 		return err
@@ -145,7 +151,11 @@ func dialAndEcho(addr string, g *loop.Group, seed uint64, n int) error {
 		}
 		left -= size
 		for !c.Writable() { // stay near the high-water mark
-			time.Sleep(100 * time.Microsecond)
+			select {
+			case <-d.writable:
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("not writable again within 30s with %d bytes queued", c.Buffered())
+			}
 		}
 	}
 	if err := c.CloseWrite(); err != nil {

@@ -4,6 +4,7 @@ package testutil_test
 
 import (
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -79,3 +80,68 @@ func TestSkipAndRequire(t *testing.T) {
 	testutil.RequireKernel(t, "6.1")
 	testutil.RequireSetupFlags(t, ring.SetupCoopTaskrun)
 }
+
+func TestWaitHelpers(t *testing.T) {
+	testutil.Watchdog(t, 20*time.Second)
+	testutil.CheckLeaks(t)
+
+	lfd, addr := testutil.ListenFd(t)
+	testutil.Dial(t, addr)
+	testutil.Dial(t, addr)
+	testutil.WaitAcceptQueue(t, lfd, 2, 10*time.Second)
+	if n := testutil.AcceptQueueLen(t, lfd); n != 2 {
+		t.Fatalf("accept queue holds %d, want 2", n)
+	}
+
+	a, b := testutil.SocketPair(t)
+	unix.Write(b, []byte("x"))
+	testutil.WaitReadable(t, a, 10*time.Second)
+
+	// A thread asleep in epoll_pwait is seen there; a goroutine blocked
+	// on a channel is seen in its function.
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(epfd)
+	c, d := testutil.SocketPair(t)
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, c, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c)}); err != nil {
+		t.Fatal(err)
+	}
+	tids := make(chan int, 1)
+	woken := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tids <- unix.Gettid()
+		ev := make([]unix.EpollEvent, 1)
+		for {
+			n, err := unix.EpollWait(epfd, ev, 10000)
+			if err != unix.EINTR {
+				woken <- n
+				return
+			}
+		}
+	}()
+	testutil.WaitBlocked(t, <-tids, 10*time.Second)
+	unix.Write(d, []byte("y"))
+	if n := <-woken; n != 1 {
+		t.Fatalf("epoll_wait returned %d events", n)
+	}
+
+	release := make(chan struct{})
+	done := make(chan struct{})
+	go func() { blockedForTest(release); close(done) }()
+	testutil.WaitParked(t, 10*time.Second, "testutil_test.blockedForTest", 1)
+	close(release)
+	<-done
+	if n := testutil.Parked("testutil_test.blockedForTest"); n != 0 {
+		t.Fatalf("%d goroutines still seen blocked", n)
+	}
+	if !testutil.Eventually(time.Second, func() bool { return true }) || testutil.Eventually(10*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Eventually")
+	}
+}
+
+//go:noinline
+func blockedForTest(release chan struct{}) { <-release }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 )
 
@@ -87,13 +88,14 @@ func TestInboundLinesWithoutEnd(t *testing.T) {
 		stop := time.Now().Add(dur)
 		chunk := bytes.Repeat([]byte("z"), 1<<10)
 		var wg sync.WaitGroup
-		var dialed, reset atomic.Int32
+		var dialed, failed, reset atomic.Int32
 		for range n {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 				if err != nil {
+					failed.Add(1)
 					return
 				}
 				defer nc.Close()
@@ -108,8 +110,9 @@ func TestInboundLinesWithoutEnd(t *testing.T) {
 				}
 			}()
 		}
-		// A legit peer meanwhile.
-		time.Sleep(dur / 2)
+		// A legit peer meanwhile, once every attacker connected (or
+		// failed to).
+		testutil.WaitFor(t, dur, "the attackers to connect", func() bool { return dialed.Load()+failed.Load() == int32(n) })
 		lc, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)

@@ -80,6 +80,7 @@ type memWatch struct {
 	done              sync.WaitGroup
 	mu                sync.Mutex
 	peakHeap          uint64
+	samples           int
 }
 
 // watchMem collects garbage, resets the process's peak RSS and starts
@@ -113,7 +114,15 @@ func (w *memWatch) sample() {
 	h := heapLive()
 	w.mu.Lock()
 	w.peakHeap = max(w.peakHeap, h)
+	w.samples++
 	w.mu.Unlock()
+}
+
+// sampled returns how many samples the watch took.
+func (w *memWatch) sampled() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.samples
 }
 
 // end stops sampling and returns the peak heap and the peak RSS above the
@@ -208,7 +217,8 @@ func TestMemWatchSees(t *testing.T) {
 			b[i] = 1
 		}
 	}
-	time.Sleep(60 * time.Millisecond)
+	n := w.sampled()
+	testutil.WaitFor(t, 10*time.Second, "two samples of the watch's own", func() bool { return w.sampled() >= n+2 })
 	heap, rss := w.end()
 	runtime.KeepAlive(b)
 	// The heap may place part of it in pages already resident (freed by

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
 )
 
@@ -162,11 +163,8 @@ func floodNoRead(t *testing.T, addr string, n int, d time.Duration, chunk []byte
 // waitClosed waits until every server connection reported OnClose.
 func waitClosed(t *testing.T, p *outPeak) {
 	t.Helper()
-	for end := time.Now().Add(20 * time.Second); p.open.Load() > 0; {
-		if time.Now().After(end) {
-			t.Fatalf("%d server connections still open", p.open.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testutil.Eventually(20*time.Second, func() bool { return p.open.Load() == 0 }) {
+		t.Fatalf("%d server connections still open", p.open.Load())
 	}
 }
 

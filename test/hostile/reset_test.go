@@ -82,8 +82,9 @@ func TestResetAfterData(t *testing.T) {
 				for next.Add(1) <= int64(cycles) {
 					// At most 256 the server has not closed yet, so the
 					// listen backlog never overflows into SYN retries.
-					for next.Load()-h.closed.Load() > 256 {
-						time.Sleep(50 * time.Microsecond)
+					if !testutil.Eventually(time.Minute, func() bool { return next.Load()-h.closed.Load() <= 256 }) {
+						errs <- errors.New("the server closed no connection for a minute")
+						return
 					}
 					if err := resetPeer(&addr); err != nil {
 						errs <- err
@@ -102,9 +103,9 @@ func TestResetAfterData(t *testing.T) {
 		// Two reset sweeps and some: every connection must be closed by then.
 		const wait = 10 * time.Second
 		stopped := time.Now()
-		for time.Since(stopped) < wait && (h.opened.Load() < int64(cycles) || h.open() > 0 || srv.Conns() > 0 || testutil.FdCount() > baseFds) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		testutil.Eventually(wait, func() bool {
+			return h.opened.Load() == int64(cycles) && h.open() == 0 && srv.Conns() == 0 && testutil.FdCount() <= baseFds
+		})
 		t.Logf("%d connect-send-reset cycles in %v; %v after the clients stopped: %d opened, %d closed (ECONNRESET %d, EOF %d, other %d), %d still open, fds %d above the baseline",
 			cycles, sent.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond), h.opened.Load(), h.closed.Load(),
 			h.resets.Load(), h.eofs.Load(), h.others.Load(), h.open(), testutil.FdCount()-baseFds)
