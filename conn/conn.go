@@ -163,7 +163,7 @@ func (f *sharedFlags) clear(bit uint32) { f.bits.And(^bit) }
 // only (a dial sets it before its conn reaches the loop), but for closeErr.
 type connExtras struct {
 	readTimeout, idleTimeout time.Duration
-	lastRead, lastIO         int64 // monotonic ns of the last received data, and of the last receive or send
+	lastRead, lastIO         time.Duration // loop clock readings (Loop.Now) of the last received data, and of the last receive or send
 	readTimer, idleTimer     *sched.Timer
 	lingerTimer              *sched.Timer
 	terminationHold          func()      // releases the loop's DelayTermination while lingering as it shuts down
@@ -338,10 +338,10 @@ func (c *Conn) setTimeout(what string, d time.Duration, read bool) error {
 		}
 		x := c.extras
 		if read {
-			x.readTimeout, x.lastRead = d, now()
+			x.readTimeout, x.lastRead = d, c.l.Now()
 			stopTimer(&x.readTimer)
 		} else {
-			x.idleTimeout, x.lastIO = d, now()
+			x.idleTimeout, x.lastIO = d, c.l.Now()
 			stopTimer(&x.idleTimer)
 		}
 		if c.state == stateOpen {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ringloop/ringloop/internal/testutil"
 	"io"
 	"net"
 	"os"
@@ -14,7 +13,10 @@ import (
 	"time"
 
 	"github.com/ringloop/ringloop/conn"
+	"github.com/ringloop/ringloop/internal/testknobs"
+	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
 )
 
 // TestEcho: a round trip through an echo server, over TCP v4, v6 and a Unix
@@ -279,30 +281,54 @@ func TestWritability(t *testing.T) {
 // keeps an idle timeout from firing.
 func TestTimeouts(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
-		g := ctGroup(t, b, 1)
+		// On the loop's clock, which the test moves: each timeout fires
+		// in the timer tick (1ms) it is due, not a tick before.
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := ctGroup(t, b, 1, testknobs.Clock(clk).(loop.Option))
+		lp := g.Loops()[0]
+		notClosed := func(t *testing.T, e *ctEvents, when string) {
+			t.Helper()
+			ctTurnPasses(t, lp)
+			select {
+			case <-e.closed:
+				t.Fatalf("closed %s: OnClose(%v)", when, e.closeErr)
+			default:
+			}
+		}
 		t.Run("read", func(t *testing.T) {
-			h := ctNewServerHandler(t, nil)
-			s := ctListen(t, "tcp", "127.0.0.1:0", g, h, conn.WithReadTimeout(100*time.Millisecond))
+			const timeout = 100 * time.Millisecond
+			h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
+			s := ctListen(t, "tcp", "127.0.0.1:0", g, h, conn.WithReadTimeout(timeout))
 			nc, err := net.Dial("tcp", s.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer nc.Close()
-			start := time.Now()
 			_, se := h.accepted(t)
-			err = se.wait(t)
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
+			notClosed(t, se, "at once")
+			clk.Advance(timeout - time.Millisecond)
+			notClosed(t, se, "before the read timeout")
+			// Data starts the timeout afresh.
+			if _, err := nc.Write([]byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.ReadFull(nc, make([]byte, 4)); err != nil {
+				t.Fatalf("echo: %v", err)
+			}
+			clk.Advance(timeout - time.Millisecond)
+			notClosed(t, se, "a read timeout after data came")
+			clk.Advance(time.Millisecond)
+			lp.Execute(func() {})
+			if err := se.wait(t); !errors.Is(err, os.ErrDeadlineExceeded) {
 				t.Fatalf("OnClose(%v), want os.ErrDeadlineExceeded", err)
 			}
-			if d := time.Since(start); d < 80*time.Millisecond {
-				t.Fatalf("closed after %v, before the 100ms timeout", d)
-			}
-			nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 			if _, err := nc.Read(make([]byte, 1)); err != io.EOF {
 				t.Fatalf("client read %v, want EOF", err)
 			}
 		})
 		t.Run("idle", func(t *testing.T) {
+			const timeout = 150 * time.Millisecond
 			h := ctNewServerHandler(t, func(e *ctEvents) { e.echo = true })
 			s := ctListen(t, "tcp", "127.0.0.1:0", g, h)
 			ce := ctNewEvents(t)
@@ -312,22 +338,21 @@ func TestTimeouts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.SetIdleTimeout(150 * time.Millisecond); err != nil {
+			if err := c.SetIdleTimeout(timeout); err != nil {
 				t.Fatal(err)
 			}
-			// 400ms of traffic: echo round trips back to back. (The
-			// timeouts are measured on the real clock, as net.Conn
-			// deadlines are.)
-			for start, n := time.Now(), 0; time.Since(start) < 400*time.Millisecond; {
+			// Traffic every 100ms of the loop's clock, for 600ms: the
+			// timeout never fires.
+			for n := 4; n <= 24; n += 4 {
+				clk.Advance(100 * time.Millisecond)
 				c.Write([]byte("ping"))
-				n += 4
 				ctWaitFor(t, 10*time.Second, "the echo", func() bool { return len(ce.received()) >= n })
+				notClosed(t, ce, "during traffic")
 			}
-			select {
-			case <-ce.closed:
-				t.Fatalf("idle timeout fired during traffic: %v", ce.closeErr)
-			default:
-			}
+			clk.Advance(timeout - time.Millisecond)
+			notClosed(t, ce, "before the idle timeout")
+			clk.Advance(time.Millisecond)
+			lp.Execute(func() {})
 			if err := ce.wait(t); !errors.Is(err, os.ErrDeadlineExceeded) {
 				t.Fatalf("OnClose(%v), want os.ErrDeadlineExceeded", err)
 			}

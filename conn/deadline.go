@@ -28,17 +28,13 @@ type deadline struct {
 // netDeadlineChecks counts the checks deadlines queued, for tests.
 var netDeadlineChecks atomic.Int64
 
-// started is the origin of deadline instants and of now, and a time every
+// started is the origin of deadline instants, and a time every
 // deadline before which has passed without reading the clock (net/http
 // sets such deadlines to interrupt a Read).
 var started = time.Now()
 
 // sinceStarted returns t as an instant.
 func sinceStarted(t time.Time) int64 { return int64(t.Sub(started)) }
-
-// now returns the monotonic instant (a vDSO clock read: no system call, no
-// allocation).
-func now() int64 { return int64(time.Since(started)) }
 
 // A deadliner is what a deadline check calls: a NetConn or a NetPacketConn.
 type deadliner interface {

@@ -100,7 +100,7 @@ func (c *inbound) Complete(cp *loop.Completion) {
 		if x := c.extras; x != nil && (x.readTimeout > 0 || x.idleTimeout > 0) {
 			// Only a timeout reads these (setTimeout starts them
 			// afresh), so without one the clock is not read.
-			t := now()
+			t := c.l.Now()
 			x.lastRead, x.lastIO = t, t
 		}
 		c.deliverChunks(cp.Data)
@@ -506,7 +506,7 @@ func (c *inbound) applyPause(reason uint8, on bool) {
 		return
 	}
 	if c.extras != nil && c.extras.readTimeout > 0 {
-		c.extras.lastRead = now() // the pause did not count against the timeout
+		c.extras.lastRead = c.l.Now() // the pause did not count against the timeout
 	}
 	if c.pending() > 0 || c.flags.has(flagEOFHeld) {
 		if !c.flags.has(flagResumeQueued) {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
-	"time"
 
 	"github.com/ringloop/ringloop/loop"
 	"github.com/ringloop/ringloop/sched"
@@ -126,7 +125,7 @@ func (c *lifecycle) open() (err error) {
 	}
 	c.state = stateOpen
 	if c.extras != nil {
-		t := now()
+		t := c.l.Now()
 		c.extras.lastRead, c.extras.lastIO = t, t
 	}
 	if err = c.callOpen(); err != nil {
@@ -219,9 +218,9 @@ func (c *lifecycle) onReadTimer() {
 		return
 	}
 	if c.pauseReasons != 0 {
-		x.lastRead = now() // no read is expected while paused
+		x.lastRead = c.l.Now() // no read is expected while paused
 	}
-	if left := x.readTimeout - time.Duration(now()-x.lastRead); left > 0 {
+	if left := x.readTimeout - (c.l.Now() - x.lastRead); left > 0 {
 		x.readTimer, _ = c.l.Schedule(left, c.onReadTimer)
 		return
 	}
@@ -236,7 +235,7 @@ func (c *lifecycle) onIdleTimer() {
 	if c.state != stateOpen || x.idleTimeout <= 0 || c.flags.has(flagLingering) {
 		return
 	}
-	if left := x.idleTimeout - time.Duration(now()-x.lastIO); left > 0 {
+	if left := x.idleTimeout - (c.l.Now() - x.lastIO); left > 0 {
 		x.idleTimer, _ = c.l.Schedule(left, c.onIdleTimer)
 		return
 	}

@@ -349,7 +349,7 @@ func (c *outbound) Complete(cp *loop.Completion) {
 		return
 	}
 	if c.extras != nil && c.extras.idleTimeout > 0 {
-		c.extras.lastIO = now()
+		c.extras.lastIO = c.l.Now()
 	}
 	c.mu.Lock()
 	c.outQueue.consume(int(res))

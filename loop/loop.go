@@ -226,6 +226,13 @@ func (l *Loop) ExecuteAfterTurn(f func()) error {
 	return l.submit(l.tail, sched.TaskFunc(f))
 }
 
+// Now reads the clock the loop's timers run on: the time since an
+// arbitrary origin fixed for the process (the monotonic clock, unless a
+// test replaced it). Differences between two readings are elapsed times,
+// and a timer scheduled for d fires once Now has advanced by d. A read
+// makes no system call. Safe for concurrent use.
+func (l *Loop) Now() time.Duration { return time.Duration(l.clock.Now()) }
+
 // Schedule runs f once on the loop after d (d <= 0: as soon as possible).
 // The returned timer can be stopped (Stop) and observed (Future). Timers
 // with equal deadlines run in the order they were scheduled. A timer

@@ -232,6 +232,34 @@ func rusageNanos(r *unix.Rusage) int64 {
 	return r.Utime.Nano() + r.Stime.Nano()
 }
 
+// TestNow: Loop.Now reads the clock the loop's timers run on, and a
+// timer scheduled for d fires once Now has advanced by d.
+func TestNow(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := newGroup(t, b, loop.WithLoops(1), loop.WithClock(clk))
+		l := g.Loops()[0]
+		if got := l.Now(); got != time.Hour {
+			t.Fatalf("Now() = %v, want the clock's %v", got, time.Hour)
+		}
+		start := l.Now()
+		fired := make(chan time.Duration, 1)
+		if _, err := l.Schedule(5*time.Millisecond, func() { fired <- l.Now() }); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(5 * time.Millisecond)
+		l.Execute(func() {})
+		select {
+		case at := <-fired:
+			if at-start != 5*time.Millisecond {
+				t.Fatalf("timer for 5ms fired at Now()+%v", at-start)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("timer did not fire")
+		}
+	})
+}
+
 func TestTimers(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		clk := sched.NewManualClock(int64(time.Hour))
