@@ -61,22 +61,9 @@ func TestShutdownGraceful(t *testing.T) {
 		}
 		turnPasses(t, l) // the late task's turn has ended, noting when
 		// 200 ms after it, the quiet period has not passed yet.
-		clk.Set(start + int64(300*time.Millisecond))
-		turnPasses(t, l)
-		select {
-		case <-g.Done():
-			t.Fatal("the group terminated 200 ms after the late task: its quiet period was not restarted")
-		default:
-		}
-		clk.Advance(1)
-		for _, l := range g.Loops() {
-			l.Wake()
-		}
-		select {
-		case <-g.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the group did not terminate once the quiet period passed")
-		}
+		terminatesAt(t, g, l, clk, start+int64(300*time.Millisecond)+1,
+			"the group terminated 200 ms after the late task: its quiet period was not restarted",
+			"the group did not terminate once the quiet period passed")
 		if _, ferr, ok := tm.Future().Result(); !ok || !errors.Is(ferr, sched.ErrCanceled) {
 			t.Fatalf("pending timer: %v %v, want canceled", ferr, ok)
 		}
@@ -110,20 +97,9 @@ func TestShutdownTimeoutBoundsBusyLoop(t *testing.T) {
 			clk.Advance(100 * time.Millisecond)
 			runOn(t, l, func() {}) // the loop never goes quiet
 		}
-		clk.Set(start + int64(600*time.Millisecond) - 1)
-		turnPasses(t, l)
-		select {
-		case <-g.Done():
-			t.Fatal("the busy loop terminated before the shutdown timeout")
-		default:
-		}
-		clk.Advance(1)
-		l.Wake()
-		select {
-		case <-g.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("shutdown timeout did not bound a loop that never goes quiet")
-		}
+		terminatesAt(t, g, l, clk, start+int64(600*time.Millisecond),
+			"the busy loop terminated before the shutdown timeout",
+			"shutdown timeout did not bound a loop that never goes quiet")
 	})
 }
 
@@ -263,20 +239,9 @@ func TestShutdownReleasedHoldGone(t *testing.T) {
 		if err := g.ShutdownGracefully(0, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		clk.Set(start + int64(100*time.Millisecond) - 1)
-		turnPasses(t, l)
-		select {
-		case <-g.Done():
-			t.Fatal("terminated before the 100 ms hold expired")
-		default:
-		}
-		clk.Advance(1)
-		l.Wake()
-		select {
-		case <-g.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("not terminated once the 100 ms hold expired: the released 10 s hold still counted")
-		}
+		terminatesAt(t, g, l, clk, start+int64(100*time.Millisecond),
+			"terminated before the 100 ms hold expired",
+			"not terminated once the 100 ms hold expired: the released 10 s hold still counted")
 	})
 }
 
@@ -336,4 +301,28 @@ func recvInFlight(t *testing.T, b loop.Backend, then func(*loop.Loop, loop.OpID)
 		then(l, id)
 	})
 	return g, l, res
+}
+
+// terminatesAt checks, on a clock the test moves, that g is still running
+// with the clock a nanosecond before at (after a whole turn of its loop l,
+// the one that holds the termination back), and terminates once the clock
+// reaches at.
+func terminatesAt(t *testing.T, g *loop.Group, l *loop.Loop, clk *sched.ManualClock, at int64, before, after string) {
+	t.Helper()
+	clk.Set(at - 1)
+	turnPasses(t, l)
+	select {
+	case <-g.Done():
+		t.Fatal(before)
+	default:
+	}
+	clk.Advance(1)
+	for _, l := range g.Loops() {
+		l.Wake()
+	}
+	select {
+	case <-g.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal(after)
+	}
 }

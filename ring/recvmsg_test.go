@@ -8,38 +8,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/ring"
 )
-
-// udpPair returns two UDP sockets on 127.0.0.1, a bound to b's address.
-func udpPair(t *testing.T) (a, b int, aAddr, bAddr *unix.SockaddrInet4) {
-	t.Helper()
-	open := func() (int, *unix.SockaddrInet4) {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Close(fd) })
-		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			t.Fatal(err)
-		}
-		sa, err := unix.Getsockname(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fd, sa.(*unix.SockaddrInet4)
-	}
-	a, aAddr = open()
-	b, bAddr = open()
-	return a, b, aAddr, bAddr
-}
 
 // sockaddrPort decodes a raw IPv4 sockaddr's port (network order).
 func sockaddrPort(name []byte) int { return int(name[2])<<8 | int(name[3]) }
 
 func TestRecvmsgMultishot(t *testing.T) {
 	r := newRing(t, 8, nil)
-	a, b, aAddr, bAddr := udpPair(t)
+	a, b, aAddr, bAddr := testutil.UDPPair(t)
 	const (
 		bgid    = 3
 		bufSize = 128

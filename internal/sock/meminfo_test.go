@@ -8,12 +8,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ringloop/ringloop/internal/sock"
+	"github.com/ringloop/ringloop/internal/testutil"
 )
 
 // TestSocketDrops: a fresh socket has dropped nothing; datagrams sent to a
 // full receive buffer are counted; a bad fd returns the bare errno.
 func TestSocketDrops(t *testing.T) {
-	a, b, _, bAddr := udpPair(t)
+	a, b, _, bAddr := testutil.UDPPair(t)
 	if d, err := sock.SocketDrops(b); d != 0 || err != nil {
 		t.Fatalf("fresh socket: SocketDrops = %d, %v", d, err)
 	}

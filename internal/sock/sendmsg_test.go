@@ -83,34 +83,11 @@ func TestSendmsgErrno(t *testing.T) {
 	}
 }
 
-// udpPair returns two UDP sockets on 127.0.0.1, with their addresses.
-func udpPair(t *testing.T) (a, b int, aAddr, bAddr *unix.SockaddrInet4) {
-	t.Helper()
-	open := func() (int, *unix.SockaddrInet4) {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Close(fd) })
-		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			t.Fatal(err)
-		}
-		sa, err := unix.Getsockname(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fd, sa.(*unix.SockaddrInet4)
-	}
-	a, aAddr = open()
-	b, bAddr = open()
-	return a, b, aAddr, bAddr
-}
-
 // sockaddrPort decodes a raw IPv4 sockaddr's port (network order).
 func sockaddrPort(name []byte) int { return int(name[2])<<8 | int(name[3]) }
 
 func TestSendmmsgRecvmmsg(t *testing.T) {
-	a, b, aAddr, bAddr := udpPair(t)
+	a, b, aAddr, bAddr := testutil.UDPPair(t)
 	var to [unix.SizeofSockaddrInet4]byte
 	to[0], to[1] = byte(unix.AF_INET), 0 // little-endian family
 	to[2], to[3] = byte(bAddr.Port>>8), byte(bAddr.Port)
