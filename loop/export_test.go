@@ -69,9 +69,6 @@ func (g *Group) SetChooserCounter(v uint64) { g.chooser.counter.Store(v) }
 // ChooserUsesMask reports whether Next uses the power-of-two mask.
 func (g *Group) ChooserUsesMask() bool { return g.chooser.mask != 0 || g.chooser.loops == 1 }
 
-// UringUnusable exposes the fallback classification.
-func UringUnusable(err error) bool { return uringUnusable(err) }
-
 var _ = errors.New
 
 // CountYields makes the loops call f (after yielding) each time they yield

@@ -1,7 +1,5 @@
 package ring
 
-import "unsafe"
-
 // SetSysSetup replaces io_uring_setup for New (and the setup-flag probe)
 // and returns a function restoring the real one. Tests use it to force an
 // errno. Not safe for concurrent use with New.
@@ -16,6 +14,3 @@ func (b *BufRing) MemAddr() uintptr { return uintptr(b.mem) }
 
 // SQFlags returns the SQ ring flags word.
 func (r *Ring) SQFlags() uint32 { return r.sqFlags() }
-
-// SQEAddr returns the address a Prep helper would store for p.
-func SQEAddr(p *Timespec) uint64 { return uint64(uintptr(unsafe.Pointer(p))) }

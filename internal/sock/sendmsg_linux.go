@@ -79,16 +79,3 @@ func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
 		}
 	}
 }
-
-// Recv is recv(2) into p with flags (add unix.MSG_DONTWAIT to never block,
-// whatever the fd's O_NONBLOCK): the bytes read, 0 at end of stream, or
-// the bare errno; EINTR is retried. Unlike unix.Recvfrom it asks for no
-// address, so it does not allocate.
-func Recv(fd int, p []byte, flags int) (int, error) {
-	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), uintptr(flags), 0, 0)
-		if e != unix.EINTR {
-			return sysResult(n, e)
-		}
-	}
-}

@@ -24,7 +24,3 @@ func Recvmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) { return 0, errNot
 // Sendmmsg is Linux only; elsewhere it returns an error matching
 // errors.ErrUnsupported.
 func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) { return 0, errNotSupported }
-
-// Recv is Linux only; elsewhere it returns an error matching
-// errors.ErrUnsupported.
-func Recv(fd int, p []byte, flags int) (int, error) { return 0, errNotSupported }
