@@ -33,6 +33,13 @@
 // with the loop thread's id); builds with the uringdebug tag check
 // loop-only calls this way and panic on stale completions.
 //
+// A loop never waits for itself: the blocking calls that would return an
+// error wrapping [ErrInLoop] at once instead. [Group.Shutdown] does so on
+// any of the group's loops, and the Wait of a pending future a loop
+// completes ([NewFuture], a timer's Future) on that loop; a complete
+// future's Wait returns its result anywhere (docs/loop.md, "Blocking
+// waits").
+//
 // # Lifecycle
 //
 // Creating a group opens each loop's backend (setup errors are returned by

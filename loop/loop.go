@@ -64,10 +64,6 @@ type Loop struct {
 
 func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*Loop, error) {
 	c := g.cfg
-	w, err := sched.NewWheel(sched.WheelConfig{Tick: c.tick, Clock: c.clock})
-	if err != nil {
-		return nil, err
-	}
 	l := &Loop{
 		group:    g,
 		index:    index,
@@ -79,9 +75,13 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 		fallback: fallback,
 		tasks:    sched.NewQueue(c.maxPending),
 		tail:     sched.NewQueue(0),
-		wheel:    w,
 		done:     make(chan struct{}),
 	}
+	w, err := sched.NewWheel(sched.WheelConfig{Tick: c.tick, Clock: c.clock, Owner: (*futureOwner)(l)})
+	if err != nil {
+		return nil, err
+	}
+	l.wheel = w
 	l.waker.l = l
 	l.thread.l = l
 	l.shutdown.l = l
@@ -234,7 +234,9 @@ func (l *Loop) ExecuteAfterTurn(f func()) error {
 func (l *Loop) Now() time.Duration { return time.Duration(l.clock.Now()) }
 
 // Schedule runs f once on the loop after d (d <= 0: as soon as possible).
-// The returned timer can be stopped (Stop) and observed (Future). Timers
+// The returned timer can be stopped (Stop) and observed (Future: a future
+// of the loop, as NewFuture makes, whose Wait on this loop's goroutine
+// returns an error wrapping ErrInLoop while the timer is pending). Timers
 // with equal deadlines run in the order they were scheduled. A timer
 // scheduled from another goroutine wakes the loop only if it is due before
 // the loop's current wait ends. Once a graceful shutdown began, Schedule

@@ -24,6 +24,17 @@
 // that does not fit stays in the wheel and is offered again by the next
 // Advance, never lost or duplicated.
 //
+// # Futures and their owner
+//
+// A [Future] may name its [Owner], the goroutine that completes it
+// ([NewFutureOn]; a timer's future has its wheel's, [WheelConfig.Owner]).
+// [Future.Wait] asks the owner before blocking: on the owner's own
+// goroutine a pending future could never complete, so Wait returns the
+// owner's error at once instead (an event loop's error says so; a future
+// already complete returns its result anywhere). Waiting on any other
+// goroutine is not checked: two owners waiting for each other's futures
+// block for good, and only the code that waits can avoid it.
+//
 // # Wheel resolution and range
 //
 // The wheel follows Varghese and Lauck, "Hashed and Hierarchical Timing

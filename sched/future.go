@@ -14,16 +14,34 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
+// An Owner stands for the goroutine that completes a future, normally an
+// event loop's. A goroutine that blocks waiting for a future only it would
+// complete waits for good, so [Future.Wait] asks the future's owner before
+// it blocks. A future gets its owner from [NewFutureOn], or from its
+// timer's wheel ([WheelConfig.Owner]).
+type Owner interface {
+	// CheckWait returns nil if the calling goroutine may block until the
+	// owner completes a future, and otherwise the error that a blocking
+	// wait returns at once instead: on the owner's own goroutine, which
+	// would have to complete the future it waits for. Safe for concurrent
+	// use.
+	CheckWait() error
+}
+
 // A Future is the set-once result of an asynchronous operation: a value of
 // type T or an error. It is also its own promise: whoever runs the operation
 // calls [Future.Complete] once; later calls are ignored.
 //
 // Observers can poll with [Future.Result], block with [Future.Wait], select on
-// [Future.Done], or register callbacks with [Future.OnDone]. A Future starts
-// no goroutine. The zero value is a pending future ready to use; a Future
+// [Future.Done], or register callbacks with [Future.OnDone]. A future may
+// have an [Owner], the goroutine that completes it: Wait refuses to block
+// there. A receive from Done is not checked: on the owner's goroutine it
+// never returns while the future is pending. A Future starts no goroutine.
+// The zero value is a pending future of no owner, ready to use; a Future
 // must not be copied after first use.
 type Future[T any] struct {
-	done atomic.Bool // set after val and err, under mu; read without mu
+	owner Owner       // set at creation, never changed; nil: Wait never refuses
+	done  atomic.Bool // set after val and err, under mu; read without mu
 
 	mu        sync.Mutex
 	ch        chan struct{}    // created on first Done call; closed on completion
@@ -32,8 +50,15 @@ type Future[T any] struct {
 	err       error            // written once, before done is set
 }
 
-// NewFuture returns a pending future. Safe for concurrent use.
+// NewFuture returns a pending future of no owner: its Wait blocks on any
+// goroutine. Safe for concurrent use.
 func NewFuture[T any]() *Future[T] { return &Future[T]{} }
+
+// NewFutureOn returns a pending future that owner completes. Its Wait,
+// called while the future is pending on a goroutine owner refuses
+// ([Owner.CheckWait]), returns owner's error at once instead of blocking. A
+// nil owner gives a future like NewFuture's. Safe for concurrent use.
+func NewFutureOn[T any](owner Owner) *Future[T] { return &Future[T]{owner: owner} }
 
 // Complete sets the future's result to v and err and reports whether this call
 // completed it; it returns false, changing nothing, if the future was already
@@ -92,11 +117,23 @@ func (f *Future[T]) Done() <-chan struct{} {
 }
 
 // Wait blocks until the future completes or ctx is done, and returns the
-// future's value and error, or the zero value and ctx.Err(). Safe for
-// concurrent use.
+// future's value and error, or the zero value and ctx.Err(). A complete
+// future's result is returned at once, on any goroutine. A pending future
+// whose [Owner] refuses the calling goroutine (its own, which would have to
+// complete the future) is not waited for: Wait returns the zero value and
+// the owner's error at once, whatever ctx. Safe for concurrent use.
 func (f *Future[T]) Wait(ctx context.Context) (T, error) {
 	if f.done.Load() {
 		return f.val, f.err
+	}
+	if f.owner != nil {
+		if err := f.owner.CheckWait(); err != nil {
+			if f.done.Load() { // completed meanwhile by another goroutine
+				return f.val, f.err
+			}
+			var zero T
+			return zero, err
+		}
 	}
 	select {
 	case <-f.Done():

@@ -108,3 +108,100 @@ func TestFutureConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// testOwner refuses every wait while refuse is set, with errOwnGoroutine:
+// it plays an event loop whose goroutine calls Wait.
+type testOwner struct {
+	refuse atomic.Bool
+	checks atomic.Int32
+	hook   func() // runs in CheckWait, if set
+}
+
+var errOwnGoroutine = errors.New("waiting on the owner's goroutine")
+
+func (o *testOwner) CheckWait() error {
+	o.checks.Add(1)
+	if o.hook != nil {
+		o.hook()
+	}
+	if o.refuse.Load() {
+		return errOwnGoroutine
+	}
+	return nil
+}
+
+// TestFutureOwnerRefusesWait: Wait for a pending future returns its
+// owner's error at once, whatever ctx, where the owner refuses; it waits
+// where the owner allows; a complete future returns its result even where
+// the owner refuses, without asking it.
+func TestFutureOwnerRefusesWait(t *testing.T) {
+	o := &testOwner{}
+	o.refuse.Store(true)
+	f := NewFutureOn[int](o)
+	ctx, cancel := contextWithTimeout(5 * time.Second) // a regression fails instead of hanging
+	defer cancel()
+	if _, err := f.Wait(ctx); err != errOwnGoroutine {
+		t.Fatalf("Wait where the owner refuses: %v, want its error", err)
+	}
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	if _, err := f.Wait(done); err != errOwnGoroutine {
+		t.Fatalf("Wait with a done ctx where the owner refuses: %v, want the owner's error", err)
+	}
+	if f.IsDone() {
+		t.Fatal("a refused Wait completed the future")
+	}
+	o.refuse.Store(false)
+	go f.Complete(4, nil)
+	if v, err := f.Wait(ctx); v != 4 || err != nil {
+		t.Fatalf("Wait where the owner allows: %v, %v", v, err)
+	}
+	o.refuse.Store(true)
+	checks := o.checks.Load()
+	if v, err := f.Wait(context.Background()); v != 4 || err != nil {
+		t.Fatalf("Wait for a complete future where the owner refuses: %v, %v", v, err)
+	}
+	if o.checks.Load() != checks {
+		t.Fatal("Wait asked the owner about a complete future")
+	}
+	if NewFutureOn[int](nil).owner != nil {
+		t.Fatal("a nil owner was kept")
+	}
+}
+
+// TestFutureCompletedDuringCheck: a future another goroutine completes
+// while its owner refuses the wait gives its result, not the refusal.
+func TestFutureCompletedDuringCheck(t *testing.T) {
+	o := &testOwner{}
+	o.refuse.Store(true)
+	f := NewFutureOn[string](o)
+	o.hook = func() { f.Complete("late", nil) }
+	if v, err := f.Wait(context.Background()); v != "late" || err != nil {
+		t.Fatalf("Wait = %q, %v, want the result completed during the check", v, err)
+	}
+}
+
+// TestTimerFutureOwner: a timer's future has its wheel's owner.
+func TestTimerFutureOwner(t *testing.T) {
+	o := &testOwner{}
+	clock := NewManualClock(0)
+	w, err := NewWheel(WheelConfig{Clock: clock, Owner: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, _ := w.NewTimer(int64(time.Millisecond), func() {})
+	_ = w.Add(tm)
+	o.refuse.Store(true)
+	if _, err := tm.Future().Wait(context.Background()); err != errOwnGoroutine {
+		t.Fatalf("Wait for a pending timer's future on its owner: %v", err)
+	}
+	w.Advance(clock.Advance(time.Millisecond), func(tm *Timer) bool { tm.Run(); return true })
+	if _, err := tm.Future().Wait(context.Background()); err != nil {
+		t.Fatalf("Wait for a fired timer's future on its owner: %v", err)
+	}
+	plain, _ := NewWheel(WheelConfig{Clock: clock})
+	tm, _ = plain.NewTimer(0, func() {})
+	if tm.Future().owner != nil {
+		t.Fatal("a timer of a wheel with no owner has an owned future")
+	}
+}

@@ -134,7 +134,8 @@ func (t *Timer) When() int64 { return t.when }
 // Future returns a future completed when this arming of the timer ends: with
 // a nil error after a one-shot run, [ErrCanceled] after [Timer.Stop], or a
 // [*PanicError] if the task panicked (which also ends a periodic timer). The
-// future is allocated on the first call. Safe for concurrent use.
+// future is allocated on the first call; its owner is the wheel's
+// ([WheelConfig.Owner]). Safe for concurrent use.
 func (t *Timer) Future() *Future[struct{}] {
 	e := t.ext.Load()
 	if e == nil {
@@ -145,7 +146,7 @@ func (t *Timer) Future() *Future[struct{}] {
 	}
 	f := e.fut.Load()
 	if f == nil {
-		f = NewFuture[struct{}]()
+		f = NewFutureOn[struct{}](t.wheel.owner)
 		if !e.fut.CompareAndSwap(nil, f) {
 			f = e.fut.Load()
 		}

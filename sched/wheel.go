@@ -24,6 +24,10 @@ type WheelConfig struct {
 	// Clock supplies instants for fixed-delay timers and the wheel's start.
 	// Nil means SystemClock().
 	Clock Clock
+	// Owner, if not nil, is the owner of the futures of the wheel's timers
+	// ([Timer.Future]): the goroutine that owns the wheel and runs them,
+	// where waiting for one would never end ([Owner]).
+	Owner Owner
 }
 
 // A Wheel is a hierarchical hashed timer wheel (Varghese and Lauck, 1987):
@@ -52,6 +56,7 @@ type Wheel struct {
 	tick  int64  // nanoseconds per tick; immutable
 	inv   uint64 // floor((2^64-1) / tick), for div; immutable
 	clock Clock  // immutable
+	owner Owner  // of the timers' futures; immutable
 
 	elapsed    uint64
 	seq        uint64 // next insertion sequence number
@@ -75,7 +80,7 @@ func NewWheel(cfg WheelConfig) (*Wheel, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock()
 	}
-	w := &Wheel{tick: int64(cfg.Tick), inv: math.MaxUint64 / uint64(cfg.Tick), clock: cfg.Clock}
+	w := &Wheel{tick: int64(cfg.Tick), inv: math.MaxUint64 / uint64(cfg.Tick), clock: cfg.Clock, owner: cfg.Owner}
 	w.elapsed = w.tickOf(cfg.Clock.Now())
 	return w, nil
 }
