@@ -261,14 +261,16 @@ func (c *Conn) SetContext(v any) { c.ensureUserData().context.Store(&contextValu
 // closed and OnClose has run (Netty's closeFuture): its error is the cause
 // OnClose reported (nil after a local Close, io.EOF after the peer's FIN,
 // …). Listeners registered with OnDone run on the connection's loop, or at
-// once on the caller's goroutine if the connection is closed already. Safe
+// once on the caller's goroutine if the connection is closed already. The
+// loop completes it, so its Wait called on that loop before the close
+// returns an error wrapping loop.ErrInLoop at once (loop.NewFuture). Safe
 // for concurrent use.
 func (c *Conn) CloseFuture() *sched.Future[struct{}] {
 	d := c.ensureUserData()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if d.closeFuture == nil {
-		d.closeFuture = sched.NewFuture[struct{}]()
+		d.closeFuture = loop.NewFuture[struct{}](c.l)
 		if c.shared.has(sharedCloseReported) {
 			d.closeFuture.Complete(struct{}{}, c.lifecycle().closeCause())
 		}

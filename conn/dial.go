@@ -47,8 +47,10 @@ func Dial(ctx context.Context, g *loop.Group, network, address string, h Handler
 // connection lives on the loop WithLoop names, else on the calling loop when
 // called on a loop of g, else on g.Next().
 //
-// The future completes on the connection's loop: with the connection once
-// h.OnOpen ran, or with a *net.OpError once the dial failed and its socket
+// The future completes on the connection's loop (its Wait called on that
+// loop returns an error wrapping loop.ErrInLoop at once while the dial is
+// pending, as loop.NewFuture says; use OnDone there): with the connection
+// once h.OnOpen ran, or with a *net.OpError once the dial failed and its socket
 // is closed (no Handler method runs then). When ctx ends or the connect
 // timeout (WithConnectTimeout) passes first, the error wraps ctx.Err() or
 // os.ErrDeadlineExceeded; a refused connection gives errors.Is(err,
@@ -57,8 +59,11 @@ func Dial(ctx context.Context, g *loop.Group, network, address string, h Handler
 // reports the *PanicError) and the future fails with it. Safe for
 // concurrent use.
 func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Handler, opts ...Option) *sched.Future[*Conn] {
-	f := sched.NewFuture[*Conn]()
+	var f *sched.Future[*Conn] // made once the loop is chosen, which completes it
 	fail := func(err error) *sched.Future[*Conn] {
+		if f == nil {
+			f = sched.NewFuture[*Conn]()
+		}
 		f.Complete(nil, opError("dial", network, "", nil, nil, err))
 		return f
 	}
@@ -82,6 +87,7 @@ func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Ha
 	} else if l.Group() != g {
 		return fail(invalidOption("loop %v is not a loop of group %v", l, g))
 	}
+	f = loop.NewFuture[*Conn](l)
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}

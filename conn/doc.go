@@ -33,6 +33,14 @@
 // ReadHandler consumes its input in frames. docs/security.md lists every
 // default limit against hostile peers.
 //
+// A callback must not wait for its own loop, which would never get to
+// what it waits for: the blocking calls return an error wrapping
+// loop.ErrInLoop at once instead. Dial and Server.Shutdown do so on any
+// loop, the net adapters' Read, Write and Accept where they would wait,
+// and the Wait of a pending future on the loop that completes it
+// (DialAsync's, CloseFuture's, a timer's); use OnDone there. docs/conn.md,
+// "Loop affinity", lists every blocking call.
+//
 // # Closing
 //
 // Close stops receiving at once; the bytes queued by earlier Writes still
