@@ -33,7 +33,7 @@
 // with the loop thread's id); builds with the uringdebug tag check
 // loop-only calls this way and panic on stale completions.
 //
-// A loop never waits for itself: the blocking calls that would return an
+// A loop never waits for itself: a blocking call that would returns an
 // error wrapping [ErrInLoop] at once instead. [Group.Shutdown] does so on
 // any of the group's loops, and the Wait of a pending future a loop
 // completes ([NewFuture], a timer's Future) on that loop; a complete
