@@ -3,6 +3,8 @@ package conn
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -11,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ringloop/ringloop/loop"
 )
 
@@ -18,11 +22,15 @@ import (
 // (and, when DialPacketNet made it, a net.Conn). Datagrams that arrive wait
 // in an inbound queue bounded by WithInboundLimit (one that finds it full
 // is dropped, as the kernel drops one that finds a full socket buffer;
-// Dropped counts them). Writes queue a copy on the loop and never block: a
-// full queue fails them with ErrQueueFull; on a connected socket a write
-// with a destination fails with net.ErrWriteToConnected, as package net's
-// does. Close unblocks every pending call with net.ErrClosed. Safe for
-// concurrent use.
+// Dropped counts them). Writes queue a copy on the loop; while the queue
+// is full (WithDatagramQueue) they wait for room, as package net's wait
+// for room in the socket's send buffer, until the write deadline passes.
+// They fail as package net's do: a datagram longer than UDP carries with
+// EMSGSIZE, a write with a destination on a connected socket with
+// net.ErrWriteToConnected. On a loop goroutine, which must not wait, a
+// write that finds the queue full fails at once with an error wrapping
+// ErrQueueFull and loop.ErrInLoop. Close unblocks every pending call with
+// net.ErrClosed. Safe for concurrent use.
 type NetPacketConn struct {
 	pc    *PacketConn
 	limit int
@@ -36,9 +44,10 @@ type NetPacketConn struct {
 	softErr      error // an ICMP error on a connected socket, for the next read that finds no datagram
 	deadlines    deadlines
 
-	readWakeup wakeup
-	waiters    atomic.Int32
-	dropped    atomic.Uint64
+	readWakeup  wakeup       // a datagram, an error, Close or the read deadline
+	writeWakeup wakeup       // room in the outbound queue, Close, the socket's end or the write deadline
+	waiters     atomic.Int32 // goroutines blocked in reads or writes
+	dropped     atomic.Uint64
 }
 
 // A queued datagram is charged the memory it takes, as the kernel charges
@@ -80,6 +89,7 @@ func openPacketNet(ctx context.Context, g *loop.Group, op, network, address stri
 	}
 	np := &NetPacketConn{limit: netLimit(cfg.netInbound)}
 	np.readWakeup.init()
+	np.writeWakeup.init()
 	pc, err := openPacket(ctx, g, op, network, address, np, opts)
 	if err != nil {
 		return nil, err
@@ -162,7 +172,7 @@ func (np *NetPacketConn) OnPacketError(pc *PacketConn, err error) {
 }
 
 // OnPacketClose implements PacketCloseHandler: a socket closed under us
-// (its loop shut down) ends pending and later reads.
+// (its loop shut down) ends pending and later reads and writes.
 func (np *NetPacketConn) OnPacketClose(pc *PacketConn, err error) {
 	np.mu.Lock()
 	if err == nil {
@@ -171,7 +181,12 @@ func (np *NetPacketConn) OnPacketClose(pc *PacketConn, err error) {
 	np.ended = err
 	np.mu.Unlock()
 	np.readWakeup.wake(pc.l, &np.waiters)
+	np.writeWakeup.wake(pc.l, &np.waiters)
 }
+
+// onQueueRoom implements queueRoomHandler: a writer waiting for room in
+// the outbound queue is woken (and wakes the next).
+func (np *NetPacketConn) onQueueRoom(pc *PacketConn) { np.writeWakeup.wake(pc.l, &np.waiters) }
 
 // ReadFrom reads the next datagram into p and returns its length and
 // source. A datagram longer than p is cut to len(p), as package net does.
@@ -247,60 +262,134 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 }
 
 // WriteTo sends p as one datagram to addr (a *net.UDPAddr, *net.UnixAddr
-// or Addr). It copies p and does not block; it fails after the write
-// deadline with os.ErrDeadlineExceeded.
+// or Addr). It copies p, waiting while the socket's queue is full; it
+// fails once the write deadline has passed (os.ErrDeadlineExceeded), after
+// Close (net.ErrClosed), and for a datagram longer than UDP carries
+// (EMSGSIZE). The kernel's verdict on a queued datagram is only counted
+// (PacketConn().Stats()).
 func (np *NetPacketConn) WriteTo(p []byte, addr net.Addr) (int, error) {
-	if err := np.writableTo(); err != nil {
+	if np.pc.connected {
+		return 0, np.opError("write", net.ErrWriteToConnected)
+	}
+	to, err := np.pc.destination(addr)
+	if err != nil {
 		return 0, err
 	}
-	return np.pc.WriteTo(p, addr)
+	return np.writeTo(p, to)
 }
 
 // WriteToAddrPort is WriteTo to a netip.AddrPort.
 func (np *NetPacketConn) WriteToAddrPort(p []byte, ap netip.AddrPort) (int, error) {
-	if err := np.writableTo(); err != nil {
-		return 0, err
-	}
-	return np.pc.WriteToAddrPort(p, ap)
+	return np.WriteToAddr(p, Addr{ap: ap})
 }
 
 // WriteToAddr is WriteTo to a conn.Addr, without allocating.
 func (np *NetPacketConn) WriteToAddr(p []byte, a Addr) (int, error) {
-	if err := np.writableTo(); err != nil {
-		return 0, err
+	if np.pc.connected {
+		return 0, np.opError("write", net.ErrWriteToConnected)
 	}
-	return np.pc.WriteToAddr(p, a)
+	return np.writeTo(p, a)
 }
 
-// Write sends p as one datagram to the peer of a socket DialPacketNet made.
+func (np *NetPacketConn) writeTo(p []byte, to Addr) (int, error) {
+	if err := np.pc.checkDestination(to); err != nil {
+		return 0, err
+	}
+	return np.send(p, to, "sendto")
+}
+
+// Write sends p as one datagram to the peer of a socket DialPacketNet
+// made, as WriteTo does.
 func (np *NetPacketConn) Write(p []byte) (int, error) {
-	if err := np.writable(); err != nil {
+	if err := np.pc.checkConnected(); err != nil {
 		return 0, err
 	}
-	return np.pc.Write(p)
+	return np.send(p, Addr{}, "write")
 }
 
-// writable fails a write after Close or its deadline. Writes never block,
-// so the write deadline is only looked at here, not queued.
-func (np *NetPacketConn) writable() error {
+// send queues p for to (the zero Addr: the connected peer), waiting while
+// the queue is full. call names the system call package net would report
+// an EMSGSIZE of.
+func (np *NetPacketConn) send(p []byte, to Addr, call string) (int, error) {
+	inLoop := loop.Current() != nil
+	waited := false
+	for {
+		if err := np.writable(to); err != nil {
+			if waited {
+				np.writeWakeup.signal() // pass it on: every blocked writer fails
+			}
+			return 0, err
+		}
+		if !waited && len(p) > np.maxPayload(to) {
+			return 0, np.writeErrorTo(to, os.NewSyscallError(call, syscall.EMSGSIZE))
+		}
+		n, err := np.pc.queue(p, to, !inLoop)
+		if err != errQueueFullWait {
+			if waited {
+				// Pass the wakeup on to another writer: one the
+				// queue's room did not reach would wait for a room
+				// nobody announces.
+				np.writeWakeup.signal()
+			}
+			if inLoop && errors.Is(err, ErrQueueFull) {
+				err = np.writeErrorTo(to, errQueueFullInLoop)
+			}
+			return n, err
+		}
+		np.writeWakeup.wait(&np.waiters)
+		waited = true
+	}
+}
+
+// errQueueFullInLoop fails a write that finds the queue full on a loop
+// goroutine, where it must not wait.
+var errQueueFullInLoop = fmt.Errorf("%w, and a loop goroutine cannot wait for room (%w)", ErrQueueFull, loop.ErrInLoop)
+
+// maxPayload is the longest datagram the kernel sends to to (the zero
+// Addr: the connected peer): 65,507 bytes over IPv4 (a v4-mapped
+// destination included), 65,527 over IPv6. A Unix datagram socket's limit
+// is its send buffer, which the kernel checks.
+func (np *NetPacketConn) maxPayload(to Addr) int {
+	if np.pc.family == unix.AF_UNIX {
+		return math.MaxInt
+	}
+	ap := to.ap
+	if !to.IsValid() {
+		if ua, ok := np.pc.raddr.(*net.UDPAddr); ok {
+			ap = ua.AddrPort()
+		}
+	}
+	if np.pc.family == unix.AF_INET6 && !ap.Addr().Unmap().Is4() {
+		return maxUDPPayload6
+	}
+	return maxUDPPayload
+}
+
+// maxUDPPayload6 is the longest UDP datagram over IPv6 (no jumbograms).
+const maxUDPPayload6 = 65527
+
+// writable fails a write after Close or once its deadline has passed.
+// (After the socket's end, the queue refuses it with net.ErrClosed.)
+func (np *NetPacketConn) writable(to Addr) error {
 	np.mu.Lock()
 	defer np.mu.Unlock()
 	switch {
 	case np.closed:
-		return np.opError("write", net.ErrClosed)
+		return np.writeErrorTo(to, net.ErrClosed)
 	case np.deadlines.passedLocked(dirWrite):
-		return np.opError("write", os.ErrDeadlineExceeded)
+		return np.writeErrorTo(to, os.ErrDeadlineExceeded)
 	}
 	return nil
 }
 
-// writableTo is writable for a write with a destination, which a connected
-// socket refuses (net.ErrWriteToConnected), as package net's does.
-func (np *NetPacketConn) writableTo() error {
-	if np.pc.connected {
-		return np.opError("write", net.ErrWriteToConnected)
+// writeErrorTo is a write's error: a *net.OpError naming the destination
+// (the zero Addr: the connected peer).
+func (np *NetPacketConn) writeErrorTo(to Addr, err error) error {
+	oe := &net.OpError{Op: "write", Net: np.pc.network, Source: np.pc.laddr, Addr: np.pc.raddr, Err: err}
+	if to.IsValid() {
+		oe.Addr = to
 	}
-	return np.writable()
+	return oe
 }
 
 func (np *NetPacketConn) opError(op string, err error) error {
@@ -318,6 +407,7 @@ func (np *NetPacketConn) Close() error {
 	np.closed = true
 	np.mu.Unlock()
 	np.readWakeup.signal()
+	np.writeWakeup.signal()
 	if err := np.pc.Close(); err != nil && !isClosedErr(err) {
 		return err
 	}
@@ -359,8 +449,9 @@ func (np *NetPacketConn) SetDeadline(t time.Time) error {
 // SetReadDeadline bounds pending and future reads (zero: no bound).
 func (np *NetPacketConn) SetReadDeadline(t time.Time) error { return np.setDeadline(dirRead, t) }
 
-// SetWriteDeadline makes writes fail once t has passed (zero: never).
-// Writes never block, so it only decides whether they start.
+// SetWriteDeadline bounds pending and future writes (zero: no bound):
+// once t has passed, a write waiting for room in the queue and every
+// later write fail.
 func (np *NetPacketConn) SetWriteDeadline(t time.Time) error { return np.setDeadline(dirWrite, t) }
 
 func (np *NetPacketConn) setDeadline(dir int, t time.Time) error {
@@ -369,13 +460,20 @@ func (np *NetPacketConn) setDeadline(dir int, t time.Time) error {
 		np.mu.Unlock()
 		return np.opError("set", net.ErrClosed)
 	}
-	// Writes never block: only reads need their deadline checked on time.
-	passed := np.deadlines.setLocked(np.pc.l, np, dir, t, dir == dirRead)
+	passed := np.deadlines.setLocked(np.pc.l, np, dir, t, true)
 	np.mu.Unlock()
-	if passed && dir == dirRead {
-		np.readWakeup.signal()
+	if passed {
+		np.wakeupFor(dir).signal()
 	}
 	return nil
+}
+
+// wakeupFor returns the wakeup of dir's blocked calls.
+func (np *NetPacketConn) wakeupFor(dir int) *wakeup {
+	if dir == dirRead {
+		return &np.readWakeup
+	}
+	return &np.writeWakeup
 }
 
 // fire implements deadliner: a check queued for at came due.
@@ -384,6 +482,6 @@ func (np *NetPacketConn) fire(dir int, at int64) {
 	expired := np.deadlines.fireLocked(np.pc.l, np, dir, at, np.closed)
 	np.mu.Unlock()
 	if expired {
-		np.readWakeup.wake(np.pc.l, &np.waiters)
+		np.wakeupFor(dir).wake(np.pc.l, &np.waiters)
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,11 +47,14 @@ func TestNetPacketConnContract(t *testing.T) {
 		testutil.CheckLeaks(t)
 		g := ctGroup(t, be, 2, opts...)
 		testPacketConn(t, func(t *testing.T) (net.PacketConn, net.PacketConn) {
-			a, err := conn.ListenPacketNet(context.Background(), g, "udp4", "127.0.0.1:0")
+			// A short outbound queue, so that a writer outpaces the loop
+			// and has to wait for room (WriteFlood).
+			q := conn.WithDatagramQueue(16)
+			a, err := conn.ListenPacketNet(context.Background(), g, "udp4", "127.0.0.1:0", q)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := conn.ListenPacketNet(context.Background(), g, "udp4", "127.0.0.1:0", conn.WithLoop(g.Loop(1)))
+			b, err := conn.ListenPacketNet(context.Background(), g, "udp4", "127.0.0.1:0", q, conn.WithLoop(g.Loop(1)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,6 +82,8 @@ func testPacketConn(t *testing.T, mk makePacketPair) {
 		{"WriteDeadline", packetWriteDeadline},
 		{"CloseUnblocksRead", packetCloseUnblocksRead},
 		{"Concurrent", packetConcurrent},
+		{"WriteFlood", packetWriteFlood},
+		{"Oversized", packetOversized},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := mk(t)
@@ -367,6 +374,417 @@ func TestNetPacketConnDial(t *testing.T) {
 			if err != nil || string(buf[:n]) != string(msg) {
 				t.Fatalf("echo %q, %v", buf[:n], err)
 			}
+		}
+	})
+}
+
+// packetWriteFlood: writers that outpace the socket (a's queue, the
+// loop's sends) never see a write fail: each write waits for room, as
+// package net's does for the kernel's send buffer. A reader that keeps up
+// (its socket buffer large, the writers at most a window ahead of it)
+// reads every datagram, intact and in order per writer.
+func packetWriteFlood(t *testing.T, a, b net.PacketConn) {
+	writers, per := 4, 2000
+	if testing.Short() {
+		per = 500
+	}
+	const size, window = 1400, 256
+	if err := b.(interface{ SetReadBuffer(int) error }).SetReadBuffer(4 << 20); err != nil {
+		t.Fatal(err)
+	}
+	credits := make(chan struct{}, window) // datagrams written and not read yet
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := make([]byte, size)
+			for i := range per {
+				credits <- struct{}{}
+				floodDatagram(msg, w, i)
+				if n, err := a.WriteTo(msg, b.LocalAddr()); err != nil || n != size {
+					t.Errorf("writer %d, datagram %d: WriteTo %d, %v", w, i, n, err)
+					return
+				}
+			}
+		}()
+	}
+	next := make([]int, writers)
+	buf, want := make([]byte, 2*size), make([]byte, size)
+	for range writers * per {
+		b.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, _, err := b.ReadFrom(buf)
+		if err != nil {
+			d, _ := packetDropCount(b)
+			t.Errorf("ReadFrom after %v of %d per writer: %v (drops counted: %d)", next, per, err, d)
+			break
+		}
+		<-credits
+		w := int(buf[0])
+		if n != size || w >= writers {
+			t.Fatalf("a datagram of %d bytes from writer %d", n, w)
+		}
+		floodDatagram(want, w, next[w])
+		if !bytes.Equal(buf[:n], want) {
+			t.Fatalf("writer %d: datagram %d, want %d intact", w, int(buf[1])|int(buf[2])<<8, next[w])
+		}
+		next[w]++
+	}
+	wg.Wait()
+	if np, ok := a.(*conn.NetPacketConn); ok {
+		if st := np.PacketConn().Stats(); st.QueueFull != 0 || st.WriteErrors != 0 {
+			t.Errorf("writer's stats %+v: a write was refused", st)
+		}
+	}
+}
+
+// floodDatagram fills msg as writer w's datagram i: the writer, the
+// index, and bytes that depend on both.
+func floodDatagram(msg []byte, w, i int) {
+	msg[0], msg[1], msg[2] = byte(w), byte(i), byte(i>>8)
+	for k := 3; k < len(msg); k++ {
+		msg[k] = byte(k*7 + i*13 + w)
+	}
+}
+
+// packetOversized: a datagram longer than UDP over IPv4 carries fails the
+// write with EMSGSIZE, as the kernel refuses it; the longest one goes.
+func packetOversized(t *testing.T, a, b net.PacketConn) {
+	_, err := a.WriteTo(make([]byte, 65508), b.LocalAddr())
+	var oe *net.OpError
+	if !errors.Is(err, syscall.EMSGSIZE) || !errors.As(err, &oe) || oe.Op != "write" {
+		t.Fatalf("WriteTo of 65,508 bytes: %v, want a *net.OpError wrapping EMSGSIZE", err)
+	}
+	if _, err := a.WriteTo(make([]byte, 65507), b.LocalAddr()); err != nil {
+		t.Fatalf("WriteTo of 65,507 bytes: %v", err)
+	}
+}
+
+// The blocking side of writes, in the manner of the contract above: a
+// socket dialed to a Unix datagram socket that does not read fills the
+// peer's queue (net.unix.max_dgram_qlen), and then writes wait, which UDP
+// over loopback never makes them do. One suite, run against package net's
+// dialed socket and against DialPacketNet's.
+
+// makeBlockingPair returns a dialed socket and the peer it writes to,
+// which reads nothing until the test does.
+type makeBlockingPair func(t *testing.T) (w net.Conn, r net.PacketConn)
+
+// unixgramPeer opens a Unix datagram socket on an abstract name; the
+// caller closes it.
+func unixgramPeer(t *testing.T) net.PacketConn {
+	t.Helper()
+	name := fmt.Sprintf("@ringloop-dgram-%d-%d", os.Getpid(), unixgramPeers.Add(1))
+	r, err := net.ListenPacket("unixgram", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+var unixgramPeers atomic.Int64
+
+func TestNetPacketConnWriteBlocks(t *testing.T) {
+	t.Run("impl=net", func(t *testing.T) {
+		testBlockingWrites(t, func(t *testing.T) (net.Conn, net.PacketConn) {
+			r := unixgramPeer(t)
+			w, err := net.Dial("unixgram", r.LocalAddr().String())
+			if err != nil {
+				r.Close()
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close(); w.Close() })
+			return w, r
+		}, "")
+	})
+	ctDgramModes(t, func(t *testing.T, be loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, be, 1, opts...)
+		testBlockingWrites(t, func(t *testing.T) (net.Conn, net.PacketConn) {
+			r := unixgramPeer(t)
+			w, err := conn.DialPacketNet(context.Background(), g, "unixgram", r.LocalAddr().String(), conn.WithDatagramQueue(16))
+			if err != nil {
+				r.Close()
+				t.Fatal(err)
+			}
+			// The peer first: the sends still waiting for room in it
+			// then fail (ECONNREFUSED), and the socket can finish
+			// closing.
+			t.Cleanup(func() { r.Close(); w.Close(); <-w.PacketConn().Done() })
+			return w, r
+		}, uringUnixSendmsg(be))
+	})
+}
+
+// uringUnixSendmsg is why ReaderUnblocks cannot pass on io_uring: there
+// (Linux 6.18, a bare ring shows it too) a SENDMSG on a Unix datagram
+// socket that found the peer's queue full is retried by the kernel once
+// the peer has room, after the first attempt consumed the payload: an
+// empty datagram goes out, and the send completes as a 0-byte success.
+func uringUnixSendmsg(be loop.Backend) string {
+	if be != loop.BackendUring {
+		return ""
+	}
+	return "io_uring completes a Unix datagram SENDMSG it retried after the peer's queue was full as an empty datagram"
+}
+
+func testBlockingWrites(t *testing.T, mk makeBlockingPair, skipReaderUnblocks string) {
+	for _, tc := range []struct {
+		name string
+		f    func(t *testing.T, w net.Conn, r net.PacketConn)
+	}{
+		{"DeadlineWhileBlocked", blockedWriteDeadline},
+		{"DeadlineSetWhileBlocked", blockedWriteDeadlineSet},
+		{"ReaderUnblocks", blockedWriteReader},
+		{"CloseUnblocksWrite", blockedWriteClose},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "ReaderUnblocks" && skipReaderUnblocks != "" {
+				t.Skip(skipReaderUnblocks)
+			}
+			w, r := mk(t)
+			tc.f(t, w, r)
+		})
+	}
+}
+
+// writeUntilBlocked writes numbered datagrams to w until one fails, and
+// returns how many went through and the error. The peer reads nothing,
+// so one of them blocks.
+func writeUntilBlocked(w net.Conn) (int, error) {
+	msg := make([]byte, 100)
+	for i := 0; ; i++ {
+		msg[0], msg[1] = byte(i), byte(i>>8)
+		if _, err := w.Write(msg); err != nil {
+			return i, err
+		}
+		if i > 50000 {
+			return i, errors.New("50,000 writes went through to a peer that reads nothing")
+		}
+	}
+}
+
+// blockedWriteDeadline: a write blocked on a full peer fails when the
+// write deadline passes, not before, with a timeout; then a deadline in
+// the past fails a write at once.
+func blockedWriteDeadline(t *testing.T, w net.Conn, r net.PacketConn) {
+	const d = 100 * time.Millisecond
+	start := time.Now()
+	w.SetWriteDeadline(start.Add(d))
+	n, err := writeUntilBlocked(w)
+	if el := time.Since(start); !isTimeout(err) || el < d || el > 5*time.Second {
+		t.Fatalf("after %d writes: %v after %v, want a timeout after %v", n, err, el, d)
+	}
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "write" {
+		t.Fatalf("%v (%T): want a *net.OpError", err, err)
+	}
+	w.SetWriteDeadline(time.Now().Add(-time.Second))
+	start = time.Now()
+	if _, err := w.Write([]byte("late")); !isTimeout(err) || time.Since(start) > time.Second {
+		t.Fatalf("Write past the deadline: %v after %v", err, time.Since(start))
+	}
+}
+
+// blockedWriteDeadlineSet: a deadline set while a write is blocked ends
+// it when it passes.
+func blockedWriteDeadlineSet(t *testing.T, w net.Conn, r net.PacketConn) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := writeUntilBlocked(w)
+		done <- err
+	}()
+	ctWaitFor(t, 10*time.Second, "a write to block", writeBlocked(w))
+	const d = 50 * time.Millisecond
+	start := time.Now()
+	w.SetWriteDeadline(start.Add(d))
+	select {
+	case err := <-done:
+		if el := time.Since(start); !isTimeout(err) || el < d {
+			t.Fatalf("blocked Write: %v after %v, want a timeout after %v", err, el, d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deadline did not end the blocked Write")
+	}
+}
+
+// blockedWriteReader: a writer blocked on a full peer goes on as the peer
+// reads, and every datagram arrives, in order: a datagram socket that
+// cannot drop (Unix) loses nothing to a writer that outpaces its reader.
+func blockedWriteReader(t *testing.T, w net.Conn, r net.PacketConn) {
+	total := 2000
+	if testing.Short() {
+		total = 500
+	}
+	done := make(chan error, 1)
+	go func() {
+		msg := make([]byte, 100)
+		for i := range total {
+			msg[0], msg[1] = byte(i), byte(i>>8)
+			if _, err := w.Write(msg); err != nil {
+				done <- fmt.Errorf("write %d: %w", i, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	ctWaitFor(t, 10*time.Second, "a write to block", writeBlocked(w))
+	buf := make([]byte, 200)
+	for i := range total {
+		r.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, _, err := r.ReadFrom(buf)
+		if err != nil || n != 100 || int(buf[0])|int(buf[1])<<8 != i&0xffff {
+			t.Fatalf("datagram %d: %d bytes, %v, index %d", i, n, err, int(buf[0])|int(buf[1])<<8)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// blockedWriteClose: Close ends a blocked write with net.ErrClosed.
+func blockedWriteClose(t *testing.T, w net.Conn, r net.PacketConn) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := writeUntilBlocked(w)
+		done <- err
+	}()
+	ctWaitFor(t, 10*time.Second, "a write to block", writeBlocked(w))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("blocked Write: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Write")
+	}
+	if _, err := w.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close: %v", err)
+	}
+}
+
+// writeBlocked returns a condition that holds while a Write of c waits:
+// for a NetPacketConn by its count of blocked goroutines, for package
+// net's socket by the goroutine's stack.
+func writeBlocked(c net.Conn) func() bool {
+	if np, ok := c.(*conn.NetPacketConn); ok {
+		return func() bool { return conn.NetPacketWaiters(np) > 0 }
+	}
+	return func() bool { return testutil.Parked("net.(*conn).Write") > 0 }
+}
+
+// TestNetPacketConnWriteInLoop: on a loop goroutine a write never waits:
+// one that finds the queue full fails at once with an error wrapping
+// ErrQueueFull and loop.ErrInLoop, and is counted; the queued ones go out.
+func TestNetPacketConnWriteInLoop(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, b, 1, opts...)
+		rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rx.Close()
+		np, err := conn.DialPacketNet(context.Background(), g, "udp4", rx.LocalAddr().String(), conn.WithDatagramQueue(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { np.Close(); <-np.PacketConn().Done() }()
+		errs := make(chan error, 10)
+		// On the loop, the queue is flushed only at the end of the turn:
+		// the fifth write of the turn finds it full.
+		np.PacketConn().Loop().Execute(func() {
+			for i := range 10 {
+				_, err := np.Write([]byte{byte(i)})
+				errs <- err
+			}
+		})
+		refused := 0
+		for range 10 {
+			err := <-errs
+			var oe *net.OpError
+			switch {
+			case err == nil:
+			case errors.Is(err, conn.ErrQueueFull) && errors.Is(err, loop.ErrInLoop) && errors.As(err, &oe):
+				refused++
+			default:
+				t.Fatalf("Write on the loop: %v", err)
+			}
+		}
+		if refused != 6 {
+			t.Fatalf("%d writes refused, want 6", refused)
+		}
+		buf := make([]byte, 8)
+		rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for i := range 4 {
+			if n, err := rx.Read(buf); err != nil || n != 1 || buf[0] != byte(i) {
+				t.Fatalf("datagram %d: %v %v", i, buf[:n], err)
+			}
+		}
+		if st := np.PacketConn().Stats(); st.QueueFull != 6 {
+			t.Fatalf("QueueFull %d, want 6", st.QueueFull)
+		}
+	})
+}
+
+// TestNetPacketConnOversized: the longest datagram UDP carries depends on
+// the destination's IP version (65,507 bytes over IPv4, 65,527 over
+// IPv6, a v4-mapped destination counting as IPv4); longer ones fail with
+// EMSGSIZE before they are queued, on WriteTo and on a connected socket's
+// Write, as with package net.
+func TestNetPacketConnOversized(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, b, 1, opts...)
+		v4, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v4.Close()
+		cases := []struct {
+			network, local string
+			to             net.Addr
+			max            int
+		}{
+			{"udp4", "127.0.0.1:0", v4.LocalAddr(), 65507},
+			{"udp", "[::]:0", v4.LocalAddr(), 65507},
+		}
+		if v6, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback}); err == nil {
+			defer v6.Close()
+			cases = append(cases, struct {
+				network, local string
+				to             net.Addr
+				max            int
+			}{"udp6", "[::1]:0", v6.LocalAddr(), 65527})
+		}
+		for _, c := range cases {
+			np, err := conn.ListenPacketNet(context.Background(), g, c.network, c.local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := np.WriteTo(make([]byte, c.max), c.to); err != nil {
+				t.Errorf("%s to %v: %d bytes: %v", c.network, c.to, c.max, err)
+			}
+			_, err = np.WriteTo(make([]byte, c.max+1), c.to)
+			if !errors.Is(err, syscall.EMSGSIZE) || !strings.Contains(err.Error(), "sendto") {
+				t.Errorf("%s to %v: %d bytes: %v, want sendto: EMSGSIZE", c.network, c.to, c.max+1, err)
+			}
+			np.Close()
+			<-np.PacketConn().Done()
+		}
+		c, err := conn.DialPacketNet(context.Background(), g, "udp4", v4.LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { c.Close(); <-c.PacketConn().Done() }()
+		if _, err := c.Write(make([]byte, 65508)); !errors.Is(err, syscall.EMSGSIZE) || !strings.Contains(err.Error(), "write:") {
+			t.Errorf("connected Write of 65,508 bytes: %v, want write: EMSGSIZE", err)
+		}
+		if st := c.PacketConn().Stats(); st.WriteErrors != 0 {
+			t.Errorf("the refused datagram reached the loop: %+v", st)
 		}
 	})
 }

@@ -270,7 +270,9 @@ func WithInboundBudget(n int) Option { return func(c *config) { c.inboundBudget 
 
 // WithDatagramQueue bounds how many datagrams a PacketConn queues before
 // the kernel has taken them (default DefaultDatagramQueue; 0 means the
-// default): a write past it fails with ErrQueueFull instead of queuing.
+// default): a write past it fails with ErrQueueFull instead of queuing; a
+// NetPacketConn's waits for room, as package net's waits for the socket's
+// send buffer.
 func WithDatagramQueue(n int) Option { return func(c *config) { c.datagramQueue = n } }
 
 // WithUDPSegment turns on UDP generic segmentation offload (UDP_SEGMENT)

@@ -67,9 +67,10 @@ var (
 	// with loop.WithBufferRing): its first bytes arrived, the rest was
 	// cut off by the kernel, so it is not delivered.
 	ErrTruncated = errors.New("conn: datagram truncated: longer than the loop's buffers hold")
-	// ErrQueueFull is returned by a write when the socket's queue of
-	// datagrams not yet handed to the kernel is full
-	// (WithDatagramQueue): the datagram was not queued.
+	// ErrQueueFull is returned by a PacketConn's write when the socket's
+	// queue of datagrams not yet handed to the kernel is full
+	// (WithDatagramQueue): the datagram was not queued. A NetPacketConn's
+	// write waits for room instead, but on a loop goroutine.
 	ErrQueueFull = errors.New("conn: datagram queue full")
 	// ErrNotConnected is returned by Write on a socket ListenPacket made:
 	// it has no peer (use WriteTo).
@@ -77,7 +78,8 @@ var (
 )
 
 // DefaultDatagramQueue is how many datagrams a socket queues for sending
-// before writes fail with ErrQueueFull (WithDatagramQueue).
+// before writes fail with ErrQueueFull, or a NetPacketConn's wait
+// (WithDatagramQueue).
 const DefaultDatagramQueue = 4096
 
 // maxSendsInFlight bounds the SENDMSGs one socket has in flight; the rest
@@ -181,6 +183,7 @@ type PacketConn struct {
 	h            PacketHandler
 	errHandler   PacketErrorHandler // h, if it implements PacketErrorHandler
 	closeHandler PacketCloseHandler // h, if it implements PacketCloseHandler
+	roomHandler  queueRoomHandler   // h, if its writers wait for room in the queue
 	queueMax     int
 
 	// mu guards the outbound queue and the close request.
@@ -190,6 +193,7 @@ type PacketConn struct {
 	freeLarge   [][]byte       // and of largeDgram
 	flushQueued bool
 	closeReq    bool
+	roomWanted  bool // a write that waits found the queue full
 
 	// Owned by the loop goroutine.
 	recvArmed       bool
@@ -274,6 +278,7 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 	pc.flushFn = pc.flush
 	pc.errHandler, _ = h.(PacketErrorHandler)
 	pc.closeHandler, _ = h.(PacketCloseHandler)
+	pc.roomHandler, _ = h.(queueRoomHandler)
 	pc.connected = op == "dial"
 	t, err := resolvePacket(ctx, network, address, !pc.connected)
 	if err != nil {
@@ -558,6 +563,16 @@ func (pc *PacketConn) source(name []byte) Addr {
 // concurrent use; called on the socket's loop (from OnPacket), the
 // datagram goes out at the end of the turn.
 func (pc *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	to, err := pc.destination(addr)
+	if err != nil {
+		return 0, err
+	}
+	return pc.WriteToAddr(b, to)
+}
+
+// destination converts a write's net.Addr (a *net.UDPAddr, *net.UnixAddr
+// or Addr) to an Addr.
+func (pc *PacketConn) destination(addr net.Addr) (Addr, error) {
 	switch a := addr.(type) {
 	case *net.UDPAddr:
 		if a == nil {
@@ -573,16 +588,16 @@ func (pc *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 			}
 			ap = netip.AddrPortFrom(ip, uint16(a.Port))
 		}
-		return pc.WriteToAddrPort(b, ap)
+		return Addr{ap: ap}, nil
 	case *net.UnixAddr:
 		if a == nil {
 			break
 		}
-		return pc.WriteToAddr(b, UnixAddr(a.Name))
+		return UnixAddr(a.Name), nil
 	case Addr:
-		return pc.WriteToAddr(b, a)
+		return a, nil
 	}
-	return 0, pc.writeError(addr, fmt.Errorf("conn: datagram destination %v (%T): want a *net.UDPAddr, *net.UnixAddr or conn.Addr", addr, addr))
+	return Addr{}, pc.writeError(addr, fmt.Errorf("conn: datagram destination %v (%T): want a *net.UDPAddr, *net.UnixAddr or conn.Addr", addr, addr))
 }
 
 // WriteToAddrPort sends b as one datagram to ap, as WriteTo does.
@@ -593,18 +608,35 @@ func (pc *PacketConn) WriteToAddrPort(b []byte, ap netip.AddrPort) (int, error) 
 // WriteToAddr sends b as one datagram to a, as WriteTo does; replying to
 // OnPacket's from this way allocates nothing.
 func (pc *PacketConn) WriteToAddr(b []byte, a Addr) (int, error) {
-	if !a.IsValid() {
-		return 0, pc.writeError(a, errors.New("conn: invalid datagram destination"))
+	if err := pc.checkDestination(a); err != nil {
+		return 0, err
 	}
-	return pc.queue(b, a)
+	return pc.queue(b, a, false)
+}
+
+// checkDestination fails a write to an invalid destination.
+func (pc *PacketConn) checkDestination(a Addr) error {
+	if !a.IsValid() {
+		return pc.writeError(a, errors.New("conn: invalid datagram destination"))
+	}
+	return nil
 }
 
 // Write sends b as one datagram to the peer of a socket DialPacket made.
 func (pc *PacketConn) Write(b []byte) (int, error) {
-	if !pc.connected {
-		return 0, pc.writeError(nil, ErrNotConnected)
+	if err := pc.checkConnected(); err != nil {
+		return 0, err
 	}
-	return pc.queue(b, Addr{})
+	return pc.queue(b, Addr{}, false)
+}
+
+// checkConnected fails a write without a destination on a socket that has
+// no peer.
+func (pc *PacketConn) checkConnected() error {
+	if !pc.connected {
+		return pc.writeError(nil, ErrNotConnected)
+	}
+	return nil
 }
 
 func (pc *PacketConn) writeError(to net.Addr, err error) error {
@@ -614,9 +646,17 @@ func (pc *PacketConn) writeError(to net.Addr, err error) error {
 	return &net.OpError{Op: "write", Net: pc.network, Source: pc.laddr, Addr: to, Err: err}
 }
 
-// queue copies b into the outbound queue and has it flushed at the end of
-// the loop's turn.
-func (pc *PacketConn) queue(b []byte, to Addr) (int, error) {
+// errQueueFullWait is what queue returns to a write that will wait for
+// room: the queue was full, and the handler's onQueueRoom will say when
+// it has room again.
+var errQueueFullWait = errors.New("conn: datagram queue full; waiting for room")
+
+// queue copies b into the outbound queue (to the connected peer when to
+// is the zero Addr) and has it flushed at the end of the loop's turn. A
+// full queue refuses the datagram: with ErrQueueFull, counted in
+// QueueFull; or, when wait is set, with errQueueFullWait, not counted,
+// and the handler's onQueueRoom runs once the queue is down to half.
+func (pc *PacketConn) queue(b []byte, to Addr, wait bool) (int, error) {
 	var d dgramOut
 	if to.IsValid() {
 		n, err := pc.putAddr(d.to[:], to)
@@ -631,6 +671,11 @@ func (pc *PacketConn) queue(b []byte, to Addr) (int, error) {
 		return 0, pc.writeError(to, net.ErrClosed)
 	}
 	if pc.out.n >= pc.queueMax {
+		if wait && pc.roomHandler != nil {
+			pc.roomWanted = true
+			pc.mu.Unlock()
+			return 0, errQueueFullWait
+		}
 		pc.mu.Unlock()
 		pc.queueFull.Add(1)
 		return 0, pc.writeError(to, ErrQueueFull)
@@ -741,11 +786,14 @@ func (f *fifo[T]) pop() T {
 }
 
 // flush hands queued datagrams to the loop, one SendTo each, up to
-// maxSendsInFlight in flight; completions continue it. Runs on the loop.
+// maxSendsInFlight in flight; completions continue it. Once the queue,
+// found full by a write that waits, is down to half, the handler hears of
+// it (onQueueRoom). Runs on the loop.
 func (pc *PacketConn) flush() {
 	pc.mu.Lock()
 	pc.flushQueued = false
 	pc.mu.Unlock()
+	room := false
 	for pc.inflight < maxSendsInFlight && !pc.fdClosed {
 		pc.mu.Lock()
 		if pc.out.n == 0 {
@@ -753,6 +801,9 @@ func (pc *PacketConn) flush() {
 			break
 		}
 		d := pc.out.pop()
+		if pc.roomWanted && pc.out.n <= pc.queueMax/2 {
+			pc.roomWanted, room = false, true
+		}
 		pc.mu.Unlock()
 		s := pc.sendRecord()
 		s.dgram, s.tries = d, 0
@@ -769,9 +820,19 @@ func (pc *PacketConn) flush() {
 		}
 		pc.inflight++
 	}
+	if room {
+		pc.roomHandler.onQueueRoom(pc)
+	}
 	if pc.closing {
 		pc.maybeFinish()
 	}
+}
+
+// queueRoomHandler is implemented by a handler whose writers wait while
+// the outbound queue is full (NetPacketConn). onQueueRoom runs on the
+// loop once the queue, found full by such a write, is down to half.
+type queueRoomHandler interface {
+	onQueueRoom(pc *PacketConn)
 }
 
 func (pc *PacketConn) sendRecord() *dgramSend {
