@@ -57,9 +57,12 @@ var (
 	// a ring rebuild could not learn its outcome by its deadline.
 	ErrGivenUp = errors.New("loop: op given up at a ring rebuild: outcome unknown")
 
-	// ErrInLoop is returned by Shutdown when it is called on a loop
-	// goroutine of the group it would wait for: waiting there would
-	// deadlock. The shutdown is started anyway; wait for Done elsewhere.
+	// ErrInLoop is returned by a blocking call made on a loop goroutine
+	// that would have to wait for that loop (or, for Shutdown, for its
+	// group): waiting there would deadlock. Future.Wait on a pending
+	// future of its own loop, Shutdown, Dial, the net adapters' blocking
+	// calls and others return it at once (docs/conn.md, "Loop affinity").
+	// Shutdown starts the shutdown anyway; wait for Done elsewhere.
 	ErrInLoop = errors.New("loop: cannot wait for the group's termination from one of its loops")
 )
 
