@@ -46,13 +46,22 @@ func TestOutboundLimitWrite(t *testing.T) {
 		p := make([]byte, 48<<10)
 		var err error
 		for i := 0; i < 10000 && err == nil; i++ {
-			before := sc.Buffered()
-			_, err = sc.Write(p)
+			// On the loop, so no send completes between the reading of
+			// the queue and the Write.
+			var before, after int
+			done := make(chan struct{})
+			sc.Loop().Execute(func() {
+				defer close(done)
+				before = sc.Buffered()
+				_, err = sc.Write(p)
+				after = sc.Buffered()
+			})
+			<-done
 			if err == nil && before > limit {
 				t.Fatalf("a Write with %d bytes queued succeeded (limit %d)", before, limit)
 			}
-			if n := sc.Buffered(); n > limit+len(p) {
-				t.Fatalf("%d bytes queued: more than the limit and one write", n)
+			if after > limit+len(p) {
+				t.Fatalf("%d bytes queued: more than the limit and one write", after)
 			}
 		}
 		if !errors.Is(err, conn.ErrOutboundLimit) {
