@@ -28,6 +28,7 @@ type Server struct {
 	listeners  []*listener
 
 	closeOnce      sync.Once
+	openListeners  atomic.Int32 // listeners whose socket is not closed yet (listener.closed)
 	shutting       atomic.Bool // Shutdown was called: new conns are closed at once
 	live           atomic.Int64
 	outOfResources atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
@@ -84,6 +85,13 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 	if err != nil {
 		return nil, err
 	}
+	alt := "ListenPacket"
+	if cfg.netListener != nil {
+		alt = "ListenPacketNet"
+	}
+	if err := datagramNetworkError(network, alt); err != nil {
+		return nil, opError("listen", network, "", nil, nil, err)
+	}
 	if cfg.acceptor != nil && cfg.acceptor.State() >= loop.StateShuttingDown {
 		return nil, invalidOption("acceptor loop %v is shutting down", cfg.acceptor)
 	}
@@ -136,6 +144,7 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 			ln.l = workers.Next()
 		}
 	}
+	s.openListeners.Store(int32(len(s.listeners)))
 	for i, ln := range s.listeners {
 		ln.rearmFn = ln.arm
 		if err := ln.l.Execute(ln.open); err != nil {
@@ -173,6 +182,7 @@ func (s *Server) close(ctx context.Context) error {
 	if !first {
 		return ErrServerClosed
 	}
+	s.stoppedAccepting()
 	var wait []*listener
 	for _, ln := range s.listeners {
 		if err := executeRetrying(ln.l, ln.stop); err != nil {
@@ -230,6 +240,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// stoppedAccepting tells the NetListener over s, if any, that no
+// connection comes any more: its Accept returns net.ErrClosed. Called once
+// Close began, and once every listening socket closed (the loops' shutdown
+// closes them). Safe for concurrent use, on a loop goroutine too.
+func (s *Server) stoppedAccepting() {
+	if ln := s.cfg.netListener; ln != nil {
+		ln.stop()
+	}
 }
 
 // add registers a new connection. It reports false once Shutdown began.
@@ -449,6 +469,9 @@ func (ln *listener) closed() {
 		ln.unhook()
 	}
 	close(ln.done)
+	if ln.srv.openListeners.Add(-1) == 0 {
+		ln.srv.stoppedAccepting()
+	}
 }
 
 // listenerClose completes the listener's CLOSE op.
