@@ -40,7 +40,9 @@ func (h *ctQuietable) WithAttrs(as []slog.Attr) slog.Handler {
 	return &ctQuietable{h.Handler.WithAttrs(as)}
 }
 
-func (h *ctQuietable) WithGroup(name string) slog.Handler { return &ctQuietable{h.Handler.WithGroup(name)} }
+func (h *ctQuietable) WithGroup(name string) slog.Handler {
+	return &ctQuietable{h.Handler.WithGroup(name)}
+}
 
 // ctBackends runs f once per backend as "backend=uring" and
 // "backend=epoll"; uring is skipped where io_uring is refused.

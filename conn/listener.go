@@ -29,7 +29,7 @@ type Server struct {
 
 	closeOnce      sync.Once
 	openListeners  atomic.Int32 // listeners whose socket is not closed yet (listener.closed)
-	shutting       atomic.Bool // Shutdown was called: new conns are closed at once
+	shutting       atomic.Bool  // Shutdown was called: new conns are closed at once
 	live           atomic.Int64
 	outOfResources atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
 	mu             sync.Mutex
