@@ -28,10 +28,10 @@ type Server struct {
 	listeners  []*listener
 
 	closeOnce      sync.Once
-	openListeners  atomic.Int32 // listeners whose socket is not closed yet (listener.closed)
-	shutting       atomic.Bool  // Shutdown was called: new conns are closed at once
+	shutting       atomic.Bool // Shutdown was called: new conns are closed at once
 	live           atomic.Int64
 	outOfResources atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
+	openListeners  atomic.Int32 // listeners whose socket is not closed yet (listener.closed)
 	mu             sync.Mutex
 }
 
