@@ -170,8 +170,9 @@ func (s *Server) Conns() int { return int(s.live.Load()) }
 // Close stops accepting and closes the listening sockets (removing a Unix
 // socket's path); live connections stay open. It waits for the listeners'
 // accept ops to end, unless called on a loop goroutine (of any group),
-// where it returns at once and the listeners close right after. A second call
-// returns ErrServerClosed. Safe for concurrent use.
+// where it returns at once and the listeners close right after. The Accept
+// of a NetListener over the server (ListenNet) returns net.ErrClosed from
+// then on. A second call returns ErrServerClosed. Safe for concurrent use.
 func (s *Server) Close() error { return s.close(context.Background()) }
 
 // close is Close bounded by ctx: it stops waiting for the acceptor loops
