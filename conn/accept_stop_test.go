@@ -151,55 +151,90 @@ func TestNetListenerAcceptEndsWithServer(t *testing.T) {
 // TestNetListenerStopClosesQueued: a connection accepted but not yet
 // returned by Accept is closed when the server stops accepting, as
 // NetListener.Close closes it, and counted in Dropped; Accept then fails at
-// once. A graceful group shutdown stops it at its first check, while the
-// loops still run their quiet period: Accept does not wait for the group's
-// end.
+// once. Server().Close() does it before it returns. A graceful group
+// shutdown does it once the listening socket closed, at the shutdown's
+// first check (its hook on another loop may close the connection first,
+// and an Accept meanwhile return it, closed), while the loops still run
+// their quiet period: Accept does not wait for the group's end.
 func TestNetListenerStopClosesQueued(t *testing.T) {
-	stops := []struct {
-		name string
-		stop func(g *loop.Group, ln *conn.NetListener) error
-	}{
-		{"Server.Close", func(_ *loop.Group, ln *conn.NetListener) error { return ln.Server().Close() }},
-		{"ShutdownGracefully", func(g *loop.Group, _ *conn.NetListener) error {
-			return g.ShutdownGracefully(2*time.Second, 5*time.Second)
-		}},
-	}
-	for _, st := range stops {
-		t.Run(st.name, func(t *testing.T) {
-			ctBackends(t, func(t *testing.T, b loop.Backend) {
-				testutil.CheckLeaks(t)
-				g := ctGroup(t, b, 2)
-				ln, err := conn.ListenNet(context.Background(), g, "tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ln.Close()
-				c, err := net.Dial("tcp", ln.Addr().String())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				ctWaitFor(t, 5*time.Second, "the connection accepted", func() bool { return ln.Server().Conns() == 1 })
-
-				if err := st.stop(g, ln); err != nil {
-					t.Fatalf("%s: %v", st.name, err)
-				}
-				c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || isTimeout(err) {
-					t.Fatalf("read from the queued connection after %s: %d, %v, want EOF or a reset", st.name, n, err)
-				}
-				if d := ln.Dropped(); d != 1 {
-					t.Errorf("Dropped() = %d after %s, want 1", d, st.name)
-				}
-				asAcceptAtOnce(t, ln, "Accept after "+st.name)
-				select {
-				case <-g.Done():
-					if st.name == "ShutdownGracefully" {
-						t.Errorf("the group terminated before Accept returned: its quiet period was cut short")
-					}
-				default:
-				}
-			})
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		t.Run("Server.Close", func(t *testing.T) {
+			testutil.CheckLeaks(t)
+			g := ctGroup(t, b, 2)
+			ln, c := asQueued(t, g)
+			if err := ln.Server().Close(); err != nil {
+				t.Fatal(err)
+			}
+			if d := ln.Dropped(); d != 1 {
+				t.Errorf("Dropped() = %d once Server().Close() returned, want 1", d)
+			}
+			asClosedByServer(t, c)
+			asAcceptAtOnce(t, ln, "Accept after Server().Close()")
 		})
+		t.Run("ShutdownGracefully", func(t *testing.T) {
+			testutil.CheckLeaks(t)
+			g := ctGroup(t, b, 2)
+			ln, c := asQueued(t, g)
+			if err := g.ShutdownGracefully(2*time.Second, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			asClosedByServer(t, c)
+			returned := 0
+			deadline := time.Now().Add(time.Second)
+			for {
+				nc, err := ln.Accept()
+				if err != nil {
+					asWantAcceptClosed(t, "Accept after ShutdownGracefully", err)
+					break
+				}
+				returned++
+				nc.SetReadDeadline(time.Now().Add(time.Second))
+				if _, err := nc.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+					t.Fatalf("Accept returned an open connection during the shutdown: read %v", err)
+				}
+				nc.Close()
+				if time.Now().After(deadline) {
+					t.Fatal("Accept did not fail within 1s of the shutdown")
+				}
+			}
+			if d := ln.Dropped(); d+uint64(returned) != 1 {
+				t.Errorf("Dropped() = %d and %d returned by Accept, want 1 in all", d, returned)
+			}
+			asAcceptAtOnce(t, ln, "a second Accept after ShutdownGracefully")
+			select {
+			case <-g.Done():
+				t.Errorf("the group terminated before Accept failed: its quiet period was cut short")
+			default:
+			}
+		})
+	})
+}
+
+// asQueued listens with ListenNet on g and connects a package net client,
+// which the server accepts and queues for Accept; both are closed when the
+// test ends.
+func asQueued(t *testing.T, g *loop.Group) (*conn.NetListener, net.Conn) {
+	t.Helper()
+	ln, err := conn.ListenNet(context.Background(), g, "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctWaitFor(t, 5*time.Second, "the connection accepted", func() bool { return ln.Server().Conns() == 1 })
+	return ln, c
+}
+
+// asClosedByServer fails t unless the server closes the client c's
+// connection within 5s.
+func asClosedByServer(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || isTimeout(err) {
+		t.Fatalf("read from the queued connection: %d, %v, want EOF or a reset", n, err)
 	}
 }
