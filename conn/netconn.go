@@ -442,8 +442,9 @@ func (nc *NetConn) LocalAddr() net.Addr { return nc.c.LocalAddr() }
 func (nc *NetConn) RemoteAddr() net.Addr { return nc.c.RemoteAddr() }
 
 // SyscallConn returns a syscall.RawConn of the connection's socket, as
-// package net's connections do (net/http, crypto/tls and os look for it
-// through syscall.Conn). Its Control runs f with the fd on the
+// package net's connections do (code that sets socket options uses it, and
+// packages os and net look for it through syscall.Conn to try sendfile and
+// splice). Its Control runs f with the fd on the
 // connection's loop goroutine, where the fd stays open (its number cannot
 // be reused) while f runs: at once when called there, else as a task
 // Control waits for. f must not block, as nothing on a loop may. On
