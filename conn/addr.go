@@ -89,6 +89,17 @@ func resolve(ctx context.Context, network, address string, listen bool) (sockTar
 // whose addresses it takes.
 var datagramStreamNetworks = map[string]string{"udp": "tcp", "udp4": "tcp4", "udp6": "tcp6", "unixgram": "unix"}
 
+// datagramNetworkError returns, for a datagram network given to a stream
+// function, an error wrapping ErrUnknownNetwork that names alt, the
+// function that takes it (package net's Listen and Dial report an unknown
+// network too); nil for any other network.
+func datagramNetworkError(network, alt string) error {
+	if _, ok := datagramStreamNetworks[network]; ok {
+		return fmt.Errorf("%w: %q is a datagram network: use %s", ErrUnknownNetwork, network, alt)
+	}
+	return nil
+}
+
 // resolvePacket is resolve for a datagram network: "udp", "udp4", "udp6"
 // or "unixgram".
 func resolvePacket(ctx context.Context, network, address string, listen bool) (sockTarget, error) {

@@ -278,34 +278,51 @@ func (c *Conn) CloseFuture() *sched.Future[struct{}] {
 	return d.closeFuture
 }
 
-// set runs a setter's f on c's loop as Conn's comment describes, where the
-// fd cannot be closed (and its number reused) underneath it, unless the
-// connection is closed for the user. f's error is a setsockopt's. A loop
-// that refuses the task gives its full queue's error, else net.ErrClosed.
+// set runs a setter's f on c's loop as Conn's comment describes (onLoop,
+// not waiting on another loop). f's error is a setsockopt's.
 func (c *Conn) set(f func() error) error {
-	g := func() error {
-		if c.state >= stateClosing || c.flags.has(flagLingering) {
-			return c.opError("set", "", net.ErrClosed)
-		}
+	return c.onLoop("set", false, func() error {
 		if err := f(); err != nil {
 			return c.opError("set", "setsockopt", err)
 		}
 		return nil
+	})
+}
+
+// onLoop runs f on c's loop, where the fd cannot be closed (and its number
+// reused) underneath it, unless the connection is closed for the user:
+// then f does not run, and the error wraps net.ErrClosed. On c's loop f
+// runs at once; from a goroutine that is no loop, as a task whose result
+// onLoop waits for; from another loop's goroutine, as a task onLoop does
+// not wait for, returning nil (an error of f is lost), or, with mustWait,
+// not at all: the error wraps loop.ErrInLoop, since two loops waiting on
+// each other would both stop for good. A loop that refuses the task gives
+// its full queue's error, else net.ErrClosed. Errors are *net.OpErrors of
+// op, but f's own, returned as they are.
+func (c *Conn) onLoop(op string, mustWait bool, f func() error) error {
+	g := func() error {
+		if c.state >= stateClosing || c.flags.has(flagLingering) {
+			return c.opError(op, "", net.ErrClosed)
+		}
+		return f()
 	}
 	if c.l.InLoop() {
 		return g()
 	}
 	var res chan error
 	task := func() { _ = g() }
-	if loop.Current() == nil {
+	switch {
+	case loop.Current() == nil:
 		res = make(chan error, 1)
 		task = func() { res <- g() }
+	case mustWait:
+		return c.opError(op, "", loop.ErrInLoop)
 	}
 	if err := c.l.Execute(task); err != nil {
 		if !errors.Is(err, loop.ErrQueueFull) {
 			err = net.ErrClosed
 		}
-		return c.opError("set", "", err)
+		return c.opError(op, "", err)
 	}
 	if res == nil {
 		return nil

@@ -77,6 +77,13 @@ func DialAsync(ctx context.Context, g *loop.Group, network, address string, h Ha
 	if err != nil {
 		return fail(err)
 	}
+	alt := "DialPacket"
+	if cfg.netConn {
+		alt = "DialPacketNet"
+	}
+	if err := datagramNetworkError(network, alt); err != nil {
+		return fail(err)
+	}
 	l := cfg.dialLoop
 	if l == nil {
 		if cur := loop.Current(); cur != nil && cur.Group() == g {

@@ -17,6 +17,8 @@
 // loop, one at a time, and must not block: a blocked callback stalls every
 // connection of the loop. A panic in a callback is recovered, logged with
 // its stack and counted, and closes that connection with a *PanicError.
+// conn logs through the logger of the connection's group
+// (loop.WithLogger, read with Loop.Logger).
 //
 // # Affinity and buffers
 //

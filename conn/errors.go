@@ -17,7 +17,11 @@ var (
 	// option value that cannot work.
 	ErrInvalidOption = errors.New("conn: invalid option")
 	// ErrUnknownNetwork is wrapped by the error Listen and Dial return for
-	// a network other than "tcp", "tcp4", "tcp6" and "unix".
+	// a network other than "tcp", "tcp4", "tcp6" and "unix" (for a
+	// datagram network the error names the function that takes it:
+	// ListenPacket, DialPacket, ListenPacketNet or DialPacketNet), and by
+	// the error of ListenPacket and DialPacket for a network other than
+	// "udp", "udp4", "udp6" and "unixgram".
 	ErrUnknownNetwork = errors.New("conn: unknown network")
 	// ErrInboundLimit is wrapped by the error a connection closes with when
 	// the bytes it keeps for its handler pass WithInboundLimit.

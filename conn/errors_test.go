@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -125,5 +127,52 @@ func TestInvalidOptions(t *testing.T) {
 	}
 	if _, err := conn.Listen(context.Background(), nil, "tcp", "127.0.0.1:0", h); err == nil {
 		t.Fatal("Listen with a nil group succeeded")
+	}
+}
+
+// TestDatagramNetworkOnStream: Listen, ListenNet, Dial and DialNet given a
+// datagram network fail with a *net.OpError wrapping ErrUnknownNetwork (as
+// package net's Listen and Dial report one) whose text names the function
+// that takes the network.
+func TestDatagramNetworkOnStream(t *testing.T) {
+	g := ctGroup(t, loop.BackendEpoll, 1)
+	bg := context.Background()
+	calls := []struct {
+		name, alt string
+		call      func(network, address string) error
+	}{
+		{"Listen", "ListenPacket", func(n, a string) error {
+			_, err := conn.Listen(bg, g, n, a, conn.NopHandler{})
+			return err
+		}},
+		{"ListenNet", "ListenPacketNet", func(n, a string) error {
+			_, err := conn.ListenNet(bg, g, n, a)
+			return err
+		}},
+		{"Dial", "DialPacket", func(n, a string) error {
+			_, err := conn.Dial(bg, g, n, a, conn.NopHandler{})
+			return err
+		}},
+		{"DialNet", "DialPacketNet", func(n, a string) error {
+			_, err := conn.DialNet(bg, g, n, a)
+			return err
+		}},
+	}
+	for _, c := range calls {
+		for _, network := range []string{"udp", "udp4", "udp6", "unixgram"} {
+			address := "127.0.0.1:0"
+			switch network {
+			case "udp6":
+				address = "[::1]:0"
+			case "unixgram":
+				address = filepath.Join(t.TempDir(), "s")
+			}
+			err := c.call(network, address)
+			var oe *net.OpError
+			if !errors.Is(err, conn.ErrUnknownNetwork) || !errors.As(err, &oe) || oe.Net != network ||
+				!strings.Contains(err.Error(), "use "+c.alt) {
+				t.Errorf("%s(%q): %v, want a *net.OpError wrapping ErrUnknownNetwork that names %s", c.name, network, err, c.alt)
+			}
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +21,28 @@ import (
 // Helpers of the conn unit tests. Their names start with "ct" so that
 // other test files of the package can define their own without clashing.
 
-var ctLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+// ctLogger is the logger of ctGroup's groups: warnings and errors to
+// stderr, unless ctQuietLogs silenced them.
+var ctLogger = slog.New(&ctQuietable{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})})
+
+// ctQuiet silences ctLogger (ctQuietLogs).
+var ctQuiet atomic.Bool
+
+// ctQuietable is a slog.Handler that drops every record while ctQuiet is
+// set.
+type ctQuietable struct{ slog.Handler }
+
+func (h *ctQuietable) Enabled(ctx context.Context, l slog.Level) bool {
+	return !ctQuiet.Load() && h.Handler.Enabled(ctx, l)
+}
+
+func (h *ctQuietable) WithAttrs(as []slog.Attr) slog.Handler {
+	return &ctQuietable{h.Handler.WithAttrs(as)}
+}
+
+func (h *ctQuietable) WithGroup(name string) slog.Handler {
+	return &ctQuietable{h.Handler.WithGroup(name)}
+}
 
 // ctBackends runs f once per backend as "backend=uring" and
 // "backend=epoll"; uring is skipped where io_uring is refused.
@@ -290,12 +312,17 @@ func ctHangingAddr(tb testing.TB) string {
 	return addr
 }
 
-// ctQuietLogs discards the default logger's output for the rest of the
-// test (handler panics are logged with their stacks by design).
+// ctQuietLogs discards the output of ctLogger and of the default logger
+// for the rest of the test (handler panics are logged with their stacks by
+// design).
 func ctQuietLogs(tb testing.TB) {
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.DiscardHandler))
-	tb.Cleanup(func() { slog.SetDefault(prev) })
+	wasQuiet := ctQuiet.Swap(true)
+	tb.Cleanup(func() {
+		slog.SetDefault(prev)
+		ctQuiet.Store(wasQuiet)
+	})
 }
 
 // ctDialAccepted dials srv with package net (the client is closed at the

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"runtime/debug"
 
@@ -87,7 +86,7 @@ func (c *lifecycle) newHandler() (h Handler, err error) {
 	}()
 	if h = c.srv.newHandler(c.conn()); h == nil {
 		err = fmt.Errorf("conn: ListenFunc's handler factory returned nil")
-		slog.Error("conn: closing the connection", "remote", c.raddr, "error", err)
+		c.l.Logger().Error("conn: closing the connection", "loop", c.l.String(), "remote", c.raddr, "error", err)
 		return nil, err
 	}
 	return h, nil
@@ -145,8 +144,8 @@ func (c *lifecycle) open() (err error) {
 func (c *lifecycle) recovered(callback string, r any) error {
 	panics.Add(1)
 	pe := &PanicError{Callback: callback, Value: r, Stack: debug.Stack()}
-	slog.Error("conn: handler panicked; closing the connection", "callback", callback,
-		"panic", r, "remote", c.raddr, "stack", string(pe.Stack))
+	c.l.Logger().Error("conn: handler panicked; closing the connection", "loop", c.l.String(),
+		"callback", callback, "panic", r, "remote", c.raddr, "stack", stackValue(pe.Stack))
 	return pe
 }
 

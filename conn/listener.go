@@ -31,6 +31,7 @@ type Server struct {
 	shutting       atomic.Bool // Shutdown was called: new conns are closed at once
 	live           atomic.Int64
 	outOfResources atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
+	openListeners  atomic.Int32 // listeners whose socket is not closed yet (listener.closed)
 	mu             sync.Mutex
 }
 
@@ -84,6 +85,13 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 	if err != nil {
 		return nil, err
 	}
+	alt := "ListenPacket"
+	if cfg.netListener != nil {
+		alt = "ListenPacketNet"
+	}
+	if err := datagramNetworkError(network, alt); err != nil {
+		return nil, opError("listen", network, "", nil, nil, err)
+	}
 	if cfg.acceptor != nil && cfg.acceptor.State() >= loop.StateShuttingDown {
 		return nil, invalidOption("acceptor loop %v is shutting down", cfg.acceptor)
 	}
@@ -136,6 +144,7 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 			ln.l = workers.Next()
 		}
 	}
+	s.openListeners.Store(int32(len(s.listeners)))
 	for i, ln := range s.listeners {
 		ln.rearmFn = ln.arm
 		if err := ln.l.Execute(ln.open); err != nil {
@@ -161,8 +170,9 @@ func (s *Server) Conns() int { return int(s.live.Load()) }
 // Close stops accepting and closes the listening sockets (removing a Unix
 // socket's path); live connections stay open. It waits for the listeners'
 // accept ops to end, unless called on a loop goroutine (of any group),
-// where it returns at once and the listeners close right after. A second call
-// returns ErrServerClosed. Safe for concurrent use.
+// where it returns at once and the listeners close right after. The Accept
+// of a NetListener over the server (ListenNet) returns net.ErrClosed from
+// then on. A second call returns ErrServerClosed. Safe for concurrent use.
 func (s *Server) Close() error { return s.close(context.Background()) }
 
 // close is Close bounded by ctx: it stops waiting for the acceptor loops
@@ -173,6 +183,7 @@ func (s *Server) close(ctx context.Context) error {
 	if !first {
 		return ErrServerClosed
 	}
+	s.stoppedAccepting()
 	var wait []*listener
 	for _, ln := range s.listeners {
 		if err := executeRetrying(ln.l, ln.stop); err != nil {
@@ -230,6 +241,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// stoppedAccepting tells the NetListener over s, if any, that no
+// connection comes any more: its Accept returns net.ErrClosed. Called once
+// Close began, and once every listening socket closed (the loops' shutdown
+// closes them). Safe for concurrent use, on a loop goroutine too.
+func (s *Server) stoppedAccepting() {
+	if ln := s.cfg.netListener; ln != nil {
+		ln.stop()
+	}
 }
 
 // add registers a new connection. It reports false once Shutdown began.
@@ -449,6 +470,9 @@ func (ln *listener) closed() {
 		ln.unhook()
 	}
 	close(ln.done)
+	if ln.srv.openListeners.Add(-1) == 0 {
+		ln.srv.stoppedAccepting()
+	}
 }
 
 // listenerClose completes the listener's CLOSE op.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
@@ -83,8 +84,11 @@ func (nc *NetConn) limit() int {
 	return DefaultNetInbound
 }
 
-// Conn returns the underlying connection (its loop, options and counters).
-// Reading through it (PauseRead, handlers) would compete with the NetConn.
+// Conn returns the underlying connection: its loop (Loop), its socket
+// options (SetNoDelay, SetKeepAlive, SetReadBuffer, SetWriteBuffer), its
+// outbound state (Buffered, Writable), Context and CloseFuture. Reading or
+// writing through it (PauseRead, ResumeRead, Write, Close) would compete
+// with the NetConn.
 func (nc *NetConn) Conn() *Conn { return nc.c }
 
 func (nc *NetConn) wake(w *wakeup) { w.wake(nc.c.l, &nc.waiters) }
@@ -437,6 +441,65 @@ func (nc *NetConn) LocalAddr() net.Addr { return nc.c.LocalAddr() }
 // RemoteAddr returns the peer's address.
 func (nc *NetConn) RemoteAddr() net.Addr { return nc.c.RemoteAddr() }
 
+// SyscallConn returns a syscall.RawConn of the connection's socket, as
+// package net's connections do (code that sets socket options uses it, and
+// packages os and net look for it through syscall.Conn to try sendfile and
+// splice). Its Control runs f with the fd on the
+// connection's loop goroutine, where the fd stays open (its number cannot
+// be reused) while f runs: at once when called there, else as a task
+// Control waits for. f must not block, as nothing on a loop may. On
+// another loop's goroutine Control returns an error wrapping
+// loop.ErrInLoop without running f, and after Close, or once the
+// connection ended, one wrapping net.ErrClosed. The loop owns the
+// socket's reads and writes, so the RawConn's Read and Write return an
+// error without calling their function (code that tries them, like
+// package net's sendfile, then copies as it does for any net.Conn).
+func (nc *NetConn) SyscallConn() (syscall.RawConn, error) { return netRawConn{nc}, nil }
+
+// netRawConn is a NetConn's syscall.RawConn.
+type netRawConn struct{ nc *NetConn }
+
+// Control implements syscall.RawConn: f runs on the connection's loop. A
+// panic of f is raised again on the caller's goroutine.
+func (rc netRawConn) Control(f func(fd uintptr)) error {
+	nc := rc.nc
+	nc.mu.Lock()
+	closed := nc.closed
+	nc.mu.Unlock()
+	if closed {
+		return nc.c.opError("raw-control", "", net.ErrClosed)
+	}
+	var (
+		panicked bool
+		value    any
+	)
+	err := nc.c.onLoop("raw-control", true, func() error {
+		defer func() {
+			if r := recover(); r != nil {
+				panicked, value = true, r
+			}
+		}()
+		f(uintptr(nc.c.fd))
+		return nil
+	})
+	if panicked {
+		panic(value)
+	}
+	return err
+}
+
+// Read implements syscall.RawConn: it fails, since the loop owns the
+// socket's reads.
+func (rc netRawConn) Read(func(fd uintptr) bool) error {
+	return rc.nc.c.opError("raw-read", "", errRawIO)
+}
+
+// Write implements syscall.RawConn: it fails, since the loop owns the
+// socket's writes.
+func (rc netRawConn) Write(func(fd uintptr) bool) error {
+	return rc.nc.c.opError("raw-write", "", errRawIO)
+}
+
 // SetDeadline sets the read and write deadlines.
 func (nc *NetConn) SetDeadline(t time.Time) error {
 	if err := nc.setDeadline(dirRead, t); err != nil {
@@ -546,15 +609,23 @@ func DialNet(ctx context.Context, g *loop.Group, network, address string, opts .
 // *NetConn. Connections accepted and not yet taken by Accept wait in a
 // queue bounded by WithBacklog's value (default 4096); past it a new
 // connection is closed at once, as a full kernel backlog drops it.
+//
+// Accept ends, with an error wrapping net.ErrClosed, once the server
+// stops accepting, whoever stops it: Close, Server().Close or
+// Server().Shutdown, a shutdown of the loops the server accepts on
+// (Group.Shutdown, ShutdownGracefully), or the end of its group (Done), as
+// package net's Accept ends once its socket is closed. The connections
+// accepted and not yet returned are closed then.
 type NetListener struct {
 	srv         *Server
 	maxAccepted int // WithBacklog's value: the bound of accepted
 
 	mu       sync.Mutex
-	accepted []*NetConn // accepted connections Accept has yet to take
-	closed   bool
+	accepted []*NetConn    // accepted connections Accept has yet to take
+	closed   bool          // Close was called
+	stopped  bool          // no connection comes any more: Close, or the server stopped accepting (stop)
 	wakeup   chan struct{} // a pending wakeup for Accept, once one is accepted
-	done     chan struct{}
+	done     chan struct{} // closed once stopped
 	dropped  atomic.Uint64
 }
 
@@ -578,7 +649,7 @@ func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts
 // push queues an accepted connection for Accept. On the connection's loop.
 func (ln *NetListener) push(nc *NetConn) {
 	ln.mu.Lock()
-	if ln.closed || len(ln.accepted) >= ln.maxAccepted {
+	if ln.stopped || len(ln.accepted) >= ln.maxAccepted {
 		ln.mu.Unlock()
 		ln.dropped.Add(1)
 		_ = nc.Close()
@@ -592,14 +663,43 @@ func (ln *NetListener) push(nc *NetConn) {
 	}
 }
 
-// Accept waits for and returns the next connection. After Close it returns
-// an error wrapping net.ErrClosed.
+// stop ends Accept: pending and later Accepts return net.ErrClosed, and
+// the connections accepted and not yet returned are closed (counted in
+// Dropped). The server calls it once it stops accepting (Server.close,
+// listener.closed), Accept once the group terminated, Close first. Safe
+// for concurrent use, on a loop goroutine too; only the first call acts.
+func (ln *NetListener) stop() {
+	ln.mu.Lock()
+	if ln.stopped {
+		ln.mu.Unlock()
+		return
+	}
+	ln.stopped = true
+	q := ln.accepted
+	ln.accepted = nil
+	ln.mu.Unlock()
+	close(ln.done)
+	ln.dropped.Add(uint64(len(q)))
+	for _, nc := range q {
+		_ = nc.Close()
+	}
+}
+
+// opError is the *net.OpError of one of the listener's operations.
+func (ln *NetListener) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: err}
+}
+
+// Accept waits for and returns the next connection. Once the listener is
+// closed or its server stopped accepting (see NetListener), it returns an
+// error wrapping net.ErrClosed. On a loop goroutine, where it would wait,
+// it returns an error wrapping loop.ErrInLoop instead.
 func (ln *NetListener) Accept() (net.Conn, error) {
 	for {
 		ln.mu.Lock()
-		if ln.closed {
+		if ln.stopped {
 			ln.mu.Unlock()
-			return nil, &net.OpError{Op: "accept", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: net.ErrClosed}
+			return nil, ln.opError("accept", net.ErrClosed)
 		}
 		if len(ln.accepted) > 0 {
 			nc := ln.accepted[0]
@@ -613,32 +713,33 @@ func (ln *NetListener) Accept() (net.Conn, error) {
 		}
 		ln.mu.Unlock()
 		if loop.Current() != nil {
-			return nil, &net.OpError{Op: "accept", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: loop.ErrInLoop}
+			return nil, ln.opError("accept", loop.ErrInLoop)
 		}
 		select {
 		case <-ln.wakeup:
 		case <-ln.done:
+		case <-ln.srv.workers.Done():
+			// The group terminated: no connection can come, even from an
+			// acceptor loop of another group.
+			ln.stop()
 		}
 	}
 }
 
 // Close stops accepting; connections already accepted stay open, and those
 // accepted but not yet returned by Accept are closed. Pending Accepts
-// return net.ErrClosed.
+// return net.ErrClosed. A second Close returns an error wrapping
+// net.ErrClosed; a Close after the server stopped on its own closes what
+// is left and returns nil.
 func (ln *NetListener) Close() error {
 	ln.mu.Lock()
 	if ln.closed {
 		ln.mu.Unlock()
-		return &net.OpError{Op: "close", Net: ln.srv.Addr().Network(), Addr: ln.srv.Addr(), Err: net.ErrClosed}
+		return ln.opError("close", net.ErrClosed)
 	}
 	ln.closed = true
-	q := ln.accepted
-	ln.accepted = nil
 	ln.mu.Unlock()
-	close(ln.done)
-	for _, nc := range q {
-		_ = nc.Close()
-	}
+	ln.stop()
 	err := ln.srv.Close()
 	if errors.Is(err, ErrServerClosed) {
 		err = nil
@@ -649,9 +750,10 @@ func (ln *NetListener) Close() error {
 // Addr returns the listening address.
 func (ln *NetListener) Addr() net.Addr { return ln.srv.Addr() }
 
-// Server returns the underlying server (Conns, Shutdown).
+// Server returns the underlying server (Conns, Shutdown). Closing or
+// shutting it down ends Accept, as Close does.
 func (ln *NetListener) Server() *Server { return ln.srv }
 
 // Dropped returns how many connections were closed because the accept queue
-// was full or the listener closed before Accept took them.
+// was full or the listener stopped before Accept took them.
 func (ln *NetListener) Dropped() uint64 { return ln.dropped.Load() }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -516,8 +515,8 @@ func softDatagramErr(e unix.Errno) bool {
 func (pc *PacketConn) logPanic(callback string) {
 	if r := recover(); r != nil {
 		panics.Add(1)
-		slog.Error("conn: datagram handler panicked; the socket goes on", "callback", callback,
-			"panic", r, "local", pc.laddr, "stack", string(debug.Stack()))
+		pc.l.Logger().Error("conn: datagram handler panicked; the socket goes on", "loop", pc.l.String(),
+			"callback", callback, "panic", r, "local", pc.laddr, "stack", stackValue(debug.Stack()))
 	}
 }
 

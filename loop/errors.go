@@ -63,7 +63,7 @@ var (
 	// future of its own loop, Shutdown, Dial, the net adapters' blocking
 	// calls and others return it at once (docs/conn.md, "Loop affinity").
 	// Shutdown starts the shutdown anyway; wait for Done elsewhere.
-	ErrInLoop = errors.New("loop: cannot wait for the group's termination from one of its loops")
+	ErrInLoop = errors.New("loop: blocking call on a loop goroutine")
 )
 
 // rejected returns an ErrRejected wrapping why.

@@ -108,6 +108,11 @@ func (l *Loop) Index() int { return l.index }
 // Group returns the loop's group. Safe for concurrent use.
 func (l *Loop) Group() *Group { return l.group }
 
+// Logger returns the logger of the loop's group (WithLogger, else the
+// slog.Default() of the group's creation), for packages that log on the
+// loop's behalf. Safe for concurrent use.
+func (l *Loop) Logger() *slog.Logger { return l.logger }
+
 // State returns the loop's lifecycle state. Safe for concurrent use.
 func (l *Loop) State() State { return State(l.state.Load()) }
 
