@@ -64,10 +64,14 @@ const (
 // dgramCost is what a queued datagram of n bytes is charged.
 func dgramCost(n int) int { return max(n, dgramMinBuf) + dgramOverhead }
 
-// netDgram is a datagram waiting in the inbound queue.
+// netDgram is a datagram waiting in the inbound queue: its payload, its
+// source, and its control messages (in buf's array, after the payload),
+// ctrunc when they did not fit in the receive's room.
 type netDgram struct {
-	buf  []byte
-	from Addr
+	buf    []byte
+	from   Addr
+	ctl    []byte
+	ctrunc bool
 }
 
 // ListenPacketNet is ListenPacket returning a net.PacketConn. Options as
@@ -125,22 +129,34 @@ func (np *NetPacketConn) Dropped() uint64 { return np.dropped.Load() }
 // OnPacket implements PacketHandler: the datagram is copied into the
 // inbound queue (or dropped when it is full) and a blocked reader woken.
 func (np *NetPacketConn) OnPacket(pc *PacketConn, data []byte, from Addr) {
+	np.onPacketControl(pc, data, from, nil, false)
+}
+
+// onPacketControl implements packetControlHandler: OnPacket keeping the
+// datagram's control messages for ReadMsgUDP and ReadBatch.
+func (np *NetPacketConn) onPacketControl(pc *PacketConn, data []byte, from Addr, control []byte, ctrunc bool) {
+	size := len(data) + len(control)
 	np.mu.Lock()
-	cost := dgramCost(len(data))
+	cost := dgramCost(size)
 	if np.closed || np.receivedCost+cost > np.limit && np.received.n > 0 {
 		np.mu.Unlock()
 		np.dropped.Add(1)
 		return
 	}
 	var b []byte
-	if k := len(np.spare); k > 0 && cap(np.spare[k-1]) >= len(data) {
-		b = np.spare[k-1][:len(data)]
+	if k := len(np.spare); k > 0 && cap(np.spare[k-1]) >= size {
+		b = np.spare[k-1][:size]
 		np.spare = np.spare[:k-1]
 	} else {
-		b = make([]byte, len(data), max(len(data), dgramMinBuf))
+		b = make([]byte, size, max(size, dgramMinBuf))
 	}
 	copy(b, data)
-	np.received.push(netDgram{buf: b, from: from})
+	d := netDgram{buf: b[:len(data)], from: from, ctrunc: ctrunc}
+	if len(control) > 0 {
+		d.ctl = b[len(data):]
+		copy(d.ctl, control)
+	}
+	np.received.push(d)
 	np.receivedCost += cost
 	np.mu.Unlock()
 	np.readWakeup.wake(pc.l, &np.waiters)
@@ -218,16 +234,28 @@ func (np *NetPacketConn) Read(p []byte) (int, error) {
 }
 
 func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
+	n, _, _, from, err := np.readMsg(p, nil)
+	return n, from, err
+}
+
+// waitDgram waits until a datagram is queued and returns nil with np.mu
+// held; or it returns the read's error, unlocked: the read deadline
+// passed, an error reported on a connected socket, the socket's end, or
+// (noWait) nothing queued.
+func (np *NetPacketConn) waitDgram(noWait bool) error {
 	np.mu.Lock()
 	for np.received.n == 0 && !np.closed && np.ended == nil && np.softErr == nil {
 		if np.deadlines.passed[dirRead] {
 			np.mu.Unlock()
 			np.readWakeup.signal() // pass it on: every blocked reader times out
-			return 0, Addr{}, np.opError("read", os.ErrDeadlineExceeded)
+			return np.opError("read", os.ErrDeadlineExceeded)
 		}
 		np.mu.Unlock()
+		if noWait {
+			return np.opError("read", os.NewSyscallError("recvmmsg", syscall.EAGAIN))
+		}
 		if np.pc.l.InLoop() {
-			return 0, Addr{}, np.opError("read", loop.ErrInLoop)
+			return np.opError("read", loop.ErrInLoop)
 		}
 		np.readWakeup.wait(&np.waiters)
 		np.mu.Lock()
@@ -236,7 +264,7 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 		err := np.softErr
 		np.softErr = nil
 		np.mu.Unlock()
-		return 0, Addr{}, np.opError("read", err)
+		return np.opError("read", err)
 	}
 	if np.closed || np.received.n == 0 {
 		err := np.ended
@@ -245,20 +273,34 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 		}
 		np.mu.Unlock()
 		np.readWakeup.signal() // pass it on to another reader
-		return 0, Addr{}, np.opError("read", err)
+		return np.opError("read", err)
 	}
+	return nil
+}
+
+// popLocked takes the first queued datagram out. Caller holds np.mu.
+func (np *NetPacketConn) popLocked() netDgram {
 	d := np.received.pop()
-	np.receivedCost -= dgramCost(len(d.buf))
-	n := copy(p, d.buf)
+	np.receivedCost -= dgramCost(len(d.buf) + len(d.ctl))
+	return d
+}
+
+// recycleLocked keeps a read datagram's buffer for the next ones. Caller
+// holds np.mu.
+func (np *NetPacketConn) recycleLocked(d netDgram) {
 	if cap(d.buf) <= dgramMinBuf && len(np.spare) < 256 {
 		np.spare = append(np.spare, d.buf[:0])
 	}
+}
+
+// readDoneLocked ends a read: it unlocks np.mu and passes the wakeup on to
+// another reader when datagrams are left.
+func (np *NetPacketConn) readDoneLocked() {
 	more := np.received.n > 0
 	np.mu.Unlock()
 	if more {
-		np.readWakeup.signal() // pass the wakeup on to another reader
+		np.readWakeup.signal()
 	}
-	return n, d.from, nil
 }
 
 // WriteTo sends p as one datagram to addr (a *net.UDPAddr, *net.UnixAddr
@@ -311,6 +353,11 @@ func (np *NetPacketConn) Write(p []byte) (int, error) {
 // the queue is full. call names the system call package net would report
 // an EMSGSIZE of.
 func (np *NetPacketConn) send(p []byte, to Addr, call string) (int, error) {
+	return np.sendMsg(p, nil, to, call)
+}
+
+// sendMsg is send for a datagram with control messages (oob).
+func (np *NetPacketConn) sendMsg(p, oob []byte, to Addr, call string) (int, error) {
 	inLoop := loop.Current() != nil
 	waited := false
 	for {
@@ -323,7 +370,7 @@ func (np *NetPacketConn) send(p []byte, to Addr, call string) (int, error) {
 		if !waited && len(p) > np.maxPayload(to) {
 			return 0, np.writeErrorTo(to, os.NewSyscallError(call, syscall.EMSGSIZE))
 		}
-		n, err := np.pc.queue(p, to, !inLoop)
+		n, err := np.pc.queueMsg(p, oob, to, !inLoop)
 		if err != errQueueFullWait {
 			if waited {
 				// Pass the wakeup on to another writer: one the
@@ -432,7 +479,8 @@ func (np *NetPacketConn) SetReadBuffer(n int) error { return np.pc.SetReadBuffer
 func (np *NetPacketConn) SetWriteBuffer(n int) error { return np.pc.SetWriteBuffer(n) }
 
 // SyscallConn returns the socket's syscall.RawConn (PacketConn.SyscallConn:
-// Control only).
+// Control only; receive options set through it, IP_RECVTOS and the like,
+// make ReadMsgUDP and ReadBatch return their control messages).
 func (np *NetPacketConn) SyscallConn() (syscall.RawConn, error) { return np.pc.SyscallConn() }
 
 // RemoteAddr returns the peer of a socket DialPacketNet made, else nil.

@@ -180,16 +180,19 @@ type PacketConn struct {
 	connected    bool
 	path         string // a bound Unix socket's path, removed on close
 	h            PacketHandler
-	errHandler   PacketErrorHandler // h, if it implements PacketErrorHandler
-	closeHandler PacketCloseHandler // h, if it implements PacketCloseHandler
-	roomHandler  queueRoomHandler   // h, if its writers wait for room in the queue
+	errHandler   PacketErrorHandler   // h, if it implements PacketErrorHandler
+	closeHandler PacketCloseHandler   // h, if it implements PacketCloseHandler
+	roomHandler  queueRoomHandler     // h, if its writers wait for room in the queue
+	ctlHandler   packetControlHandler // h, if it takes control messages
 	queueMax     int
+	wantRoom     atomic.Int32 // room for control messages the receive options ask for
 
 	// mu guards the outbound queue and the close request.
 	mu          sync.Mutex
 	out         fifo[dgramOut] // queued, not yet handed to the loop
 	free        [][]byte       // spare datagram buffers of smallDgram bytes
 	freeLarge   [][]byte       // and of largeDgram
+	freeCtl     [][]byte       // and control message buffers of smallControl
 	flushQueued bool
 	closeReq    bool
 	roomWanted  bool // a write that waits found the queue full
@@ -197,6 +200,8 @@ type PacketConn struct {
 	// Owned by the loop goroutine.
 	recvArmed       bool
 	recvID          loop.OpID
+	recvRoom        int      // room for control messages the armed receive reserves
+	roomWaiters     []func() // Control calls waiting for a receive with the room wanted
 	inflight        int
 	sends           []*dgramSend // free send records
 	closing         bool
@@ -218,6 +223,7 @@ type PacketConn struct {
 // its destination as a raw sockaddr (none: the connected peer).
 type dgramOut struct {
 	buf     []byte
+	ctl     []byte // control messages (NetPacketConn.WriteMsgUDP), if any
 	to      [unix.SizeofSockaddrAny]byte
 	toLen   uint8
 	toValid Addr
@@ -278,6 +284,7 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 	pc.errHandler, _ = h.(PacketErrorHandler)
 	pc.closeHandler, _ = h.(PacketCloseHandler)
 	pc.roomHandler, _ = h.(queueRoomHandler)
+	pc.ctlHandler, _ = h.(packetControlHandler)
 	pc.connected = op == "dial"
 	t, err := resolvePacket(ctx, network, address, !pc.connected)
 	if err != nil {
@@ -335,8 +342,10 @@ func (pc *PacketConn) LocalAddr() net.Addr { return pc.laddr }
 func (pc *PacketConn) RemoteAddr() net.Addr { return pc.raddr }
 
 // MaxDatagram is the longest datagram the socket receives whole: the size
-// of its loop's provided buffers less 128 bytes (loop.IO.MaxDatagram).
-func (pc *PacketConn) MaxDatagram() int { return pc.l.IO().MaxDatagram() }
+// of its loop's provided buffers less 128 bytes (loop.IO.MaxDatagram),
+// and less the room its receive reserves for control messages while
+// receive options set through SyscallConn ask for them.
+func (pc *PacketConn) MaxDatagram() int { return pc.l.IO().MaxDatagram() - pc.receiveRoom() }
 
 // Done is closed once the socket is closed and OnPacketClose has run.
 func (pc *PacketConn) Done() <-chan struct{} { return pc.done }
@@ -401,15 +410,32 @@ func (pc *PacketConn) control(call string, f func(fd int) error) error {
 
 // SyscallConn returns a syscall.RawConn whose Control runs a function on
 // the socket's fd (to read or set socket options; the fd stays open while
-// it runs). The loop owns the socket's reads and writes, so the RawConn's
-// Read and Write return an error and do not call their function.
+// it runs). After the function, Control reads back the options that ask
+// for control messages on received datagrams (IP_RECVTOS, IP_PKTINFO,
+// IPV6_RECVTCLASS, IPV6_RECVPKTINFO, UDP_GRO, SO_TIMESTAMP, …); when they
+// changed, it has the loop re-arm the receive with room for those
+// messages (or without it) and, off the loops, waits until it has, so
+// that the datagrams that arrive after it returns carry them. The loop
+// owns the socket's reads and writes, so the RawConn's Read and Write
+// return a *net.OpError wrapping an error that says so, without calling
+// their function: code that reads through them (golang.org/x/net's
+// ipv4.PacketConn.ReadBatch) must use NetPacketConn's own methods.
 func (pc *PacketConn) SyscallConn() (syscall.RawConn, error) { return packetRawConn{pc}, nil }
 
 // packetRawConn is a PacketConn's syscall.RawConn.
 type packetRawConn struct{ pc *PacketConn }
 
 func (rc packetRawConn) Control(f func(fd uintptr)) error {
-	return rc.pc.control("", func(fd int) error { f(uintptr(fd)); return nil })
+	changed := false
+	err := rc.pc.control("", func(fd int) error {
+		f(uintptr(fd))
+		changed = rc.pc.noteReceiveOptions(fd)
+		return nil
+	})
+	if changed {
+		rc.pc.applyReceiveOptions()
+	}
+	return err
 }
 
 func (rc packetRawConn) Read(func(fd uintptr) bool) error {
@@ -429,7 +455,8 @@ func (pc *PacketConn) arm() {
 	if pc.closing {
 		return
 	}
-	id, err := pc.l.IO().RecvmsgProvided(pc.fd, 0, (*packetRecv)(pc))
+	room := pc.receiveRoom()
+	id, err := pc.l.IO().RecvmsgProvidedControl(pc.fd, 0, room, (*packetRecv)(pc))
 	if err != nil {
 		if errors.Is(err, loop.ErrClosed) {
 			pc.closeNow(net.ErrClosed) // the loop is shutting down
@@ -446,6 +473,7 @@ func (pc *PacketConn) arm() {
 		return
 	}
 	pc.recvID, pc.recvArmed = id, true
+	pc.armedWithRoom(room)
 }
 
 // packetRecv is a PacketConn seen as its receive's Completer.
@@ -467,7 +495,7 @@ func (r *packetRecv) Complete(c *loop.Completion) {
 		pc.report(&DatagramError{Op: "read", Addr: pc.source(c.Name), Len: int(c.Res), Err: ErrTruncated})
 	case c.Res >= 0:
 		pc.received.Add(1)
-		pc.deliver(c.Data, pc.source(c.Name))
+		pc.deliver(c.Data, pc.source(c.Name), c.Control, c.MsgFlags&unix.MSG_CTRUNC != 0)
 	case pc.closing:
 		// The receive ends as the socket closes.
 	case c.Quarantined:
@@ -477,9 +505,10 @@ func (r *packetRecv) Complete(c *loop.Completion) {
 		pc.report(&DatagramError{Op: "read", Err: loop.ErrGivenUp})
 	case c.Res == -int32(unix.ECANCELED), c.Res == -int32(unix.EAGAIN), c.Res == -int32(unix.EINTR):
 		// The receive ended without taking a datagram: it is armed
-		// again below. Only the loop's shutdown cancels it while the
-		// socket is open, and then the loop refuses the new receive and
-		// the socket closes (arm).
+		// again below. While the socket is open, the loop's shutdown
+		// cancels it (then the loop refuses the new receive and the
+		// socket closes, arm), and so does a change of the room for
+		// control messages (rearmForRoom).
 	case softDatagramErr(unix.Errno(-c.Res)):
 		pc.readErrs.Add(1)
 		pc.report(&DatagramError{Op: "read", Err: os.NewSyscallError("recvmsg", unix.Errno(-c.Res))})
@@ -520,9 +549,14 @@ func (pc *PacketConn) logPanic(callback string) {
 	}
 }
 
-// deliver runs OnPacket under logPanic.
-func (pc *PacketConn) deliver(data []byte, from Addr) {
+// deliver runs OnPacket under logPanic (onPacketControl, with the
+// datagram's control messages, for a handler that takes them).
+func (pc *PacketConn) deliver(data []byte, from Addr, control []byte, ctrunc bool) {
 	defer pc.logPanic("OnPacket")
+	if pc.ctlHandler != nil {
+		pc.ctlHandler.onPacketControl(pc, data, from, control, ctrunc)
+		return
+	}
 	pc.h.OnPacket(pc, data, from)
 }
 
@@ -656,6 +690,12 @@ var errQueueFullWait = errors.New("conn: datagram queue full; waiting for room")
 // QueueFull; or, when wait is set, with errQueueFullWait, not counted,
 // and the handler's onQueueRoom runs once the queue is down to half.
 func (pc *PacketConn) queue(b []byte, to Addr, wait bool) (int, error) {
+	return pc.queueMsg(b, nil, to, wait)
+}
+
+// queueMsg is queue for a datagram with control messages (ctl, copied
+// too).
+func (pc *PacketConn) queueMsg(b, ctl []byte, to Addr, wait bool) (int, error) {
 	var d dgramOut
 	if to.IsValid() {
 		n, err := pc.putAddr(d.to[:], to)
@@ -681,6 +721,10 @@ func (pc *PacketConn) queue(b []byte, to Addr, wait bool) (int, error) {
 	}
 	d.buf = pc.bufLocked(len(b))
 	copy(d.buf, b)
+	if len(ctl) > 0 {
+		d.ctl = pc.ctlBufLocked(len(ctl))
+		copy(d.ctl, ctl)
+	}
 	pc.out.push(d)
 	kick := !pc.flushQueued
 	pc.flushQueued = true
@@ -806,11 +850,11 @@ func (pc *PacketConn) flush() {
 		pc.mu.Unlock()
 		s := pc.sendRecord()
 		s.dgram, s.tries = d, 0
-		if _, err := pc.l.IO().SendTo(pc.fd, d.buf, d.to[:d.toLen], 0, s); err != nil {
+		if _, err := pc.l.IO().SendToControl(pc.fd, d.buf, d.to[:d.toLen], d.ctl, 0, s); err != nil {
 			s.dgram = dgramOut{}
 			pc.writeErrs.Add(1)
 			pc.sends = append(pc.sends, s)
-			pc.putBuf(d.buf)
+			pc.putDgram(d)
 			if errors.Is(err, loop.ErrClosed) {
 				break
 			}
@@ -854,7 +898,7 @@ func (s *dgramSend) Complete(c *loop.Completion) {
 	s.dgram = dgramOut{}
 	if !c.Quarantined {
 		pc.sends = append(pc.sends, s)
-		pc.putBuf(d.buf)
+		pc.putDgram(d)
 	}
 	switch {
 	case c.Res >= 0:
@@ -897,7 +941,7 @@ func (s *dgramSend) retry(res int32) bool {
 		return false
 	}
 	s.tries++
-	if _, err := pc.l.IO().SendTo(pc.fd, s.dgram.buf, s.dgram.to[:s.dgram.toLen], 0, s); err != nil {
+	if _, err := pc.l.IO().SendToControl(pc.fd, s.dgram.buf, s.dgram.to[:s.dgram.toLen], s.dgram.ctl, 0, s); err != nil {
 		return false // the loop is shutting down
 	}
 	pc.inflight++

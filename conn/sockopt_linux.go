@@ -158,3 +158,46 @@ func packetSocket(family int, sa unix.Sockaddr, v6only, connect bool, cfg *confi
 	}
 	return setup(fd, opts, self, func() (string, error) { return "connect", unix.Connect(fd, sa) })
 }
+
+// receiveOptions are the socket options that make recvmsg(2) return a
+// control message with each datagram, with the room (unix.CmsgSpace of
+// its data) each message takes; ipv6 marks the IPv6 ones, which an IPv4
+// socket does not have.
+var receiveOptions = [...]struct {
+	level, opt, room int
+	ipv6             bool
+}{
+	{unix.IPPROTO_IP, unix.IP_RECVTOS, unix.CmsgSpace(1), false},
+	{unix.IPPROTO_IP, unix.IP_PKTINFO, unix.CmsgSpace(unix.SizeofInet4Pktinfo), false},
+	{unix.IPPROTO_IP, unix.IP_RECVTTL, unix.CmsgSpace(4), false},
+	{unix.IPPROTO_IP, unix.IP_RECVORIGDSTADDR, unix.CmsgSpace(unix.SizeofSockaddrInet4), false},
+	{unix.IPPROTO_IP, unix.IP_RECVOPTS, unix.CmsgSpace(40), false},
+	{unix.IPPROTO_IP, unix.IP_RETOPTS, unix.CmsgSpace(40), false},
+	{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, unix.CmsgSpace(4), true},
+	{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, unix.CmsgSpace(unix.SizeofInet6Pktinfo), true},
+	{unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, unix.CmsgSpace(4), true},
+	{unix.IPPROTO_IPV6, unix.IPV6_RECVORIGDSTADDR, unix.CmsgSpace(unix.SizeofSockaddrInet6), true},
+	{unix.IPPROTO_UDP, unix.UDP_GRO, unix.CmsgSpace(4), false},
+	{unix.SOL_SOCKET, unix.SO_TIMESTAMP, unix.CmsgSpace(16), false},
+	{unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, unix.CmsgSpace(16), false},
+	{unix.SOL_SOCKET, unix.SO_TIMESTAMP_NEW, unix.CmsgSpace(16), false},
+	{unix.SOL_SOCKET, unix.SO_TIMESTAMPNS_NEW, unix.CmsgSpace(16), false},
+	{unix.SOL_SOCKET, unix.SO_TIMESTAMPING, unix.CmsgSpace(48), false},
+	{unix.SOL_SOCKET, unix.SO_RXQ_OVFL, unix.CmsgSpace(4), false},
+}
+
+// recvControlRoom reads the receive options set on fd, a socket of
+// family, and returns the room their control messages take together (0:
+// none is set).
+func recvControlRoom(fd, family int) int {
+	room := 0
+	for _, o := range receiveOptions {
+		if o.ipv6 && family != unix.AF_INET6 {
+			continue
+		}
+		if v, err := unix.GetsockoptInt(fd, o.level, o.opt); err == nil && v != 0 {
+			room += o.room
+		}
+	}
+	return room
+}

@@ -30,3 +30,5 @@ func setBuffer(int, bool, int) error { return ring.ErrNotSupported }
 func packetSocket(int, unix.Sockaddr, bool, bool, *config) (int, error) {
 	return -1, ring.ErrNotSupported
 }
+
+func recvControlRoom(int, int) int { return 0 }

@@ -10,10 +10,12 @@ import (
 // Datagrams: a datagram socket's receive takes the loop's provided buffers
 // as a stream's does (WithBufferRing), one datagram per buffer. Each buffer
 // starts with the header and source address a multishot RECVMSG lays out
-// (ring.ParseRecvmsgOut), so a datagram is whole when it fits in the
-// buffer's size less dgramHead bytes (MaxDatagram); a longer one arrives
-// truncated, with MSG_TRUNC, never as if it were whole. The epoll backend
-// reads with recvmmsg(2) into the same layout.
+// (ring.ParseRecvmsgOut), then the room for control messages the receive
+// reserved (none unless RecvmsgProvidedControl asked for it), so a
+// datagram is whole when it fits in the buffer's size less dgramHead
+// bytes and that room (MaxDatagram); a longer one arrives truncated, with
+// MSG_TRUNC, never as if it were whole. The epoll backend reads with
+// recvmmsg(2) into the same layout.
 
 const (
 	// dgramNameLen is the room reserved for a datagram's source address:
@@ -39,11 +41,53 @@ const (
 // dropped by the kernel when its receive buffer fills, as UDP does).
 // Must be called on the loop goroutine.
 func (io *IO) RecvmsgProvided(fd int, flags int, c Completer) (OpID, error) {
-	if io.MaxDatagram() <= 0 {
-		return 0, invalidArgument("recvmsg: provided buffers of %d bytes hold no datagram (WithBufferRing: more than %d bytes each)",
-			io.l.cfg.bufSize, dgramHead)
+	return io.RecvmsgProvidedControl(fd, flags, 0, c)
+}
+
+// RecvmsgProvidedControl is RecvmsgProvided reserving room in each buffer
+// for the datagram's control messages: the ancillary data recvmsg(2)
+// returns for the receive options set on the socket (IP_RECVTOS,
+// IP_PKTINFO, IPV6_RECVTCLASS, …). Completion.Control holds them, and
+// MsgFlags has unix.MSG_CTRUNC when they did not fit. The room is
+// controlLen rounded up to a multiple of 8 (ControlRoom), taken from the
+// payload's: a datagram is whole up to MaxDatagram less it. It must
+// leave room for a payload. controlLen 0 is RecvmsgProvided. Must be
+// called on the loop goroutine.
+func (io *IO) RecvmsgProvidedControl(fd int, flags int, controlLen int, c Completer) (OpID, error) {
+	room := ControlRoom(controlLen)
+	if controlLen < 0 || io.MaxDatagram()-room <= 0 {
+		return 0, invalidArgument("recvmsg: provided buffers of %d bytes hold no datagram with %d bytes of control messages (WithBufferRing: more than %d bytes each)",
+			io.l.cfg.bufSize, max(controlLen, 0), dgramHead+room)
 	}
-	return io.recvProvided(tagRecvmsgBuf, fd, flags, true, c)
+	o, err := io.newOp(tagRecvmsgBuf, fd, c)
+	if err != nil {
+		return 0, err
+	}
+	o.multishot = true
+	o.arg = uint32(flags)
+	if room > 0 {
+		o.extras().recvControl = uint32(room)
+	}
+	return io.startOp(o)
+}
+
+// ControlRoom is the room RecvmsgProvidedControl reserves for controlLen
+// bytes of control messages: controlLen rounded up to a multiple of 8,
+// which keeps the payload after it aligned.
+func ControlRoom(controlLen int) int {
+	if controlLen <= 0 {
+		return 0
+	}
+	return (controlLen + 7) &^ 7
+}
+
+// recvControlRoom is the room o, a datagram receive, reserves for control
+// messages.
+func recvControlRoom(o *op) uint32 {
+	if o.tag != tagRecvmsgBuf || o.extra == nil {
+		return 0
+	}
+	return o.extra.recvControl
 }
 
 // MaxDatagram is the longest datagram RecvmsgProvided delivers whole: the
@@ -63,6 +107,16 @@ func (io *IO) MaxDatagram() int {
 // -ENOBUFS when the socket's send buffer is full. Must be called on the
 // loop goroutine.
 func (io *IO) SendTo(fd int, buf []byte, to []byte, flags int, c Completer) (OpID, error) {
+	return io.SendToControl(fd, buf, to, nil, flags, c)
+}
+
+// SendToControl is SendTo with control messages: control is sendmsg(2)'s
+// ancillary data (UDP_SEGMENT, IP_TOS, IPV6_TCLASS, IP_PKTINFO, …), laid
+// out as the kernel reads it. Like buf, it belongs to the loop until the
+// final completion. Res counts the payload's bytes; the kernel's verdict
+// on malformed or refused messages is -EINVAL, -EIO, …. Must be called on
+// the loop goroutine.
+func (io *IO) SendToControl(fd int, buf []byte, to []byte, control []byte, flags int, c Completer) (OpID, error) {
 	if len(to) > dgramNameLen {
 		return 0, invalidArgument("sendto: a %d-byte address (at most %d)", len(to), dgramNameLen)
 	}
@@ -73,19 +127,23 @@ func (io *IO) SendTo(fd int, buf []byte, to []byte, flags int, c Completer) (OpI
 	x := o.extras()
 	x.bufs = append(x.bufs[:0], buf)
 	x.nameLen = uint32(copy(x.name[:], to))
+	if len(control) > 0 {
+		x.control = control
+	}
 	o.arg = uint32(flags)
 	return io.startOp(o)
 }
 
 // deliverDgram passes one completion of a datagram receive to c: a
-// buffer's bytes (data) are split into the payload, source and flags.
-func (io *IO) deliverDgram(c Completer, res int32, flags uint32, data []byte) {
+// buffer's bytes (data) are split into the payload, source, control
+// messages (in the room bytes the receive reserved) and flags.
+func (io *IO) deliverDgram(c Completer, res int32, flags uint32, data []byte, room uint32) {
 	io.current = Completion{Res: res, Flags: flags}
 	// A failed receive may still name the buffer it selected (some
 	// kernels do): the buffer goes back to the ring, and nothing in it
 	// is a datagram.
 	if data != nil && res >= 0 {
-		h, name, _, payload, ok := ring.ParseRecvmsgOut(data, dgramNameLen, 0)
+		h, name, control, payload, ok := ring.ParseRecvmsgOut(data, dgramNameLen, room)
 		if !ok {
 			// Not a layout the loop asked for: nothing in it can be
 			// trusted, and it must not vanish silently.
@@ -93,6 +151,9 @@ func (io *IO) deliverDgram(c Completer, res int32, flags uint32, data []byte) {
 		} else {
 			io.current.Res = int32(min(h.PayloadLen, math.MaxInt32))
 			io.current.Data, io.current.Name, io.current.MsgFlags = payload, name, h.Flags
+			if len(control) > 0 {
+				io.current.Control = control
+			}
 		}
 	}
 	io.deliverCompletion(c)

@@ -24,8 +24,8 @@ func TestDeliverDgramFailureWithBuffer(t *testing.T) {
 	ring.PutRecvmsgOut(buf, ring.RecvmsgOut{NameLen: 16, PayloadLen: 5})
 	n := ring.SizeofRecvmsgOut + dgramNameLen + copy(buf[ring.SizeofRecvmsgOut+dgramNameLen:], "stale")
 	var c completionCopy
-	l.io.deliverDgram(&c, 5, ring.CQEFBuffer, buf[:n])
-	l.io.deliverDgram(&c, -int32(unix.ENOBUFS), ring.CQEFBuffer, buf[:n])
+	l.io.deliverDgram(&c, 5, ring.CQEFBuffer, buf[:n], 0)
+	l.io.deliverDgram(&c, -int32(unix.ENOBUFS), ring.CQEFBuffer, buf[:n], 0)
 	if len(c.got) != 2 {
 		t.Fatalf("%d completions, want 2", len(c.got))
 	}

@@ -17,27 +17,33 @@ type dgramReader struct {
 	msgs [dgramBatch]sock.Mmsghdr
 	iovs [dgramBatch]unix.Iovec
 	bufs [dgramBatch]int32
-	used [dgramBatch]int // bytes of each buffer used: header, source, payload
+	used [dgramBatch]int // bytes of each buffer used: header, source, control room, payload
 }
 
 // read receives up to max (≤ dgramBatch) datagrams from fd with recv
-// flags into free buffers of p, with one recvmmsg(2). It returns how many
-// arrived (their buffers in r.bufs, lengths in r.used), or none and the
-// error: unix.EAGAIN when nothing was waiting, errNoBufs when no buffer was
-// free, or the socket's (ECONNREFUSED, …). Fewer than asked for may mean
-// the socket is drained, or that an error waits for the next call.
-// Buffers not filled go back to p.
-func (r *dgramReader) read(fd int, p *recvPool, flags uint32, max int) (int, error) {
+// flags into free buffers of p, with one recvmmsg(2), reserving control
+// bytes in each for control messages after the source address. It
+// returns how many arrived (their buffers in r.bufs, lengths in r.used),
+// or none and the error: unix.EAGAIN when nothing was waiting, errNoBufs
+// when no buffer was free, or the socket's (ECONNREFUSED, …). Fewer than
+// asked for may mean the socket is drained, or that an error waits for
+// the next call. Buffers not filled go back to p.
+func (r *dgramReader) read(fd int, p *recvPool, flags uint32, max int, control int) (int, error) {
+	payload := dgramHead + control // RecvmsgProvidedControl keeps it inside the buffers
 	k := 0
 	for k < max {
 		bi, b := p.get()
 		if bi < 0 {
-			break // RecvmsgProvided ensures the buffers are longer than dgramHead
+			break
 		}
 		r.bufs[k] = bi
-		r.iovs[k] = unix.Iovec{Base: &b[dgramHead]}
-		r.iovs[k].SetLen(len(b) - dgramHead)
+		r.iovs[k] = unix.Iovec{Base: &b[payload]}
+		r.iovs[k].SetLen(len(b) - payload)
 		r.msgs[k] = sock.Mmsghdr{Hdr: unix.Msghdr{Name: &b[ring.SizeofRecvmsgOut], Namelen: dgramNameLen, Iov: &r.iovs[k], Iovlen: 1}}
+		if control > 0 {
+			r.msgs[k].Hdr.Control = &b[dgramHead]
+			r.msgs[k].Hdr.SetControllen(control)
+		}
 		k++
 	}
 	if k == 0 {
@@ -50,8 +56,8 @@ func (r *dgramReader) read(fd int, p *recvPool, flags uint32, max int) (int, err
 	for i := range n {
 		m := &r.msgs[i]
 		b := p.bytes(r.bufs[i], p.size)
-		ring.PutRecvmsgOut(b, ring.RecvmsgOut{NameLen: m.Hdr.Namelen, PayloadLen: m.Len, Flags: uint32(m.Hdr.Flags)})
-		r.used[i] = dgramHead + min(int(m.Len), len(b)-dgramHead)
+		ring.PutRecvmsgOut(b, ring.RecvmsgOut{NameLen: m.Hdr.Namelen, ControlLen: uint32(m.Hdr.Controllen), PayloadLen: m.Len, Flags: uint32(m.Hdr.Flags)})
+		r.used[i] = payload + min(int(m.Len), len(b)-payload)
 	}
 	return n, err
 }

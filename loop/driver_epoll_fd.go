@@ -328,7 +328,7 @@ func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 // completions the op yields until poll has delivered some.
 func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 	for i := 0; i < epollBudget; i += dgramBatch {
-		n, err := d.dgrams.read(fd, &d.pool, o.arg, dgramBatch)
+		n, err := d.dgrams.read(fd, &d.pool, o.arg, dgramBatch, int(recvControlRoom(o)))
 		for j := range n {
 			bi := d.dgrams.bufs[j]
 			d.more(o, int32(d.dgrams.used[j]), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi)

@@ -519,11 +519,14 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		}
 	case tagRecvmsgBuf:
 		// The buffer reserves room for the source address; the
-		// kernel writes the header, the address and the payload.
+		// kernel writes the header, the address, the control
+		// messages and the payload.
 		// MSG_TRUNC: the header then gives a truncated datagram's
 		// whole length.
+		// The room for control messages, if any, follows the address.
 		x := o.extras()
 		x.msg = unix.Msghdr{Namelen: dgramNameLen}
+		x.msg.SetControllen(int(x.recvControl))
 		sqe.PrepRecvmsgMultishot(fd, &x.msg, o.arg|unix.MSG_TRUNC)
 		sqe.SetBufferGroup(d.bufRing.Group())
 	case tagSend:

@@ -5,7 +5,7 @@ package loop
 import "golang.org/x/sys/unix"
 
 // buildMsg fills o's iovecs and message header from its buffers, skipping
-// empty ones. The iovecs keep their capacity across uses of the slot
+// empty ones, and its destination and control messages, if any. The iovecs keep their capacity across uses of the slot
 // (op.reset), so a steady state does not allocate. They point into the
 // buffers, which o keeps alive.
 func buildMsg(o *op) {
@@ -25,5 +25,9 @@ func buildMsg(o *op) {
 	}
 	if x.nameLen > 0 {
 		x.msg.Name, x.msg.Namelen = &x.name[0], x.nameLen
+	}
+	if len(x.control) > 0 {
+		x.msg.Control = &x.control[0]
+		x.msg.SetControllen(len(x.control))
 	}
 }

@@ -43,8 +43,14 @@ type Completion struct {
 	Name []byte
 	// MsgFlags are a received datagram's message flags: unix.MSG_TRUNC
 	// when it was longer than a provided buffer holds (Data then holds
-	// its first bytes and Res its whole length).
+	// its first bytes and Res its whole length), unix.MSG_CTRUNC when its
+	// control messages did not fit in the room its receive reserved.
 	MsgFlags uint32
+	// Control holds a received datagram's control messages, as
+	// recvmsg(2) returns them (unix.ParseSocketControlMessage reads
+	// them), when its receive reserved room for them
+	// (RecvmsgProvidedControl). Valid only during the Complete call.
+	Control []byte
 	// Quarantined reports that the kernel's final word on the op never
 	// came: the op was given up (a ring rebuild whose old ring did not
 	// complete it by its deadline). It comes with the op's final
@@ -101,16 +107,19 @@ func (o *op) limited() bool {
 //	            RecvProvidedOnce. Completion.Data holds the bytes.
 //	tagSend     fd, buf, arg = send flags (MSG_NOSIGNAL is always added).
 //	tagSendmsg  fd, bufs (iov and msg are built from them), arg = flags;
-//	            name, nameLen: a datagram's destination (SendTo), if any.
+//	            name, nameLen: a datagram's destination (SendTo), if any;
+//	            control: its control messages (SendToControl), if any.
 //	tagConnect  fd, extra: connectTo, connectToLen.
 //	tagClose    fd.
 //	tagShutdown fd, arg = how.
 //	tagNop      nothing. Res: 0 (tests).
-//	tagRecvmsgBuf fd, arg = recvmsg flags; provided buffers; multishot.
+//	tagRecvmsgBuf fd, arg = recvmsg flags; provided buffers; multishot;
+//	            extra.recvControl: room for control messages, if any.
 //	            Each completion is one datagram: its buffer holds the
-//	            header, source and payload a multishot RECVMSG lays out
-//	            (the epoll backend writes the same); complete splits them
-//	            into Data, Name and MsgFlags.
+//	            header, source, control messages and payload a multishot
+//	            RECVMSG lays out (the epoll backend writes the same);
+//	            complete splits them into Data, Name, Control and
+//	            MsgFlags.
 //
 // Every piece of memory whose address is handed to the kernel lives here
 // (or is referenced from here) until the op's final completion; the table
@@ -159,6 +168,12 @@ type opExt struct {
 	// (0: none, the connected peer).
 	name    [unix.SizeofSockaddrAny]byte
 	nameLen uint32
+	// control is a datagram's control messages (SendToControl): the
+	// kernel reads them until the final completion.
+	control []byte
+	// recvControl is the room a datagram receive reserves in each buffer
+	// for control messages (RecvmsgProvidedControl).
+	recvControl uint32
 }
 
 // extras returns o's extension, making it on first use. It stays with the slot

@@ -289,13 +289,13 @@ func (io *IO) complete(ud uint64, res int32, flags uint32, data []byte) {
 	} else if o.tag == tagRecvBuf && o.multishot && o.state == opInFlight && io.parked.len() > 0 && io.parked.rotating() {
 		io.parked.yield(o)
 	}
-	c, tag := o.completer, o.tag
+	c, tag, room := o.completer, o.tag, recvControlRoom(o)
 	if final {
 		io.ops.release(o)
 	}
 	io.l.stats.completions.Add(1)
 	if tag == tagRecvmsgBuf {
-		io.deliverDgram(c, res, flags, data)
+		io.deliverDgram(c, res, flags, data, room)
 		return
 	}
 	io.deliver(c, res, flags, data)
