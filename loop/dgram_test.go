@@ -2,6 +2,7 @@ package loop_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -205,4 +206,129 @@ func TestSendToBadAddress(t *testing.T) {
 			t.Error("RecvmsgProvided accepted buffers that hold no datagram")
 		}
 	})
+}
+
+// TestDatagramControl: RecvmsgProvidedControl delivers each datagram's
+// control messages (here its IP_TOS, asked for with IP_RECVTOS) in
+// Control, with the payload whole up to MaxDatagram less the room, and
+// SendToControl sends control messages (an IP_TOS) with a datagram.
+func TestDatagramControl(t *testing.T) {
+	forEachDgramMode(t, func(t *testing.T, b loop.Backend, opts []loop.Option) {
+		g := newGroup(t, b, append([]loop.Option{loop.WithLoops(1), loop.WithBufferRing(16, 2048)}, opts...)...)
+		l := g.Loop(0)
+		srv, srvAddr := udpSocket(t)
+		defer unix.Close(srv)
+		if err := unix.SetsockoptInt(srv, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+			t.Fatal(err)
+		}
+		const room, tos = 60, 0x2e<<2 | 1 // rounded up to 64; DSCP EF, ECT(1)
+		maxDgram := l.IO().MaxDatagram() - loop.ControlRoom(room)
+		if loop.ControlRoom(room) != 64 {
+			t.Fatalf("ControlRoom(%d) = %d, want 64", room, loop.ControlRoom(room))
+		}
+		client, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		rc, _ := client.SyscallConn()
+		rc.Control(func(fd uintptr) {
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, tos)
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+		})
+
+		type got struct {
+			n, kept int
+			flags   uint32
+			tos     int
+		}
+		results := make(chan got, 16)
+		var arm func()
+		arm = func() {
+			_, err := l.IO().RecvmsgProvidedControl(srv, 0, room, completerFunc(func(c *loop.Completion) {
+				if c.Res < 0 {
+					if c.Res != -int32(unix.ECANCELED) {
+						t.Errorf("receive: %v", unix.Errno(-c.Res))
+					}
+					return
+				}
+				r := got{n: int(c.Res), kept: len(c.Data), flags: c.MsgFlags, tos: -1}
+				if msgs, err := unix.ParseSocketControlMessage(c.Control); err == nil {
+					for _, m := range msgs {
+						if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TOS && len(m.Data) == 1 {
+							r.tos = int(m.Data[0])
+						}
+					}
+				}
+				results <- r
+				// Reply with the traffic class as a control message.
+				ctl := make([]byte, unix.CmsgSpace(1))
+				putCmsg(ctl, unix.IPPROTO_IP, unix.IP_TOS, []byte{tos})
+				reply := []byte("reply")
+				if _, err := l.IO().SendToControl(srv, reply, c.Name, ctl, 0, completerFunc(func(s *loop.Completion) {
+					if s.Res != int32(len(reply)) {
+						t.Errorf("SendToControl: %d, want %d", s.Res, len(reply))
+					}
+				})); err != nil {
+					t.Errorf("SendToControl: %v", err)
+				}
+				if !c.More() {
+					arm()
+				}
+			}))
+			if err != nil {
+				t.Errorf("RecvmsgProvidedControl: %v", err)
+			}
+		}
+		runOn(t, l, arm)
+
+		buf, oob := make([]byte, 64), make([]byte, 64)
+		for _, n := range []int{0, 10, maxDgram, maxDgram + 1} {
+			if _, err := client.WriteToUDPAddrPort(make([]byte, n), srvAddr); err != nil {
+				t.Fatal(err)
+			}
+			var r got
+			select {
+			case r = <-results:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%d B: nothing received", n)
+			}
+			trunc := n > maxDgram
+			if r.n != n || r.kept != min(n, maxDgram) || (r.flags&unix.MSG_TRUNC != 0) != trunc || r.tos != tos {
+				t.Fatalf("%d B: Res %d, %d B kept, flags %#x, TOS %#x; want TOS %#x, truncated %v", n, r.n, r.kept, r.flags, r.tos, tos, trunc)
+			}
+			client.SetReadDeadline(time.Now().Add(5 * time.Second))
+			k, oobn, _, _, err := client.ReadMsgUDP(buf, oob)
+			if err != nil || string(buf[:k]) != "reply" {
+				t.Fatalf("reply: %q, %v", buf[:k], err)
+			}
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil || len(msgs) != 1 || len(msgs[0].Data) != 1 || msgs[0].Data[0] != tos {
+				t.Fatalf("the reply's control messages: %v, %v", msgs, err)
+			}
+		}
+
+		// A room that leaves no payload is refused.
+		runOn(t, l, func() {
+			if _, err := l.IO().RecvmsgProvidedControl(srv, 0, 2048-128, completerFunc(func(*loop.Completion) {})); err == nil {
+				t.Error("a room as large as the buffers was accepted")
+			}
+		})
+	})
+}
+
+// putCmsg writes one control message at the start of b (unix.CmsgSpace
+// of data bytes).
+func putCmsg(b []byte, level, typ int, data []byte) {
+	n := uint64(unix.CmsgLen(len(data)))
+	if unix.SizeofCmsghdr == 16 {
+		binary.NativeEndian.PutUint64(b, n)
+		b = b[8:]
+	} else {
+		binary.NativeEndian.PutUint32(b, uint32(n))
+		b = b[4:]
+	}
+	binary.NativeEndian.PutUint32(b, uint32(level))
+	binary.NativeEndian.PutUint32(b[4:], uint32(typ))
+	copy(b[8:], data)
 }
