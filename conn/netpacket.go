@@ -40,8 +40,9 @@ type NetPacketConn struct {
 	receivedCost int      // memory the queued datagrams take (dgramCost)
 	spare        [][]byte // buffers of read datagrams, for reuse
 	closed       bool
-	ended        error // the socket closed under us (OnPacketClose)
-	softErr      error // an ICMP error on a connected socket, for the next read that finds no datagram
+	ended        error             // the socket closed under us (OnPacketClose)
+	softErr      error             // an ICMP error on a connected socket, for the next read that finds no datagram
+	gsoRefused   map[Addr]struct{} // destinations of segmented sends the kernel refused with EIO (WriteMsgUDP)
 	deadlines    deadlines
 
 	readWakeup  wakeup       // a datagram, an error, Close or the read deadline
@@ -167,9 +168,15 @@ func (np *NetPacketConn) onPacketControl(pc *PacketConn, data []byte, from Addr,
 // error the kernel reports on a connected socket (ECONNREFUSED after an
 // ICMP port unreachable, …) fails the next Read that finds no datagram
 // waiting, as package net's Read does. Send errors are only counted
-// (PacketConn().Stats()).
+// (PacketConn().Stats()), but for an EIO, which the kernel returns for a
+// segmented send (UDP_SEGMENT) the route cannot take: the next
+// WriteMsgUDP with UDP_SEGMENT to that destination fails with it.
 func (np *NetPacketConn) OnPacketError(pc *PacketConn, err error) {
 	var de *DatagramError
+	if errors.As(err, &de) && de.Op == "write" && errors.Is(err, syscall.EIO) {
+		np.noteGSORefused(de.Addr)
+		return
+	}
 	if !errors.As(err, &de) || de.Op != "read" {
 		return
 	}

@@ -103,8 +103,10 @@ func (np *NetPacketConn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 // as WriteTo does, waiting as WriteTo does while the queue is full; it
 // fails as WriteTo does, and with EINVAL when oob is not a well-formed
 // sequence of control messages. The kernel's verdict on the queued
-// datagram (an EIO where the route cannot take UDP_SEGMENT, …) is only
-// counted (PacketConn().Stats().WriteErrors).
+// datagram is only counted (PacketConn().Stats().WriteErrors), but for an
+// EIO on a send with UDP_SEGMENT (the route cannot take segmented
+// sends): the next write with UDP_SEGMENT to that destination fails with
+// it, a *net.OpError wrapping an *os.SyscallError as package net's.
 func (np *NetPacketConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn int, err error) {
 	var to Addr
 	var errAddr net.Addr
@@ -149,8 +151,13 @@ func (np *NetPacketConn) writeMsg(b, oob []byte, to Addr, errAddr net.Addr) (int
 		return fail(net.ErrWriteToConnected)
 	case !np.pc.connected && !to.IsValid():
 		return fail(errMissingAddress)
-	case !validControl(oob):
+	}
+	valid, segmented := scanControl(oob)
+	switch {
+	case !valid:
 		return fail(os.NewSyscallError("sendmsg", syscall.EINVAL))
+	case segmented && np.takeGSORefused(to):
+		return fail(os.NewSyscallError("sendmsg", syscall.EIO))
 	}
 	n, err := np.sendMsg(b, oob, to, "sendmsg")
 	if err != nil {
@@ -159,17 +166,50 @@ func (np *NetPacketConn) writeMsg(b, oob []byte, to Addr, errAddr net.Addr) (int
 	return n, len(oob), nil
 }
 
-// validControl reports whether oob is a sequence of control messages the
-// kernel can parse (empty included).
-func validControl(oob []byte) bool {
+// scanControl reports whether oob is a sequence of control messages the
+// kernel can parse (empty included), and whether one is UDP_SEGMENT.
+func scanControl(oob []byte) (valid, segmented bool) {
 	for len(oob) >= unix.SizeofCmsghdr { // the kernel ignores a shorter tail
-		_, _, rest, err := unix.ParseOneSocketControlMessage(oob)
+		h, _, rest, err := unix.ParseOneSocketControlMessage(oob)
 		if err != nil {
-			return false
+			return false, false
 		}
+		segmented = segmented || isUDPSegment(h.Level, h.Type)
 		oob = rest
 	}
-	return true
+	return true, segmented
+}
+
+// maxGSORefused bounds the destinations whose refused segmented send
+// waits to be reported.
+const maxGSORefused = 64
+
+// noteGSORefused records that the kernel refused a send to to with EIO:
+// what it does with a segmented send (UDP_SEGMENT) over a route that
+// cannot take one (a device without checksum offload). The next
+// segmented WriteMsgUDP to to fails with it, as package net's would have
+// at once, so that the caller stops segmenting; the refused datagrams are
+// lost.
+func (np *NetPacketConn) noteGSORefused(to Addr) {
+	np.mu.Lock()
+	if np.gsoRefused == nil {
+		np.gsoRefused = make(map[Addr]struct{})
+	}
+	if len(np.gsoRefused) < maxGSORefused {
+		np.gsoRefused[to] = struct{}{}
+	}
+	np.mu.Unlock()
+}
+
+// takeGSORefused reports (once) a refused segmented send to to.
+func (np *NetPacketConn) takeGSORefused(to Addr) bool {
+	np.mu.Lock()
+	defer np.mu.Unlock()
+	if _, ok := np.gsoRefused[to]; ok {
+		delete(np.gsoRefused, to)
+		return true
+	}
+	return false
 }
 
 // copyOut copies d's payload into p and its control messages into oob:

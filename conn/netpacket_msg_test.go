@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -561,6 +562,51 @@ func TestNetPacketConnReadBatch(t *testing.T) {
 		rx.Close()
 		if err := <-done; !errors.Is(err, net.ErrClosed) {
 			t.Fatalf("ReadBatch at Close: %v", err)
+		}
+	})
+}
+
+// TestNetPacketConnGSORefused: when the kernel refuses a segmented send
+// with EIO (a route that cannot take UDP_SEGMENT; loopback always takes
+// it, so the refusal is handed to OnPacketError here as the loop would),
+// the next WriteMsgUDP with UDP_SEGMENT to that destination fails with
+// it, as package net's write would have, so that a QUIC stack stops
+// segmenting for that peer; writes without it, and later segmented ones,
+// go through.
+func TestNetPacketConnGSORefused(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, be loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, be, 1, opts...)
+		tx := ctListenNet(t, g, "udp4", "127.0.0.1:0")
+		rx := ctListenNet(t, g, "udp4", "127.0.0.1:0")
+		rx.WriteTo([]byte("hi"), tx.LocalAddr())
+		tx.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, peer, err := tx.ReadFromAddr(make([]byte, 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg := cmsg(unix.IPPROTO_UDP, unix.UDP_SEGMENT, binary.NativeEndian.AppendUint16(nil, 100))
+		to := rx.LocalAddr().(*net.UDPAddr)
+		tx.OnPacketError(tx.PacketConn(), &conn.DatagramError{Op: "write", Addr: peer, Len: 300, Err: os.NewSyscallError("sendmsg", syscall.EIO)})
+
+		if _, _, err := tx.WriteMsgUDP([]byte("plain"), nil, to); err != nil {
+			t.Fatalf("a write without UDP_SEGMENT: %v", err)
+		}
+		_, _, err = tx.WriteMsgUDP(make([]byte, 300), seg, to)
+		var se *os.SyscallError
+		var oe *net.OpError
+		if !errors.As(err, &oe) || !errors.As(err, &se) || se.Syscall != "sendmsg" || se.Err != syscall.EIO {
+			t.Fatalf("the segmented write after a refusal: %v", err)
+		}
+		if n, _, err := tx.WriteMsgUDP(make([]byte, 300), seg, to); err != nil || n != 300 {
+			t.Fatalf("the next segmented write: %d, %v", n, err)
+		}
+		rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 512)
+		for i, want := range []int{5, 100, 100, 100} {
+			if n, err := rx.Read(buf); err != nil || n != want {
+				t.Fatalf("datagram %d: %d B, %v; want %d", i, n, err, want)
+			}
 		}
 	})
 }

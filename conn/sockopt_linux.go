@@ -201,3 +201,8 @@ func recvControlRoom(fd, family int) int {
 	}
 	return room
 }
+
+// isUDPSegment reports whether a control message is UDP_SEGMENT.
+func isUDPSegment(level, typ int32) bool {
+	return level == unix.IPPROTO_UDP && typ == unix.UDP_SEGMENT
+}
