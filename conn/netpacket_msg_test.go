@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -608,5 +609,87 @@ func TestNetPacketConnGSORefused(t *testing.T) {
 				t.Fatalf("datagram %d: %d B, %v; want %d", i, n, err, want)
 			}
 		}
+	})
+}
+
+// TestNetPacketConnRawReadRefused: x/net's ipv4.PacketConn reads through
+// SyscallConn's RawConn.Read, which the loop refuses: its ReadBatch fails
+// at once with an error that says so, instead of blocking, while the
+// NetPacketConn's own ReadBatch reads.
+func TestNetPacketConnRawReadRefused(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, be loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, be, 1, opts...)
+		c := ctListenNet(t, g, "udp4", "127.0.0.1:0")
+		c.WriteTo([]byte("self"), c.LocalAddr())
+		ms := []ipv4.Message{{Buffers: [][]byte{make([]byte, 16)}}}
+		_, err := ipv4.NewPacketConn(c).ReadBatch(ms, 0)
+		var oe *net.OpError
+		if !errors.As(err, &oe) || !strings.Contains(err.Error(), "RawConn.Read and Write are not supported") {
+			t.Fatalf("x/net's ReadBatch: %v", err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.ReadBatch(ms, 0); err != nil || n != 1 || string(ms[0].Buffers[0][:ms[0].N]) != "self" {
+			t.Fatalf("the NetPacketConn's ReadBatch: %d, %v", n, err)
+		}
+	})
+}
+
+// TestNetPacketConnControlRoomUnderTraffic: receive options turned on and
+// off while datagrams arrive re-arm the receive each time; no datagram is
+// lost, repeated or reordered, and none has a flag but MSG_CTRUNC (one
+// that arrived while the room and the option disagreed).
+func TestNetPacketConnControlRoomUnderTraffic(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, be loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, be, 1, opts...)
+		rx := ctListenNet(t, g, "udp4", "127.0.0.1:0")
+		tx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		setInt(t, tx, unix.IPPROTO_IP, unix.IP_TOS, testTOS)
+		const total = 2000
+		stop := make(chan struct{})
+		toggled := make(chan int)
+		go func() {
+			n := 0
+			defer func() { toggled <- n }()
+			for on := 1; ; on ^= 1 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rc, _ := rx.SyscallConn()
+				if err := rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, on) }); err != nil {
+					t.Errorf("Control: %v", err)
+					return
+				}
+				n++
+			}
+		}()
+		b, oob := make([]byte, 16), make([]byte, 64)
+		rx.SetReadDeadline(time.Now().Add(20 * time.Second))
+		withTOS := 0
+		for i := range total {
+			want := binary.BigEndian.AppendUint32(nil, uint32(i))
+			if _, err := tx.WriteTo(want, rx.LocalAddr()); err != nil {
+				t.Fatal(err)
+			}
+			n, oobn, flags, _, err := rx.ReadMsgUDP(b, oob)
+			if err != nil || !bytes.Equal(b[:n], want) || flags&^unix.MSG_CTRUNC != 0 {
+				close(stop)
+				<-toggled
+				t.Fatalf("datagram %d: % x, flags %#x, %v", i, b[:n], flags, err)
+			}
+			if oobn > 0 && tosOf(findCmsg(t, oob[:oobn], unix.IPPROTO_IP, unix.IP_TOS)) == testTOS {
+				withTOS++
+			}
+		}
+		close(stop)
+		n := <-toggled
+		t.Logf("%d toggles; %d of %d datagrams with their traffic class", n, withTOS, total)
 	})
 }

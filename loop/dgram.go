@@ -93,6 +93,8 @@ func recvControlRoom(o *op) uint32 {
 // MaxDatagram is the longest datagram RecvmsgProvided delivers whole: the
 // provided buffers' size (WithBufferRing) less the 128 bytes each
 // datagram's header and source address take; 0 when they are too small.
+// A RecvmsgProvidedControl receive delivers ControlRoom(controlLen) bytes
+// less.
 func (io *IO) MaxDatagram() int {
 	return max(int(io.l.cfg.bufSize)-dgramHead, 0)
 }
