@@ -102,7 +102,8 @@ func (np *NetPacketConn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 // copies b and oob and returns len(b) and len(oob) once they are queued,
 // as WriteTo does, waiting as WriteTo does while the queue is full; it
 // fails as WriteTo does, and with EINVAL when oob is not a well-formed
-// sequence of control messages. The kernel's verdict on the queued
+// sequence of control messages, or passes file descriptors (SCM_RIGHTS)
+// on a unixgram socket. The kernel's verdict on the queued
 // datagram is only counted (PacketConn().Stats().WriteErrors), but for an
 // EIO on a send with UDP_SEGMENT (the route cannot take segmented
 // sends): the next write with UDP_SEGMENT to that destination fails with
@@ -152,7 +153,7 @@ func (np *NetPacketConn) writeMsg(b, oob []byte, to Addr, errAddr net.Addr) (int
 	case !np.pc.connected && !to.IsValid():
 		return fail(errMissingAddress)
 	}
-	valid, segmented := scanControl(oob)
+	valid, segmented := scanControl(oob, np.pc.family == unix.AF_UNIX)
 	switch {
 	case !valid:
 		return fail(os.NewSyscallError("sendmsg", syscall.EINVAL))
@@ -167,11 +168,14 @@ func (np *NetPacketConn) writeMsg(b, oob []byte, to Addr, errAddr net.Addr) (int
 }
 
 // scanControl reports whether oob is a sequence of control messages the
-// kernel can parse (empty included), and whether one is UDP_SEGMENT.
-func scanControl(oob []byte) (valid, segmented bool) {
+// kernel can parse (empty included) and the socket may send, and whether
+// one is UDP_SEGMENT. A Unix socket may not pass file descriptors
+// (SCM_RIGHTS): the loop sends after the write has returned, when the
+// caller may have closed them (UDP ignores them).
+func scanControl(oob []byte, unixSocket bool) (valid, segmented bool) {
 	for len(oob) >= unix.SizeofCmsghdr { // the kernel ignores a shorter tail
 		h, _, rest, err := unix.ParseOneSocketControlMessage(oob)
-		if err != nil {
+		if err != nil || unixSocket && h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_RIGHTS {
 			return false, false
 		}
 		segmented = segmented || isUDPSegment(h.Level, h.Type)

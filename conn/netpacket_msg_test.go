@@ -612,6 +612,38 @@ func TestNetPacketConnGSORefused(t *testing.T) {
 	})
 }
 
+// TestNetPacketConnWriteMsgUnixRights: on a unixgram socket WriteMsgUDP
+// refuses to pass file descriptors, which the loop would send after the
+// caller may have closed them.
+func TestNetPacketConnWriteMsgUnixRights(t *testing.T) {
+	ctDgramModes(t, func(t *testing.T, be loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, be, 1, opts...)
+		name := "@ringloop-rights-" + t.Name()
+		srv, err := conn.ListenPacketNet(context.Background(), g, "unixgram", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { srv.Close(); <-srv.PacketConn().Done() }()
+		c, err := conn.DialPacketNet(context.Background(), g, "unixgram", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { c.Close(); <-c.PacketConn().Done() }()
+		if _, _, err := c.WriteMsgUDP([]byte("x"), unix.UnixRights(0), nil); !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("SCM_RIGHTS: %v", err)
+		}
+		if n, _, err := c.WriteMsgUDP([]byte("plain"), nil, nil); err != nil || n != 5 {
+			t.Fatalf("without control messages: %d, %v", n, err)
+		}
+		srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 16)
+		if n, _, flags, addr, err := srv.ReadMsgUDP(b, nil); err != nil || string(b[:n]) != "plain" || flags != 0 || addr != nil {
+			t.Fatalf("ReadMsgUDP on unixgram: %q, %#x, %v, %v", b[:n], flags, addr, err)
+		}
+	})
+}
+
 // TestNetPacketConnRawReadRefused: x/net's ipv4.PacketConn reads through
 // SyscallConn's RawConn.Read, which the loop refuses: its ReadBatch fails
 // at once with an error that says so, instead of blocking, while the
