@@ -110,25 +110,22 @@ func (np *NetPacketConn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 // it, a *net.OpError wrapping an *os.SyscallError as package net's.
 func (np *NetPacketConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn int, err error) {
 	var to Addr
-	var errAddr net.Addr
 	if addr != nil {
 		if to, err = np.pc.destination(addr); err != nil {
 			return 0, 0, err
 		}
-		errAddr = addr
 	}
-	return np.writeMsg(b, oob, to, errAddr)
+	return np.writeMsg(b, oob, to, addr)
 }
 
 // WriteMsgUDPAddrPort is WriteMsgUDP to a netip.AddrPort (the zero one:
 // the peer of a socket DialPacketNet made).
 func (np *NetPacketConn) WriteMsgUDPAddrPort(b, oob []byte, addr netip.AddrPort) (n, oobn int, err error) {
 	var to Addr
-	var errAddr net.Addr
 	if addr.IsValid() {
-		to, errAddr = Addr{ap: addr}, net.UDPAddrFromAddrPort(addr)
+		to = Addr{ap: addr}
 	}
-	return np.writeMsg(b, oob, to, errAddr)
+	return np.writeMsg(b, oob, to, nil)
 }
 
 // errMissingAddress fails a WriteMsgUDP without a destination on a socket
@@ -136,15 +133,22 @@ func (np *NetPacketConn) WriteMsgUDPAddrPort(b, oob []byte, addr netip.AddrPort)
 var errMissingAddress = errors.New("missing address")
 
 // writeMsg sends b with the control messages oob to to (the zero Addr:
-// the connected peer). Its errors name errAddr, as package net's name the
-// address the caller gave.
-func (np *NetPacketConn) writeMsg(b, oob []byte, to Addr, errAddr net.Addr) (int, int, error) {
+// the connected peer). Its errors name the address the caller gave, as
+// package net's do: given, else to's (none for the connected peer).
+func (np *NetPacketConn) writeMsg(b, oob []byte, to Addr, given *net.UDPAddr) (int, int, error) {
 	fail := func(err error) (int, int, error) {
 		var oe *net.OpError
 		if !errors.As(err, &oe) {
 			oe = &net.OpError{Op: "write", Net: np.pc.network, Source: np.pc.laddr, Err: err}
 		}
-		oe.Addr = errAddr
+		switch {
+		case given != nil:
+			oe.Addr = given
+		case to.IsValid():
+			oe.Addr = net.UDPAddrFromAddrPort(to.ap)
+		default:
+			oe.Addr = nil
+		}
 		return 0, 0, oe
 	}
 	switch {

@@ -725,3 +725,37 @@ func TestNetPacketConnControlRoomUnderTraffic(t *testing.T) {
 		t.Logf("%d toggles; %d of %d datagrams with their traffic class", n, withTOS, total)
 	})
 }
+
+// TestNetPacketConnMsgAllocs: in a steady exchange, WriteMsgUDPAddrPort
+// with control messages and ReadMsgUDPAddrPort with a datagram's control
+// messages allocate nothing: the queues reuse their buffers.
+func TestNetPacketConnMsgAllocs(t *testing.T) {
+	if accRace {
+		t.Skip("the race detector allocates")
+	}
+	ctDgramModes(t, func(t *testing.T, be loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, be, 1, opts...)
+		tx := ctListenNet(t, g, "udp4", "127.0.0.1:0")
+		rx := ctListenNet(t, g, "udp4", "127.0.0.1:0")
+		setInt(t, rx, unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+		to := rx.LocalAddr().(*net.UDPAddr).AddrPort()
+		msg, buf, oob := make([]byte, 1200), make([]byte, 1500), make([]byte, 128)
+		tos := cmsg(unix.IPPROTO_IP, unix.IP_TOS, []byte{testTOS})
+		rx.SetReadDeadline(time.Now().Add(30 * time.Second))
+		exchange := func() {
+			if _, _, err := tx.WriteMsgUDPAddrPort(msg, tos, to); err != nil {
+				t.Fatal(err)
+			}
+			if n, oobn, _, _, err := rx.ReadMsgUDPAddrPort(buf, oob); err != nil || n != len(msg) || oobn == 0 {
+				t.Fatalf("ReadMsgUDPAddrPort: %d, %d, %v", n, oobn, err)
+			}
+		}
+		for range 100 {
+			exchange()
+		}
+		if a := testing.AllocsPerRun(1000, exchange); a > 0 {
+			t.Fatalf("%.2f allocations per datagram, want 0", a)
+		}
+	})
+}
