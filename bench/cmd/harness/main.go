@@ -326,7 +326,7 @@ func main() {
 			status += fmt.Sprintf("  (server waited %.0f%% for its CPU)", 100*r.RunqWait/r.Elapsed)
 		}
 		if spec.Server.QUIC {
-			status += fmt.Sprintf("  %6.0f MB/CPU-s  GSO server %s, client %s", r.MBPerCPU, orDefault(r.ServerGSO, "?"), orDefault(r.ClientGSO, "?"))
+			status += fmt.Sprintf("  %7.1f MB/CPU-s  GSO server %s, client %s", r.MBPerCPU, orDefault(r.ServerGSO, "?"), orDefault(r.ClientGSO, "?"))
 		}
 		if r.Errors > 0 {
 			status += "  ERR " + r.Note

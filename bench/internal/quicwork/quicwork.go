@@ -61,7 +61,9 @@ var bulk = func() []byte {
 		x ^= x << 17
 		b[i] = byte(x >> 32)
 	}
-	copy(b[PatternLen:], b[:BulkChunk])
+	for i := PatternLen; i < len(b); i++ { // BulkChunk > PatternLen: the copy wraps more than once
+		b[i] = b[i-PatternLen]
+	}
 	return b
 }()
 
