@@ -30,12 +30,14 @@ const quicWorkloadText = `The ` + "`quic-*`" + ` servers (` + "`bench/cmd/quicse
 - **Request/response** (` + "`-quic rr`" + `, the default): 64 streams in flight over 4 connections (16 each; ` + "`-conns`" + ` × ` + "`-depths`" + `). Every request is a new stream carrying 64 bytes (` + "`-sizes`" + `) and the end of the client's side; the server reads it to the end and writes it back as the response. Each response is checked; its latency runs from opening the stream to reading the end of the response. The headline is requests per server CPU-second; p50 and p99 as for the other workloads.
 - **Bulk** (` + "`-quic bulk`" + `): 16 connections, each downloading on one stream (` + "`-depths`" + ` streams per connection) a pattern the server writes without end; every byte is checked. The headline is MB received per server CPU-second (column ` + "`mb_per_server_cpu_s`" + `), with MB/s beside it; a "request" is 64 KiB received (` + "`-sizes`" + `), and there is no latency.
 
+From ` + "`bench/`" + ` (` + "`-publish -publish-to quic`" + ` puts a run's report and data in ` + "`docs/bench/quic/`" + `):
+
 ` + "```sh" + `
 go run ./cmd/harness -servers quic-ringloop-uring,quic-ringloop-epoll,quic-net -quic rr -reps 3
 go run ./cmd/harness -servers quic-ringloop-uring,quic-ringloop-epoll,quic-net -quic bulk -reps 3
 ` + "```" + `
 
-After the window the load generator asks the server, on a stream of each connection, whether quic-go sends that connection's packets with GSO (generic segmentation offload: one system call for a train of packets), and reads the same of its own side; both go into ` + "`results.csv`" + ` (` + "`server_gso`" + `, ` + "`client_gso`" + `) and the table below. quic-go uses GSO only on a socket with ` + "`ReadMsgUDP`" + ` and ` + "`WriteMsgUDP`" + ` (as ` + "`*net.UDPConn`" + ` has) on a kernel with ` + "`UDP_SEGMENT`" + `; on any other net.PacketConn it sends one datagram per call. Servers compare like for like only where their GSO columns agree.
+After the window the load generator asks the server, on a stream of each connection, whether quic-go sends that connection's packets with GSO (generic segmentation offload: one system call for a train of packets), and reads the same of its own side; both go into ` + "`results.csv`" + ` (` + "`server_gso`" + `, ` + "`client_gso`" + `) and into this section's table of a run with QUIC servers. quic-go uses GSO only on a socket with ` + "`ReadMsgUDP`" + ` and ` + "`WriteMsgUDP`" + ` (as ` + "`*net.UDPConn`" + ` has) on a kernel with ` + "`UDP_SEGMENT`" + `; on any other net.PacketConn it sends one datagram per call. Servers compare like for like only where their GSO columns agree.
 
 `
 
@@ -98,14 +100,14 @@ func quicSection(s *summary, m meta) string {
 				for _, srv := range servers {
 					k := cellKey{srv, c, size, depth}
 					get := func(metric string) stat { return s.get(srv, c, size, depth, metric) }
-					line := []string{srv, cellText(get(headline), s.errs[k], kfmt)}
+					line := []string{srv, cellText(get(headline), s.errs[k], mbfmt)}
 					if peer != "" {
 						line = append(line, ratio(get(headline), s.get(peer, c, size, depth, headline)))
 					}
 					if bulk {
 						line = append(line, cellText(get("mbps"), 0, kfmt), cellText(get("reqpercpu"), 0, kfmt))
 					} else {
-						line = append(line, cellText(get("rps"), 0, kfmt), cellText(get("mbpercpu"), 0, kfmt),
+						line = append(line, cellText(get("rps"), 0, kfmt), cellText(get("mbpercpu"), 0, mbfmt),
 							cellText(get("p50"), 0, us1), cellText(get("p99"), 0, us1))
 					}
 					g := s.gso[k]
@@ -131,4 +133,13 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// mbfmt is kfmt with a decimal for small values (MB per CPU-second of
+// small requests).
+func mbfmt(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return kfmt(v)
 }
