@@ -90,35 +90,76 @@ func (r *runner) fail(err error) {
 	r.errOnce.Do(func() { r.firstError = err })
 }
 
+// config is a run's flags.
+type config struct {
+	addr, mode       string
+	conns, size      int
+	depth            int
+	warmup, duration time.Duration
+	onPhase          func(phase string) // "measure" and "done", if set
+}
+
 func main() {
-	addr := flag.String("addr", "127.0.0.1:4433", "server address (IPv4 host:port)")
-	mode := flag.String("mode", "rr", "rr (request/response) or bulk (download)")
-	conns := flag.Int("conns", 4, "QUIC connections")
-	size := flag.Int("size", 64, "rr: request and response bytes; bulk: the bytes counted as one request")
-	depth := flag.Int("depth", 16, "rr: streams in flight per connection; bulk: download streams per connection")
-	warmup := flag.Duration("warmup", time.Second, "unmeasured time first")
-	duration := flag.Duration("duration", 5*time.Second, "measured window")
+	var cfg config
+	flag.StringVar(&cfg.addr, "addr", "127.0.0.1:4433", "server address (IPv4 host:port)")
+	flag.StringVar(&cfg.mode, "mode", "rr", "rr (request/response) or bulk (download)")
+	flag.IntVar(&cfg.conns, "conns", 4, "QUIC connections")
+	flag.IntVar(&cfg.size, "size", 64, "rr: request and response bytes; bulk: the bytes counted as one request")
+	flag.IntVar(&cfg.depth, "depth", 16, "rr: streams in flight per connection; bulk: download streams per connection")
+	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured time first")
+	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured window")
 	jsonOut := flag.Bool("json", false, "harness protocol: PHASE lines and a RESULT line of JSON")
 	flag.Uint64("requests", 0, "ignored: the window is bounded by -duration")
 	flag.Parse()
-	if err := run(*addr, *mode, *conns, *size, *depth, *warmup, *duration, *jsonOut); err != nil {
+	if *jsonOut {
+		cfg.onPhase = func(phase string) {
+			fmt.Printf("PHASE %s\n", phase)
+			if phase == "done" {
+				// Give the harness time to sample the server before the
+				// connections close and their teardown costs server CPU.
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	res, err := measure(cfg)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "quicload:", err)
+		os.Exit(1)
+	}
+	if *jsonOut {
+		b, _ := json.Marshal(res)
+		fmt.Printf("RESULT %s\n", b)
+	} else {
+		fmt.Printf("%s: %d conns × depth %d, size %d, window %.2fs\n", res.Mode, res.Conns, res.Depth, res.Size, res.Elapsed)
+		fmt.Printf("requests %d  %.0f req/s  %.1f MB/s  client CPU %.2fs\n", res.Requests, res.RPS, res.MBps, res.ClientCPU)
+		if res.Mode == "rr" {
+			fmt.Printf("latency p50 %s  p99 %s  p99.9 %s  max %s\n", dur(res.P50), dur(res.P99), dur(res.P999), dur(res.Max))
+		}
+		fmt.Printf("GSO: server %s, client %s\n", res.ServerGSO, res.ClientGSO)
+	}
+	if res.Errors > 0 {
+		fmt.Fprintln(os.Stderr, "quicload: a stream failed the check:", res.FirstError)
 		os.Exit(1)
 	}
 }
 
-func run(addr, mode string, conns, size, depth int, warmup, duration time.Duration, jsonOut bool) error {
+// measure dials the connections, runs the workload through the warm-up
+// and the measured window, asks the server about GSO and closes the
+// connections. A stream that fails its check is in the result's errors;
+// the error is for a run that could not take place.
+func measure(cfg config) (result, error) {
+	mode, conns, size, depth := cfg.mode, cfg.conns, cfg.size, cfg.depth
 	switch {
 	case mode != "rr" && mode != "bulk":
-		return fmt.Errorf("unknown mode %q (rr or bulk)", mode)
+		return result{}, fmt.Errorf("unknown mode %q (rr or bulk)", mode)
 	case conns < 1 || depth < 1 || size < 1:
-		return errors.New("-conns, -depth and -size must be positive")
+		return result{}, errors.New("-conns, -depth and -size must be positive")
 	case mode == "rr" && size > quicwork.MaxRequest:
-		return fmt.Errorf("-size %d: a request is at most %d bytes", size, quicwork.MaxRequest)
+		return result{}, fmt.Errorf("-size %d: a request is at most %d bytes", size, quicwork.MaxRequest)
 	}
-	raddr, err := net.ResolveUDPAddr("udp4", addr)
+	raddr, err := net.ResolveUDPAddr("udp4", cfg.addr)
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -139,7 +180,7 @@ func run(addr, mode string, conns, size, depth int, warmup, duration time.Durati
 	for i := range qconns {
 		uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
-			return err
+			return result{}, err
 		}
 		tr := &quic.Transport{Conn: uc}
 		transports = append(transports, tr)
@@ -147,7 +188,7 @@ func run(addr, mode string, conns, size, depth int, warmup, duration time.Durati
 		qconns[i], err = tr.Dial(dctx, raddr, quicwork.ClientTLS(), quicwork.Config())
 		dcancel()
 		if err != nil {
-			return fmt.Errorf("dial %d: %w", i, err)
+			return result{}, fmt.Errorf("dial %d: %w", i, err)
 		}
 	}
 
@@ -180,25 +221,23 @@ func run(addr, mode string, conns, size, depth int, warmup, duration time.Durati
 		return n, b
 	}
 
-	time.Sleep(warmup)
-	if jsonOut {
-		fmt.Println("PHASE measure")
+	phase := func(p string) {
+		if cfg.onPhase != nil {
+			cfg.onPhase(p)
+		}
 	}
+	time.Sleep(cfg.warmup)
+	phase("measure")
 	cpu0 := cpuSeconds()
 	n0, b0 := sum()
 	r.measuring.Store(true)
 	t0 := time.Now()
-	time.Sleep(duration)
+	time.Sleep(cfg.duration)
 	r.measuring.Store(false)
 	n1, b1 := sum()
 	el := time.Since(t0).Seconds()
 	cpu := cpuSeconds() - cpu0
-	if jsonOut {
-		fmt.Println("PHASE done")
-		// Give the harness time to sample the server before the
-		// connections close and their teardown costs server CPU.
-		time.Sleep(50 * time.Millisecond)
-	}
+	phase("done")
 
 	res := result{Mode: mode, Conns: conns, Size: size, Depth: depth, Elapsed: el, ClientCPU: cpu}
 	res.ServerGSO, res.ClientGSO = gsoState(ctx, qconns)
@@ -225,21 +264,7 @@ func run(addr, mode string, conns, size, depth int, warmup, duration time.Durati
 	if r.firstError != nil {
 		res.Errors, res.FirstError = 1, r.firstError.Error()
 	}
-	if jsonOut {
-		b, _ := json.Marshal(res)
-		fmt.Printf("RESULT %s\n", b)
-	} else {
-		fmt.Printf("%s: %d conns × depth %d, size %d, window %.2fs\n", mode, conns, depth, size, el)
-		fmt.Printf("requests %d  %.0f req/s  %.1f MB/s  client CPU %.2fs\n", res.Requests, res.RPS, res.MBps, cpu)
-		if mode == "rr" {
-			fmt.Printf("latency p50 %s  p99 %s  p99.9 %s  max %s\n", dur(res.P50), dur(res.P99), dur(res.P999), dur(res.Max))
-		}
-		fmt.Printf("GSO: server %s, client %s\n", res.ServerGSO, res.ClientGSO)
-	}
-	if res.Errors > 0 {
-		return fmt.Errorf("a stream failed the check: %s", res.FirstError)
-	}
-	return nil
+	return res, nil
 }
 
 // requests runs one stream after another on c, each a request of r.size

@@ -1,9 +1,9 @@
 // Command quicserve is the QUIC workload's server: quic-go on package net's
 // UDP socket (-impl net) or on ringloop's net.PacketConn adapter,
-// conn.ListenPacketNet (-impl ringloop, with -backend uring or epoll). It
-// serves the streams of package internal/quicwork: a request written back
-// as the response, an endless bulk download, and a query of whether quic-go
-// sends with GSO on the connection.
+// conn.ListenPacketNet (-impl ringloop, with -backend uring or epoll),
+// serving the streams of package internal/quicwork (quicwork.Serve): a
+// request written back as the response, an endless bulk download, and a
+// query of whether quic-go sends with GSO on the connection.
 //
 // Like the echo servers it prints "LISTEN host:port" once listening and
 // exits on SIGTERM or after -max-runtime. Datagrams the adapter's inbound
@@ -12,13 +12,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -86,7 +83,7 @@ func main() {
 	if err != nil {
 		serve.Fatal("quic listen", err)
 	}
-	go accept(ln)
+	go quicwork.Serve(ln)
 
 	stopProfile := f.StartProfile()
 	serve.Ready(pc.LocalAddr().String())
@@ -104,97 +101,5 @@ func main() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = g.Shutdown(ctx)
-	}
-}
-
-func accept(ln *quic.Listener) {
-	for {
-		c, err := ln.Accept(context.Background())
-		if err != nil {
-			return
-		}
-		go serveConn(c)
-	}
-}
-
-// serveConn serves every stream the client opens on c, each on a goroutine
-// of its own.
-func serveConn(c *quic.Conn) {
-	for {
-		s, err := c.AcceptStream(context.Background())
-		if err != nil {
-			return
-		}
-		go serveStream(c, s)
-	}
-}
-
-// errCodeBadStream resets a stream that breaks the protocol.
-const errCodeBadStream quic.StreamErrorCode = 1
-
-func serveStream(c *quic.Conn, s *quic.Stream) {
-	var op [1]byte
-	if _, err := io.ReadFull(s, op[:]); err != nil {
-		s.CancelWrite(errCodeBadStream)
-		return
-	}
-	switch op[0] {
-	case quicwork.OpEcho:
-		echo(s)
-	case quicwork.OpBulk:
-		bulk(s)
-	case quicwork.OpGSO:
-		answer := []byte{'0'}
-		if c.ConnectionState().GSO {
-			answer[0] = '1'
-		}
-		_, _ = s.Write(answer)
-		_ = s.Close()
-	default:
-		s.CancelRead(errCodeBadStream)
-		s.CancelWrite(errCodeBadStream)
-	}
-}
-
-var requestBuffers = sync.Pool{New: func() any {
-	b := make([]byte, quicwork.MaxRequest+1)
-	return &b
-}}
-
-// echo reads the request to the end of the client's side of the stream
-// and writes it back as the response.
-func echo(s *quic.Stream) {
-	bp := requestBuffers.Get().(*[]byte)
-	defer requestBuffers.Put(bp)
-	buf := *bp
-	n := 0
-	for {
-		k, err := s.Read(buf[n:])
-		n += k
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil || n == len(buf) {
-			s.CancelRead(errCodeBadStream)
-			s.CancelWrite(errCodeBadStream)
-			return
-		}
-	}
-	if _, err := s.Write(buf[:n]); err != nil {
-		return
-	}
-	_ = s.Close()
-}
-
-// bulk writes the bulk pattern until the client stops reading (or the
-// connection ends).
-func bulk(s *quic.Stream) {
-	var off uint64
-	for {
-		n, err := s.Write(quicwork.Bulk(off, quicwork.BulkChunk))
-		off += uint64(n)
-		if err != nil {
-			return
-		}
 	}
 }

@@ -12,6 +12,8 @@
 //   - OpGSO: the server answers with one byte, '1' if quic-go sends this
 //     connection's packets with generic segmentation offload (GSO) and '0'
 //     if not, and closes its side.
+//
+// Serve is the server side of all three; cmd/quicserve gives it a socket.
 package quicwork
 
 import (
