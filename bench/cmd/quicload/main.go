@@ -72,9 +72,9 @@ type worker struct {
 	_        [64]byte
 }
 
+// runner is what a run's workers share.
 type runner struct {
-	mode       string
-	size       int
+	size       int // rr: request and response bytes
 	measuring  atomic.Bool
 	stopping   atomic.Bool
 	errOnce    sync.Once
@@ -192,7 +192,7 @@ func measure(cfg config) (result, error) {
 		}
 	}
 
-	r := &runner{mode: mode, size: size}
+	r := &runner{size: size}
 	workers := make([]*worker, conns*depth)
 	var wg sync.WaitGroup
 	for i := range workers {
