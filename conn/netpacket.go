@@ -450,8 +450,10 @@ func (np *NetPacketConn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: np.pc.network, Source: np.pc.laddr, Addr: np.pc.raddr, Err: err}
 }
 
-// Close closes the socket and unblocks pending reads with net.ErrClosed;
-// closing again returns an error wrapping net.ErrClosed.
+// Close closes the socket and unblocks pending reads and writes with
+// net.ErrClosed, without waiting for the peer: queued datagrams the
+// socket cannot take at once are dropped and counted (PacketConn.Close).
+// Closing again returns an error wrapping net.ErrClosed.
 func (np *NetPacketConn) Close() error {
 	np.mu.Lock()
 	if np.closed {

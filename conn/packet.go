@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -17,12 +18,14 @@ import (
 
 	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/loop"
+	"github.com/ringloop/ringloop/sched"
 )
 
 // Datagram sockets on the loops (docs/udp.md): datagrams arrive through
 // loop.IO.RecvmsgProvided and reach the PacketHandler on the loop goroutine;
 // writes from any goroutine are copied into the socket's queue and go out
-// at the end of the loop turn, one SENDMSG per datagram.
+// at the end of the loop turn, one SENDMSG per datagram. A datagram the
+// socket cannot take yet waits for it to be writable and goes again.
 
 // A PacketHandler receives a datagram socket's datagrams. OnPacket runs on
 // the socket's loop goroutine, one datagram at a time, and must not block.
@@ -39,9 +42,11 @@ type PacketHandler interface {
 // receives the failures that do not close the socket, each a
 // *DatagramError: a datagram truncated on arrival (ErrTruncated), an ICMP
 // error reported on a connected UDP socket (syscall.ECONNREFUSED, …), a
-// datagram the kernel refused to send (syscall.EMSGSIZE, a full socket
-// buffer: syscall.ENOBUFS or EAGAIN). Without it such failures are only
-// counted (PacketConn.Stats). It runs on the socket's loop goroutine.
+// datagram the kernel refused to send (syscall.EMSGSIZE, a full device
+// queue: syscall.ENOBUFS). A datagram the socket has no room for yet is
+// not a failure: it is sent once there is room. Without the handler such
+// failures are only counted (PacketConn.Stats). It runs on the socket's
+// loop goroutine.
 type PacketErrorHandler interface {
 	OnPacketError(pc *PacketConn, err error)
 }
@@ -159,7 +164,7 @@ type PacketStats struct {
 	Sent        uint64 // datagrams the kernel took
 	Truncated   uint64 // datagrams too long for the loop's buffers, not delivered
 	ReadErrors  uint64 // receive errors that did not close the socket (ICMP errors on a connected socket)
-	WriteErrors uint64 // datagrams the kernel refused (EMSGSIZE, a full socket buffer, an ICMP error, …)
+	WriteErrors uint64 // datagrams the kernel refused (EMSGSIZE, ENOBUFS, an ICMP error, …), and those dropped at close (see Close)
 	QueueFull   uint64 // writes refused with ErrQueueFull
 	// KernelDrops counts the datagrams the kernel dropped before the
 	// socket could receive them (its receive buffer was full: raise it
@@ -212,6 +217,18 @@ type PacketConn struct {
 	lastSrcAbstract bool
 	lastSrc         string
 
+	// The sends (owned by the loop goroutine).
+	sendFlags   int            // MSG_DONTWAIT on a Unix socket: a full peer refuses a send (EAGAIN) instead of the kernel retrying it
+	maxInflight int            // sends in flight at most: 1 on a Unix socket, so that its datagrams stay in order
+	stalled     fifo[dgramOut] // datagrams the socket refused for now (EAGAIN): sent again first, in order
+	blocked     bool           // the socket refused a datagram: nothing more goes out until it is writable
+	waited      bool           // the sends going out follow a wait for writability
+	waitArmed   bool           // a PollWritable (waitID) or a retry timer (waitTimer) is pending
+	waitID      loop.OpID
+	waitTimer   *sched.Timer
+	retryDelay  time.Duration // the next wait's timer; 0: PollWritable
+	retryFn     func()        // pc.retryStalled, made once
+
 	received, sent, truncated, readErrs, writeErrs, queueFull atomic.Uint64
 	drops                                                     atomic.Uint64 // the kernel's count when the fd closed
 	fdGone                                                    bool          // under mu: the fd is closed, or will be by the last of fdRefs
@@ -233,18 +250,24 @@ type dgramOut struct {
 type dgramSend struct {
 	pc    *PacketConn
 	dgram dgramOut
-	tries uint8 // sends of dgram that ended without sending it (maxSendTries)
 }
 
 // rearmDelay is how long a socket waits before arming its receive again
 // when the loop could not take it.
 const rearmDelay = 10 * time.Millisecond
 
-// maxSendTries bounds how often a datagram is handed to the kernel again
-// after a send that did not send it (-EAGAIN, -EINTR, a cancel nobody
-// asked for); then it is reported and dropped, so a socket that never
-// takes it cannot spin the loop.
-const maxSendTries = 8
+// A send that ended without sending its datagram for a reason that
+// passes (EAGAIN: no room; EINTR; a cancel nobody asked for) blocks the
+// socket: the datagram is kept, and once the socket is writable
+// (loop.IO.PollWritable) it goes again, first. Writability is not always
+// room: an unconnected Unix socket is writable whatever its destination's
+// queue holds. So a send refused right after a wait waits on a timer
+// instead, minRetryDelay and doubling up to maxRetryDelay, until a send
+// goes through.
+const (
+	minRetryDelay = time.Millisecond
+	maxRetryDelay = 16 * time.Millisecond
+)
 
 // ListenPacket opens a datagram socket bound to address on network ("udp",
 // "udp4", "udp6" or "unixgram"; port 0 picks a free port) and serves it on
@@ -291,6 +314,14 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 		return fail(err)
 	}
 	pc.family = t.family
+	pc.maxInflight, pc.retryFn = maxSendsInFlight, pc.retryStalled
+	if t.family == unix.AF_UNIX {
+		// The kernel's own retry of a send refused by a full peer sends
+		// an empty datagram on io_uring (loop.IO.SendTo); and with one
+		// send in flight, a datagram refused cannot be overtaken by the
+		// next one as the peer reads.
+		pc.sendFlags, pc.maxInflight = unix.MSG_DONTWAIT, 1
+	}
 	pc.fd, err = packetSocket(t.family, t.sa, t.v6only, op == "dial", cfg)
 	if err != nil {
 		return fail(err)
@@ -828,29 +859,35 @@ func (f *fifo[T]) pop() T {
 	return v
 }
 
-// flush hands queued datagrams to the loop, one SendTo each, up to
-// maxSendsInFlight in flight; completions continue it. Once the queue,
-// found full by a write that waits, is down to half, the handler hears of
-// it (onQueueRoom). Runs on the loop.
+// flush hands queued datagrams to the loop, one SendTo each (the ones
+// the socket refused for now first), up to maxInflight in flight;
+// completions continue it. A blocked socket sends nothing until it is
+// writable. Once the queue, found full by a write that waits, is down to
+// half, the handler hears of it (onQueueRoom). Runs on the loop.
 func (pc *PacketConn) flush() {
 	pc.mu.Lock()
 	pc.flushQueued = false
 	pc.mu.Unlock()
 	room := false
-	for pc.inflight < maxSendsInFlight && !pc.fdClosed {
-		pc.mu.Lock()
-		if pc.out.n == 0 {
+	for pc.inflight < pc.maxInflight && !pc.fdClosed && !pc.blocked {
+		var d dgramOut
+		if pc.stalled.n > 0 {
+			d = pc.stalled.pop()
+		} else {
+			pc.mu.Lock()
+			if pc.out.n == 0 {
+				pc.mu.Unlock()
+				break
+			}
+			d = pc.out.pop()
+			if pc.roomWanted && pc.out.n <= pc.queueMax/2 {
+				pc.roomWanted, room = false, true
+			}
 			pc.mu.Unlock()
-			break
 		}
-		d := pc.out.pop()
-		if pc.roomWanted && pc.out.n <= pc.queueMax/2 {
-			pc.roomWanted, room = false, true
-		}
-		pc.mu.Unlock()
 		s := pc.sendRecord()
-		s.dgram, s.tries = d, 0
-		if _, err := pc.l.IO().SendToControl(pc.fd, d.buf, d.to[:d.toLen], d.ctl, 0, s); err != nil {
+		s.dgram = d
+		if _, err := pc.l.IO().SendToControl(pc.fd, d.buf, d.to[:d.toLen], d.ctl, pc.sendFlags, s); err != nil {
 			s.dgram = dgramOut{}
 			pc.writeErrs.Add(1)
 			pc.sends = append(pc.sends, s)
@@ -891,67 +928,175 @@ func (pc *PacketConn) sendRecord() *dgramSend {
 func (s *dgramSend) Complete(c *loop.Completion) {
 	pc := s.pc
 	pc.inflight--
-	if c.Res < 0 && !c.Quarantined && s.retry(c.Res) {
-		return
-	}
 	d := s.dgram
 	s.dgram = dgramOut{}
 	if !c.Quarantined {
 		pc.sends = append(pc.sends, s)
-		pc.putDgram(d)
 	}
 	switch {
-	case c.Res >= 0:
-		pc.sent.Add(1)
 	case c.Quarantined:
 		// Given up at a ring rebuild: whether it went out is unknown.
 		pc.writeErrs.Add(1)
 		pc.report(&DatagramError{Op: "write", Addr: d.toValid, Len: len(d.buf), Err: loop.ErrGivenUp})
-	case c.Res == -int32(unix.ECANCELED) && pc.l.State() >= loop.StateShuttingDown:
-		// The loop is going away: dropped, as the datagrams still
-		// queued are.
+	case c.Res >= 0 && int(c.Res) == len(d.buf):
+		pc.sent.Add(1)
+		pc.waited, pc.retryDelay = false, 0
+	case c.Res >= 0:
+		// A datagram goes whole or not at all: a shorter send (an empty
+		// one above all) is never taken for a success.
+		pc.writeErrs.Add(1)
+		pc.report(&DatagramError{Op: "write", Addr: d.toValid, Len: len(d.buf), Err: io.ErrShortWrite})
+	case pc.refusedForNow(c.Res):
+		pc.stall(d)
+		return
+	case c.Res == -int32(unix.ECANCELED):
+		// The loop is going away: dropped, and counted, as the
+		// datagrams still queued are.
+		pc.writeErrs.Add(1)
 	default:
 		pc.writeErrs.Add(1)
 		pc.report(&DatagramError{Op: "write", Addr: d.toValid, Len: len(d.buf), Err: os.NewSyscallError("sendmsg", unix.Errno(-c.Res))})
 	}
+	if !c.Quarantined {
+		pc.putDgram(d)
+	}
+	pc.sendsGoOn()
+}
+
+// sendsGoOn continues the sends after a completion: the close, the wait
+// of a blocked socket once nothing is in flight, or the flush.
+func (pc *PacketConn) sendsGoOn() {
+	switch {
+	case pc.closing:
+		pc.maybeFinish()
+	case pc.blocked:
+		if pc.inflight == 0 {
+			pc.waitWritable()
+		}
+	default:
+		pc.mu.Lock()
+		more := pc.out.n > 0
+		pc.mu.Unlock()
+		if more || pc.stalled.n > 0 {
+			pc.flush()
+		}
+	}
+}
+
+// refusedForNow reports whether a send ended without sending its
+// datagram for a reason that passes: no room in the socket or its Unix
+// peer (-EAGAIN), a signal, a cancel nobody asked for while the loop runs.
+func (pc *PacketConn) refusedForNow(res int32) bool {
+	switch -res {
+	case int32(unix.EAGAIN), int32(unix.EINTR):
+		return true
+	case int32(unix.ECANCELED):
+		return pc.l.State() < loop.StateShuttingDown
+	}
+	return false
+}
+
+// stall keeps d, which the socket refused for now, to be sent again
+// first, and blocks the socket until it is writable. A closing socket
+// drops it instead, with everything still queued.
+func (pc *PacketConn) stall(d dgramOut) {
 	if pc.closing {
+		pc.writeErrs.Add(1)
+		pc.putDgram(d)
+		pc.dropQueued()
 		pc.maybeFinish()
 		return
 	}
+	if pc.waited {
+		// Refused right after a wait: writability did not mean room.
+		pc.retryDelay = min(max(2*pc.retryDelay, minRetryDelay), maxRetryDelay)
+		pc.waited = false
+	}
+	pc.stalled.push(d)
+	pc.blocked = true
+	pc.sendsGoOn()
+}
+
+// waitWritable arms a blocked socket's wait: PollWritable, or the retry
+// timer once a send refused right after a wait showed that writability
+// does not mean room here.
+func (pc *PacketConn) waitWritable() {
+	if pc.waitArmed {
+		return
+	}
+	if pc.retryDelay == 0 {
+		if id, err := pc.l.IO().PollWritable(pc.fd, (*packetWritable)(pc)); err == nil {
+			pc.waitArmed, pc.waitID = true, id
+			return
+		}
+		pc.retryDelay = minRetryDelay // the loop could not take the poll now
+	}
+	t, err := pc.l.Schedule(pc.retryDelay, pc.retryFn)
+	if err != nil {
+		pc.closeNow(net.ErrClosed) // the loop is shutting down
+		return
+	}
+	pc.waitArmed, pc.waitTimer = true, t
+}
+
+// packetWritable is a PacketConn seen as its PollWritable's Completer.
+type packetWritable PacketConn
+
+// Complete ends the wait: the socket is writable (or failed, which the
+// send handed over again reports), or Close canceled the wait.
+func (w *packetWritable) Complete(*loop.Completion) { (*PacketConn)(w).retryStalled() }
+
+// retryStalled ends a blocked socket's wait: the datagrams it refused go
+// out again, first. On a closing socket they are dropped.
+func (pc *PacketConn) retryStalled() {
+	pc.waitArmed, pc.waitTimer = false, nil
+	if pc.closing {
+		pc.dropQueued()
+		pc.maybeFinish()
+		return
+	}
+	pc.blocked, pc.waited = false, true
+	pc.flush()
+}
+
+// cancelWait ends a blocked socket's wait, if one is armed: at once for
+// the timer; the PollWritable's final completion follows.
+func (pc *PacketConn) cancelWait() {
+	switch {
+	case !pc.waitArmed:
+	case pc.waitTimer != nil:
+		if pc.waitTimer.Stop() {
+			pc.waitArmed, pc.waitTimer = false, nil
+		}
+	case !cancelOp(pc.l, pc.waitID):
+		pc.waitArmed = false // it had ended
+	}
+}
+
+// dropQueued drops the datagrams not yet handed to the kernel, counting
+// each as a write error: the socket closes and cannot take them now.
+func (pc *PacketConn) dropQueued() {
+	n := uint64(pc.stalled.n)
+	for pc.stalled.n > 0 {
+		pc.stalled.pop()
+	}
+	pc.blocked = false
 	pc.mu.Lock()
-	more := pc.out.n > 0
+	n += uint64(pc.out.n)
+	for pc.out.n > 0 {
+		pc.out.pop()
+	}
 	pc.mu.Unlock()
-	if more {
-		pc.flush()
-	}
+	pc.writeErrs.Add(n)
 }
 
-// retry hands s's datagram to the kernel again after a send that ended
-// without sending it (-EAGAIN, -EINTR, or a cancel while the loop runs),
-// up to maxSendTries, and reports whether it did. The datagram may then
-// leave after ones queued behind it, as datagrams may.
-func (s *dgramSend) retry(res int32) bool {
-	pc := s.pc
-	switch -res {
-	case int32(unix.EAGAIN), int32(unix.EINTR), int32(unix.ECANCELED):
-	default:
-		return false
-	}
-	if pc.fdClosed || s.tries >= maxSendTries {
-		return false
-	}
-	s.tries++
-	if _, err := pc.l.IO().SendToControl(pc.fd, s.dgram.buf, s.dgram.to[:s.dgram.toLen], s.dgram.ctl, 0, s); err != nil {
-		return false // the loop is shutting down
-	}
-	pc.inflight++
-	return true
-}
-
-// Close closes the socket: datagrams already queued are still handed to
-// the kernel, later writes fail with net.ErrClosed, the receive ends, and
-// OnPacketClose follows. Safe for concurrent use; Done reports the end.
-// Closing again returns net.ErrClosed.
+// Close closes the socket: later writes fail with net.ErrClosed, the
+// receive ends, and OnPacketClose follows. The datagrams already queued
+// are still handed to the kernel while the socket takes them; once it
+// refuses one for want of room (a Unix peer that does not read), that one
+// and all behind it are dropped and counted in Stats().WriteErrors, so
+// that Close never waits for a peer. Safe for concurrent use; Done reports
+// the end. Closing again returns net.ErrClosed.
 func (pc *PacketConn) Close() error {
 	pc.mu.Lock()
 	if pc.closeReq {
@@ -976,8 +1121,8 @@ func (pc *PacketConn) Close() error {
 func (pc *PacketConn) loopShutdown() { pc.closeNow(net.ErrClosed) }
 
 // closeNow starts closing on the loop: it cancels the receive, sends what
-// is queued, and closes the fd once no op is left. err is what
-// OnPacketClose reports.
+// is queued (drops it when the socket is blocked, or err is set), and
+// closes the fd once no op is left. err is what OnPacketClose reports.
 func (pc *PacketConn) closeNow(err error) {
 	if pc.closing {
 		return
@@ -987,8 +1132,11 @@ func (pc *PacketConn) closeNow(err error) {
 	pc.closeReq = true
 	pc.mu.Unlock()
 	pc.cancelRecv()
-	if err == nil {
+	if err == nil && !pc.blocked {
 		pc.flush() // what was queued before Close still goes out
+	} else {
+		pc.cancelWait()
+		pc.dropQueued()
 	}
 	pc.maybeFinish()
 }
@@ -1000,24 +1148,22 @@ func (pc *PacketConn) cancelRecv() {
 	}
 }
 
-// maybeFinish closes the fd once the receive and every send have ended,
-// then reports the close.
+// maybeFinish closes the fd once the receive, every send and the wait
+// for writability have ended, then reports the close.
 func (pc *PacketConn) maybeFinish() {
-	if pc.fdClosed || pc.recvArmed || pc.inflight > 0 {
+	if pc.fdClosed || pc.recvArmed || pc.inflight > 0 || pc.waitArmed {
 		return
 	}
 	pc.mu.Lock()
-	if pc.closeErr == nil && pc.out.n > 0 && pc.l.State() < loop.StateShuttingDown {
-		pc.mu.Unlock()
+	more := pc.out.n > 0 || pc.stalled.n > 0
+	pc.mu.Unlock()
+	if pc.closeErr == nil && more && !pc.blocked && pc.l.State() < loop.StateShuttingDown {
 		// More was queued than may be in flight: the flush goes on (and
 		// comes back here when it has handed everything over).
 		pc.flush()
 		return
 	}
-	for pc.out.n > 0 { // dropped: the socket or its loop is gone
-		pc.out.pop()
-	}
-	pc.mu.Unlock()
+	pc.dropQueued() // the socket or its loop is gone
 	pc.closeFd()
 	if pc.unhook != nil {
 		pc.unhook()

@@ -105,9 +105,19 @@ func (io *IO) MaxDatagram() int {
 // buf belongs to the loop until the final completion, and may be empty.
 // Res is the bytes sent (a datagram is sent whole or not at all) or -errno:
 // -EMSGSIZE for a datagram too long for the socket, -ECONNREFUSED on a
-// connected UDP socket after an ICMP port unreachable, -EAGAIN or
-// -ENOBUFS when the socket's send buffer is full. Must be called on the
-// loop goroutine.
+// connected UDP socket after an ICMP port unreachable, -ENOBUFS when a
+// device queue is full.
+//
+// When the socket cannot take the datagram now (its send buffer is full,
+// or a Unix datagram peer's receive queue), a send without
+// unix.MSG_DONTWAIT in flags waits for room: epoll waits for EPOLLOUT,
+// io_uring lets the kernel retry it. With unix.MSG_DONTWAIT it completes
+// with -EAGAIN instead, nothing sent, on both backends; PollWritable says
+// when to try again. A Unix datagram socket must send with
+// unix.MSG_DONTWAIT on io_uring: a SENDMSG the kernel retries after the
+// peer's queue was found full sends an empty datagram and completes with
+// 0, since its first attempt had already consumed the payload. Must be
+// called on the loop goroutine.
 func (io *IO) SendTo(fd int, buf []byte, to []byte, flags int, c Completer) (OpID, error) {
 	return io.SendToControl(fd, buf, to, nil, flags, c)
 }

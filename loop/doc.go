@@ -20,7 +20,7 @@
 // everything queued runs on the loop goroutine. The loop's asynchronous
 // socket operations are its [IO], reached with [Loop.IO]: Accept, Recv,
 // RecvProvided, RecvProvidedOnce, RecvmsgProvided, Send, Sendmsg, SendTo,
-// Connect, Close, Shutdown and Cancel, each of which delivers its
+// PollWritable, Connect, Close, Shutdown and Cancel, each of which delivers its
 // completions to a [Completer] on the loop goroutine.
 //
 // # Affinity

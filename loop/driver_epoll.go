@@ -276,7 +276,7 @@ func (d *epollDriver) submit(o *op) error {
 		d.final(o, errnoResult(unix.Shutdown(int(o.fd), int(o.arg))))
 	case tagAccept, tagRecv, tagRecvBuf, tagRecvmsgBuf:
 		d.wait(o, epRead)
-	case tagSend, tagSendmsg:
+	case tagSend, tagSendmsg, tagPollOut:
 		d.wait(o, epWrite)
 	case tagConnect:
 		d.connect(o)

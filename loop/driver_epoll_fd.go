@@ -200,6 +200,8 @@ func (d *epollDriver) run(fd int, where uint8) {
 			st = d.tryConnect(fd, o)
 		case o.tag == tagSendmsg:
 			st = d.trySendmsg(fd, o)
+		case o.tag == tagPollOut:
+			st = d.tryPollOut(fd, o)
 		default: // tagSend
 			st = d.trySend(fd, o)
 		}
@@ -368,6 +370,10 @@ func (d *epollDriver) trySend(fd int, o *op) epStep {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if o.arg&unix.MSG_DONTWAIT != 0 {
+				d.finish(fd, o, -int32(unix.EAGAIN)) // the caller asked not to wait
+				return epDone
+			}
 			return epWait
 		case nil:
 			d.finish(fd, o, int32(n))
@@ -389,6 +395,10 @@ func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 	n, err := sock.Sendmsg(fd, &o.extras().msg, int(o.arg)|epollSendFlags) // EINTR retried inside
 	switch err {
 	case unix.EAGAIN:
+		if o.arg&unix.MSG_DONTWAIT != 0 {
+			d.finish(fd, o, -int32(unix.EAGAIN)) // the caller asked not to wait
+			return epDone
+		}
 		return epWait
 	case nil:
 		d.finish(fd, o, int32(n))
@@ -396,6 +406,27 @@ func (d *epollDriver) trySendmsg(fd int, o *op) epStep {
 		d.finish(fd, o, errnoResult(err))
 	}
 	return epDone
+}
+
+// tryPollOut completes a PollWritable once poll(2) finds fd writable (or
+// failed, or hung up); until then the op waits on the write side, whose
+// edges try it again.
+func (d *epollDriver) tryPollOut(fd int, o *op) epStep {
+	pfd := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	for {
+		n, err := unix.Poll(pfd[:], 0)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			d.finish(fd, o, errnoResult(err))
+		case n == 0:
+			return epWait
+		default:
+			d.finish(fd, o, int32(pfd[0].Revents))
+		}
+		return epDone
+	}
 }
 
 // connect starts a non-blocking connect(2). EINPROGRESS parks the op on the

@@ -542,6 +542,8 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		sqe.PrepShutdown(fd, int(o.arg))
 	case tagNop:
 		sqe.PrepNop()
+	case tagPollOut:
+		sqe.PrepPollAdd(fd, unix.POLLOUT)
 	}
 	sqe.UserData = o.userData()
 }

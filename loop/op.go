@@ -113,6 +113,7 @@ func (o *op) limited() bool {
 //	tagClose    fd.
 //	tagShutdown fd, arg = how.
 //	tagNop      nothing. Res: 0 (tests).
+//	tagPollOut  fd. Res: the poll(2) mask once POLLOUT, POLLERR or POLLHUP.
 //	tagRecvmsgBuf fd, arg = recvmsg flags; provided buffers; multishot;
 //	            extra.recvControl: room for control messages, if any.
 //	            Each completion is one datagram: its buffer holds the

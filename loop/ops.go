@@ -231,6 +231,18 @@ func (io *IO) Shutdown(fd int, how int, c Completer) (OpID, error) {
 	return io.simpleOp(tagShutdown, fd, nil, uint32(how), false, c)
 }
 
+// PollWritable completes once fd is writable: Res is the poll(2) mask
+// once it holds POLLOUT, POLLERR or POLLHUP, or -errno (-ECANCELED when
+// canceled). One shot: arm it again to wait again. It is what a send
+// refused with -EAGAIN (MSG_DONTWAIT) waits for before it is tried again.
+// Writability is the socket's own: a connected Unix datagram socket is
+// not writable while its peer's receive queue is full, but an unconnected
+// one is whenever its send buffer has room, whatever its destinations
+// hold. Must be called on the loop goroutine.
+func (io *IO) PollWritable(fd int, c Completer) (OpID, error) {
+	return io.simpleOp(tagPollOut, fd, nil, 0, false, c)
+}
+
 // Cancel asks the backend to stop op id. Its final completion still
 // follows: its real result if it finished first, else -ECANCELED. Canceling
 // an op twice is harmless. It returns ErrUnknownOp if id names no live op

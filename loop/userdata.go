@@ -35,6 +35,7 @@ const (
 	tagShutdown                // shutdown
 	tagNop                     // nop (tests)
 	tagRecvmsgBuf              // multishot recvmsg of datagrams into provided buffers
+	tagPollOut                 // one-shot poll for writability
 	tagInternal   opTag = 0xff // loop-internal op, see internalID
 )
 
@@ -109,6 +110,8 @@ func (t opTag) String() string {
 		return "shutdown"
 	case tagNop:
 		return "nop"
+	case tagPollOut:
+		return "poll-out"
 	case tagInternal:
 		return "internal"
 	default:

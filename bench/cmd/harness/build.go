@@ -18,12 +18,14 @@ type server struct {
 	Go   bool     // a Go program: GOMAXPROCS is set
 	HTTP bool     // the HTTP workload: driven by httpload instead of loadgen
 	UDP  bool     // the UDP workload: loadgen -udp, a peer per connection and a datagram per message
+	QUIC bool     // the QUIC workload: driven by quicload (-quic picks request/response or bulk)
 }
 
 // serverOrder is the report's column order.
 var serverOrder = []string{"c-liburing", "ringloop-uring", "ringloop-epoll", "gnet", "net",
 	"http-ringloop-uring", "http-ringloop-epoll", "http-net", "fasthttp-ringloop-uring", "fasthttp-net",
-	"udp-ringloop-uring", "udp-ringloop-epoll", "udp-gnet", "udp-net", "udp-mmsg"}
+	"udp-ringloop-uring", "udp-ringloop-epoll", "udp-gnet", "udp-net", "udp-mmsg",
+	"quic-ringloop-uring", "quic-ringloop-epoll", "quic-net"}
 
 // udpServers are the UDP workload's servers: each echo server's
 // -network udp (a datagram back to its sender), driven by loadgen -udp.
@@ -43,6 +45,14 @@ var httpServers = map[string][]string{
 	"http-net":                {"-stack", "nethttp", "-impl", "net"},
 	"fasthttp-ringloop-uring": {"-stack", "fasthttp", "-impl", "ringloop", "-backend", "uring"},
 	"fasthttp-net":            {"-stack", "fasthttp", "-impl", "net"},
+}
+
+// quicServers are the QUIC workload's servers (bench/cmd/quicserve):
+// quic-go on a UDP socket, driven by quicload.
+var quicServers = map[string][]string{
+	"quic-ringloop-uring": {"-impl", "ringloop", "-backend", "uring"},
+	"quic-ringloop-epoll": {"-impl", "ringloop", "-backend", "epoll"},
+	"quic-net":            {"-impl", "net"},
 }
 
 // build compiles every server and the load generator into binDir and returns
@@ -120,6 +130,22 @@ func build(benchDir, binDir string, wanted map[string]bool, setup bool) (map[str
 		for name, args := range httpServers {
 			if wanted[name] {
 				servers[name] = server{Name: name, Argv: append([]string{bin("httpserve")}, args...), Go: true, HTTP: true}
+			}
+		}
+	}
+	anyQUIC := false
+	for name := range quicServers {
+		anyQUIC = anyQUIC || wanted[name]
+	}
+	if anyQUIC {
+		for _, pkg := range []string{"./cmd/quicserve", "./cmd/quicload"} {
+			if err := goBuild("", pkg); err != nil {
+				return nil, "", err
+			}
+		}
+		for name, args := range quicServers {
+			if wanted[name] {
+				servers[name] = server{Name: name, Argv: append([]string{bin("quicserve")}, args...), Go: true, QUIC: true}
 			}
 		}
 	}

@@ -100,7 +100,7 @@ func idleMode(order []server, conns, size, reps int, settle time.Duration, serve
 	var rows []idleRow
 	for rep := 1; rep <= reps; rep++ {
 		for _, sv := range order {
-			if sv.HTTP {
+			if sv.HTTP || sv.QUIC {
 				continue
 			}
 			r, err := runIdle(context.Background(), sv, conns, size, rep, settle, serverCPU, clientCPU, clientBin)

@@ -54,11 +54,22 @@ var profiles = map[string]profile{
 		reps: 1, warmup: 200 * time.Millisecond, duration: 700 * time.Millisecond},
 }
 
+// quicDefaults are the cells of the QUIC workloads, used when every server
+// of a run is a QUIC server and -conns, -sizes and -depths are not given:
+// request/response is 64 streams in flight over 4 connections (16 each)
+// with 64-byte requests and responses; bulk is 16 connections downloading
+// one stream each, counted in 64 KiB units.
+var quicDefaults = map[string]struct{ conns, sizes, depths []int }{
+	"rr":   {conns: []int{4}, sizes: []int{64}, depths: []int{16}},
+	"bulk": {conns: []int{16}, sizes: []int{64 << 10}, depths: []int{1}},
+}
+
 func progress(format string, a ...any) { fmt.Fprintf(os.Stderr, format, a...) }
 
 func main() {
 	prof := flag.String("profile", "short", "short, full or smoke: sets the defaults of the sweep flags below")
-	serversFlag := flag.String("servers", strings.Join(serverOrder[:5], ","), "servers to run (the HTTP and UDP workloads' servers, http-*, fasthttp-* and udp-*, only when named)")
+	serversFlag := flag.String("servers", strings.Join(serverOrder[:5], ","), "servers to run (the HTTP, UDP and QUIC workloads' servers, http-*, fasthttp-*, udp-* and quic-*, only when named)")
+	quicMode := flag.String("quic", "rr", "the QUIC workload the quic-* servers run: rr (request/response: -conns connections × -depths streams in flight, -sizes bytes each way) or bulk (-conns connections each downloading on -depths streams, counted in -sizes units); with only quic-* servers, -conns, -sizes and -depths default to 4, 64, 16 (rr) or 16, 65536, 1 (bulk)")
 	connsFlag := flag.String("conns", "", "connection counts (comma-separated; default from the profile)")
 	sizesFlag := flag.String("sizes", "", "message sizes in bytes")
 	depthsFlag := flag.String("depths", "", "pipelining depths")
@@ -99,6 +110,13 @@ func main() {
 	p, ok := profiles[*prof]
 	if !ok {
 		fatal(fmt.Errorf("unknown profile %q", *prof))
+	}
+	qd, ok := quicDefaults[*quicMode]
+	if !ok {
+		fatal(fmt.Errorf("-quic %q: rr or bulk", *quicMode))
+	}
+	if onlyQUIC(*serversFlag) {
+		p.conns, p.sizes, p.depths = qd.conns, qd.sizes, qd.depths
 	}
 	if *connsFlag != "" {
 		p.conns = ints(*connsFlag)
@@ -141,6 +159,11 @@ func main() {
 	meta.Kernels = kernels
 	meta.PublishTo = *publishTo
 	meta.ServerCPU, meta.ClientCP = *serverCPU, *clientCPU
+	for _, s := range strings.Split(*serversFlag, ",") {
+		if _, ok := quicServers[strings.TrimSpace(s)]; ok {
+			meta.QUIC = *quicMode
+		}
+	}
 
 	if *report != "" {
 		rows, err := readCSV(*report)
@@ -237,6 +260,9 @@ func main() {
 						spec := runSpec{Server: s, Conns: conns, Size: size, Depth: depth, Rep: rep,
 							Warmup: p.warmup, Duration: p.duration, Requests: *requests,
 							ServerCPU: *serverCPU, ClientCP: *clientCPU}
+						if s.QUIC {
+							spec.QUICMode = *quicMode
+						}
 						if *where {
 							spec.ProfileDir = *outDir
 						}
@@ -299,6 +325,9 @@ func main() {
 		if r.Elapsed > 0 && r.RunqWait/r.Elapsed > 0.05 {
 			status += fmt.Sprintf("  (server waited %.0f%% for its CPU)", 100*r.RunqWait/r.Elapsed)
 		}
+		if spec.Server.QUIC {
+			status += fmt.Sprintf("  %7.1f MB/CPU-s  GSO server %s, client %s", r.MBPerCPU, orDefault(r.ServerGSO, "?"), orDefault(r.ClientGSO, "?"))
+		}
 		if r.Errors > 0 {
 			status += "  ERR " + r.Note
 		}
@@ -338,6 +367,22 @@ func main() {
 	case len(rows) < len(specs):
 		fatal(fmt.Errorf("interrupted after %d of %d runs", len(rows), len(specs)))
 	}
+}
+
+// onlyQUIC reports whether every server named in -servers is a QUIC
+// workload's server.
+func onlyQUIC(servers string) bool {
+	n := 0
+	for _, s := range strings.Split(servers, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if _, ok := quicServers[s]; !ok {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 func ints(s string) []int {

@@ -32,6 +32,9 @@ type runSpec struct {
 	// window (-where): counts into <perfName>.stat, samples into
 	// <perfName>.data.
 	ProfileDir string
+	// QUICMode is the QUIC workload run against a QUIC server: "rr"
+	// (request/response) or "bulk" (download).
+	QUICMode string
 }
 
 // loadResult mirrors loadgen.Result's JSON.
@@ -47,6 +50,10 @@ type loadResult struct {
 	Errors     uint64  `json:"errors"`
 	FirstError string  `json:"first_error"`
 	ClientCPU  float64 `json:"client_cpu_s"`
+	// The QUIC load generator's: whether quic-go sent with GSO on the
+	// server's side and on its own ("on", "off", "on k/n" connections).
+	ServerGSO string `json:"server_gso"`
+	ClientGSO string `json:"client_gso"`
 }
 
 // row is one line of the raw CSV.
@@ -60,6 +67,7 @@ type row struct {
 	ServerUtil              float64 // ServerCPU / Elapsed
 	CPUPerMReq              float64 // server CPU-seconds per million requests
 	ReqPerCPU               float64 // requests per server CPU-second
+	MBPerCPU                float64 // payload MB (10^6 B, one direction) per server CPU-second
 	ClientCPU               float64
 	RunqWait                float64 // seconds the server's threads waited for a CPU in the window
 	ServerSys               float64 // of ServerCPU, the seconds spent in the kernel (stime)
@@ -70,12 +78,13 @@ type row struct {
 	MemPerConnKB            float64
 	Errors                  uint64
 	Note                    string
+	ServerGSO, ClientGSO    string // QUIC workload: GSO on the server's and the client's side
 }
 
 var csvHeader = []string{"server", "conns", "size", "depth", "rep", "elapsed_s", "requests", "rps", "mbps",
 	"server_cpu_s", "server_util", "server_cpu_s_per_mreq", "req_per_server_cpu_s", "client_cpu_s", "server_runq_wait_s",
 	"server_sys_s", "server_ctxsw", "p50_us", "p99_us", "p999_us", "max_us", "rss_base_kb", "rss_plateau_kb", "vmhwm_kb", "mem_per_conn_kb",
-	"errors", "note"}
+	"errors", "note", "mb_per_server_cpu_s", "server_gso", "client_gso"}
 
 func (r *row) fields() []string {
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
@@ -84,7 +93,7 @@ func (r *row) fields() []string {
 		f(r.Elapsed, 3), u(r.Requests), f(r.RPS, 0), f(r.MBps, 2),
 		f(r.ServerCPU, 2), f(r.ServerUtil, 3), f(r.CPUPerMReq, 3), f(r.ReqPerCPU, 0), f(r.ClientCPU, 2), f(r.RunqWait, 3),
 		f(r.ServerSys, 2), u(r.Ctxsw), f(r.P50, 1), f(r.P99, 1), f(r.P999, 1), f(r.Max, 1), u(r.RSSBaseKB), u(r.RSSPlateauKB), u(r.HWMKB), f(r.MemPerConnKB, 2),
-		u(r.Errors), r.Note}
+		u(r.Errors), r.Note, f(r.MBPerCPU, 2), r.ServerGSO, r.ClientGSO}
 }
 
 // runOne starts the server, runs the load generator against it and stops
@@ -103,8 +112,11 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 	time.Sleep(50 * time.Millisecond) // let the runtime settle before the baseline
 	r.RSSBaseKB = procStatusKB(pid, "VmRSS")
 
-	if spec.Server.HTTP {
+	switch {
+	case spec.Server.HTTP:
 		loadgenBin = filepath.Join(filepath.Dir(loadgenBin), "httpload")
+	case spec.Server.QUIC:
+		loadgenBin = filepath.Join(filepath.Dir(loadgenBin), "quicload")
 	}
 	lg := exec.CommandContext(ctx, "taskset", "-c", spec.ClientCP, loadgenBin, "-json",
 		"-addr", addr, "-conns", strconv.Itoa(spec.Conns), "-size", strconv.Itoa(spec.Size),
@@ -112,6 +124,9 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 		"-requests", strconv.FormatUint(spec.Requests, 10))
 	if spec.Server.UDP {
 		lg.Args = append(lg.Args, "-udp")
+	}
+	if spec.Server.QUIC {
+		lg.Args = append(lg.Args, "-mode", spec.QUICMode)
 	}
 	lg.Env = append(os.Environ(), "GOMAXPROCS=1")
 	lg.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -166,6 +181,7 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 	r.Elapsed, r.Requests, r.RPS, r.MBps = res.Elapsed, res.Requests, res.RPS, res.MBps
 	r.P50, r.P99, r.P999, r.Max = us(res.P50), us(res.P99), us(res.P999), us(res.Max)
 	r.Errors, r.ClientCPU = res.Errors, res.ClientCPU
+	r.ServerGSO, r.ClientGSO = res.ServerGSO, res.ClientGSO
 	if res.FirstError != "" {
 		r.Note = res.FirstError
 	}
@@ -182,6 +198,7 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 	}
 	if r.ServerCPU > 0 {
 		r.ReqPerCPU = float64(r.Requests) / r.ServerCPU
+		r.MBPerCPU = r.MBps * r.Elapsed / r.ServerCPU
 	}
 	if r.RSSPlateauKB > r.RSSBaseKB {
 		r.MemPerConnKB = float64(r.RSSPlateauKB-r.RSSBaseKB) / float64(spec.Conns)
