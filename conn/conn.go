@@ -42,7 +42,7 @@ type Conn struct {
 
 	flushFn func() // the outbound flush, made once: queuing it allocates nothing
 
-	// Shared with other goroutines. mu guards outQueue and flushQueued,
+	// Shared with other goroutines. mu guards outQueue, flushQueued and sendBusy,
 	// the setting of sharedWritesClosed and sharedCloseReported, and the
 	// writes of extras.closeErr.
 	mu                 sync.Mutex
@@ -51,6 +51,7 @@ type Conn struct {
 	userData           atomic.Pointer[connUserData] // SetContext's value and CloseFuture's future; made on first use
 	outQueue           chunkQueue                   // outbound bytes, appended by Write, consumed by sends; guarded by mu
 	flushQueued        bool                         // a flush tail task is queued on the loop; guarded by mu
+	sendBusy           bool                         // the loop has a send in flight; guarded by mu (outbound.sendDirect)
 
 	// Lifecycle, loop goroutine only.
 	state         connState

@@ -286,7 +286,7 @@ func (nc *NetConn) Write(p []byte) (int, error) {
 			return total, err
 		}
 		k := min(len(p), netWriteMax)
-		n, err := nc.c.Write(p[:k])
+		n, err := nc.c.outbound().sendDirect(p[:k])
 		total += n
 		if err != nil {
 			return total, err

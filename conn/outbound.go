@@ -104,6 +104,48 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 	return n, nil
 }
 
+// sendDirect writes p as Write does, but when the connection is idle for
+// writing (open for writes, nothing queued, no flush queued, no send in
+// flight) it first sends from the calling goroutine with one non-blocking
+// send, so that a small write to an idle connection does not wait for the
+// loop. What that send does not take, all of p after EAGAIN or any other
+// error, the rest after a partial send, is queued as Write queues it, in
+// the same critical section, so bytes keep their order and the loop's own
+// send reports what went wrong. A connection with an idle timeout always
+// queues: its loop counts activity by its own sends. Safe for concurrent
+// use.
+func (c *outbound) sendDirect(p []byte) (int, error) {
+	if len(p) == 0 || len(p) >= spliceMin || c.cfg.idleTimeout > 0 {
+		return c.conn().Write(p)
+	}
+	c.mu.Lock()
+	if c.shared.has(sharedWritesClosed) || c.outQueue.n > 0 || c.flushQueued || c.sendBusy {
+		// Closed (Writev reports it), or the loop has bytes to send.
+		c.mu.Unlock()
+		return c.conn().Write(p)
+	}
+	// The fd stays open: closing it starts with setting
+	// sharedWritesClosed, under c.mu, which is held until the send ends.
+	sent := 0
+	for {
+		n, err := unix.SendmsgN(int(c.fd), p, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == nil {
+			sent = n
+		}
+		break
+	}
+	if sent == len(p) {
+		c.mu.Unlock()
+		return sent, nil
+	}
+	c.outQueue.push(p[sent:], false)
+	c.afterAppend()
+	return len(p), nil
+}
+
 // queueChunks queues filled chunks holding n bytes, as Writev queues a copy
 // of its buffers; the queue owns them from then on (they are freed if the
 // connection is closed for writing).
@@ -228,6 +270,7 @@ func (c *outbound) startSend() {
 	var arr [maxSendIov][]byte // the loop copies the list: it can live on the stack
 	c.mu.Lock()
 	iov, total := c.outQueue.gather(arr[:0], maxSendIov)
+	c.sendBusy = total > 0
 	c.mu.Unlock()
 	if total == 0 {
 		c.drained()
@@ -352,6 +395,7 @@ func (c *outbound) Complete(cp *loop.Completion) {
 		c.extras.lastIO = c.l.Now()
 	}
 	c.mu.Lock()
+	c.sendBusy = false
 	c.outQueue.consume(int(res))
 	if c.unwritable() && c.outQueue.n <= c.cfg.lowWater {
 		c.writabilityChanges.Add(1) // unwritable → writable
