@@ -43,26 +43,46 @@ func ndPair(t *testing.T, b loop.Backend, opts ...conn.Option) (*conn.NetConn, n
 }
 
 // TestNetConnWriteIdleSendsWithoutLoop: a Write to a connection with
-// nothing queued reaches the peer while the connection's loop is busy in a
-// task, so it went out without waiting for the loop.
+// nothing queued, while its loop waits, goes out from the writing
+// goroutine: the peer gets the bytes and the loop was never woken for
+// them. A Write while the loop runs a task is queued for it instead, and
+// sent once the task ends.
 func TestNetConnWriteIdleSendsWithoutLoop(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
 		nc, peer := ndPair(t, b)
+		l := nc.Conn().Loop()
+		peer.SetReadDeadline(time.Now().Add(20 * time.Second))
+		buf := make([]byte, 6)
+		for i := range 20 {
+			testutil.WaitFor(t, 10*time.Second, "the loop to wait", l.Idle)
+			wakes := l.Stats().WakeWrites
+			if _, err := nc.Write([]byte("direct")); err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			if _, err := io.ReadFull(peer, buf); err != nil || string(buf) != "direct" {
+				t.Fatalf("write %d: peer read %q, %v, want \"direct\"", i, buf, err)
+			}
+			if got := l.Stats().WakeWrites; got != wakes {
+				t.Fatalf("write %d: the loop was woken %d times for a write to an idle connection", i, got-wakes)
+			}
+		}
+
 		release := make(chan struct{})
 		busy := make(chan struct{})
-		if err := nc.Conn().Loop().Execute(func() { close(busy); <-release }); err != nil {
+		if err := l.Execute(func() { close(busy); <-release }); err != nil {
 			t.Fatal(err)
 		}
-		defer close(release)
 		<-busy
-		if _, err := nc.Write([]byte("direct")); err != nil {
+		if _, err := nc.Write([]byte("queued")); err != nil {
 			t.Fatalf("Write: %v", err)
 		}
-		peer.SetReadDeadline(time.Now().Add(10 * time.Second))
-		buf := make([]byte, 6)
-		if _, err := io.ReadFull(peer, buf); err != nil || string(buf) != "direct" {
-			t.Fatalf("peer read %q, %v while the loop was busy, want \"direct\"", buf, err)
+		if n := nc.Conn().Buffered(); n != 6 {
+			t.Errorf("a Write while the loop is busy left %d bytes queued, want 6", n)
+		}
+		close(release)
+		if _, err := io.ReadFull(peer, buf); err != nil || string(buf) != "queued" {
+			t.Fatalf("peer read %q, %v, want \"queued\"", buf, err)
 		}
 	})
 }

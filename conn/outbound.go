@@ -106,16 +106,18 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 
 // sendDirect writes p as Write does, but when the connection is idle for
 // writing (open for writes, nothing queued, no flush queued, no send in
-// flight) it first sends from the calling goroutine with one non-blocking
-// send, so that a small write to an idle connection does not wait for the
-// loop. What that send does not take, all of p after EAGAIN or any other
-// error, the rest after a partial send, is queued as Write queues it, in
-// the same critical section, so bytes keep their order and the loop's own
-// send reports what went wrong. A connection with an idle timeout always
+// flight) and its loop waits between turns, it first sends from the
+// calling goroutine with one non-blocking send: queueing would cost the
+// loop a wakeup and the write a hand-off. A busy loop gets the bytes
+// queued, as Write does, and sends them with the others of its turn. What
+// the direct send does not take, all of p after EAGAIN or any other error,
+// the rest after a partial send, is queued as Write queues it, in the same
+// critical section, so bytes keep their order and the loop's own send
+// reports what went wrong. A connection with an idle timeout always
 // queues: its loop counts activity by its own sends. Safe for concurrent
 // use.
 func (c *outbound) sendDirect(p []byte) (int, error) {
-	if len(p) == 0 || len(p) >= spliceMin || c.cfg.idleTimeout > 0 {
+	if len(p) == 0 || len(p) >= spliceMin || c.cfg.idleTimeout > 0 || !c.l.Idle() {
 		return c.conn().Write(p)
 	}
 	c.mu.Lock()

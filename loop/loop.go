@@ -155,6 +155,15 @@ func (l *Loop) InLoop() bool {
 // next wait, which is harmless).
 func (l *Loop) HandOffNextWait() { l.handOff.Store(true) }
 
+// Idle reports whether the loop is, at this moment, waiting between turns
+// (for I/O, a task or a timer) rather than running one. Work handed to an
+// idle loop from another goroutine costs it a wakeup; work handed to a
+// running loop is picked up by its current or next turn without one (a
+// loop not started yet, which the first work starts, is not idle). The
+// answer may be stale as soon as it returns, so it serves to choose between
+// two correct paths, never for correctness. Safe for concurrent use.
+func (l *Loop) Idle() bool { return l.waker.nextWakeup.Load() != awake }
+
 // IO returns the loop's op API: accept, receive, send, connect, close,
 // shutdown and cancel, with completions delivered on the loop goroutine.
 // Safe for concurrent use; the methods of IO must be called on the loop
