@@ -173,6 +173,9 @@ func (nc *NetConn) OnOpen(c *Conn) {
 
 // OnData implements Handler: the bytes are copied into the inbound buffer.
 func (nc *NetConn) OnData(c *Conn, data []byte) {
+	if r := registryFor(c.l); r.directSent.Load() {
+		r.directSent.Store(false) // the reply may go out from its goroutine
+	}
 	nc.mu.Lock()
 	if nc.closed {
 		nc.mu.Unlock()

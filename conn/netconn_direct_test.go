@@ -42,11 +42,12 @@ func ndPair(t *testing.T, b loop.Backend, opts ...conn.Option) (*conn.NetConn, n
 	return nc, peer
 }
 
-// TestNetConnWriteIdleSendsWithoutLoop: a Write to a connection with
-// nothing queued, while its loop waits, goes out from the writing
-// goroutine: the peer gets the bytes and the loop was never woken for
-// them. A Write while the loop runs a task is queued for it instead, and
-// sent once the task ends.
+// TestNetConnWriteIdleSendsWithoutLoop: a reply, a Write to a connection
+// with nothing queued after its loop delivered a request and went back to
+// waiting, goes out from the writing goroutine: the peer gets the bytes
+// and the loop was never woken for them. A second Write before the next
+// request, and a Write while the loop runs a task, are queued for the loop
+// instead.
 func TestNetConnWriteIdleSendsWithoutLoop(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
@@ -55,6 +56,12 @@ func TestNetConnWriteIdleSendsWithoutLoop(t *testing.T) {
 		peer.SetReadDeadline(time.Now().Add(20 * time.Second))
 		buf := make([]byte, 6)
 		for i := range 20 {
+			if _, err := peer.Write([]byte("?")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(nc, buf[:1]); err != nil {
+				t.Fatalf("Read: %v", err)
+			}
 			testutil.WaitFor(t, 10*time.Second, "the loop to wait", l.Idle)
 			wakes := l.Stats().WakeWrites
 			if _, err := nc.Write([]byte("direct")); err != nil {
@@ -66,6 +73,18 @@ func TestNetConnWriteIdleSendsWithoutLoop(t *testing.T) {
 			if got := l.Stats().WakeWrites; got != wakes {
 				t.Fatalf("write %d: the loop was woken %d times for a write to an idle connection", i, got-wakes)
 			}
+		}
+
+		testutil.WaitFor(t, 10*time.Second, "the loop to wait", l.Idle)
+		wakes := l.Stats().WakeWrites
+		if _, err := nc.Write([]byte("second")); err != nil {
+			t.Fatalf("Write: %v", err)
+		}
+		if _, err := io.ReadFull(peer, buf); err != nil || string(buf) != "second" {
+			t.Fatalf("peer read %q, %v, want \"second\"", buf, err)
+		}
+		if got := l.Stats().WakeWrites; got > wakes+1 {
+			t.Errorf("a second Write woke the loop %d times, want at most once (queued)", got-wakes)
 		}
 
 		release := make(chan struct{})

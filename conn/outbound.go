@@ -108,8 +108,11 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 // writing (open for writes, nothing queued, no flush queued, no send in
 // flight) and its loop waits between turns, it first sends from the
 // calling goroutine with one non-blocking send: queueing would cost the
-// loop a wakeup and the write a hand-off. A busy loop gets the bytes
-// queued, as Write does, and sends them with the others of its turn. What
+// loop a wakeup and the write a hand-off. Only the first such Write after
+// the loop delivered input to a NetConn sends itself; a busy loop, or a
+// loop that had one Write sent past it already, gets the bytes queued, as
+// Write does, so that the replies of many connections go out together,
+// for one wakeup, in the loop's next turn. What
 // the direct send does not take, all of p after EAGAIN or any other error,
 // the rest after a partial send, is queued as Write queues it, in the same
 // critical section, so bytes keep their order and the loop's own send
@@ -117,12 +120,13 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 // queues: its loop counts activity by its own sends. Safe for concurrent
 // use.
 func (c *outbound) sendDirect(p []byte) (int, error) {
-	if len(p) == 0 || len(p) >= spliceMin || c.cfg.idleTimeout > 0 || !c.l.Idle() {
+	if len(p) == 0 || len(p) >= spliceMin || c.cfg.idleTimeout > 0 || !c.l.Idle() || registryFor(c.l).directSent.Load() {
 		return c.conn().Write(p)
 	}
 	c.mu.Lock()
-	if c.shared.has(sharedWritesClosed) || c.outQueue.n > 0 || c.flushQueued || c.sendBusy {
-		// Closed (Writev reports it), or the loop has bytes to send.
+	if c.shared.has(sharedWritesClosed) || c.outQueue.n > 0 || c.flushQueued || c.sendBusy || registryFor(c.l).directSent.Swap(true) {
+		// Closed (Writev reports it), the loop has bytes to send, or
+		// another goroutine sent past the loop already.
 		c.mu.Unlock()
 		return c.conn().Write(p)
 	}

@@ -2,6 +2,7 @@ package conn
 
 import (
 	"net"
+	"sync/atomic"
 
 	"github.com/ringloop/ringloop/loop"
 )
@@ -18,6 +19,11 @@ type loopConns struct {
 	kept           int     // capacity of its connections' kept input buffers (inbound.chargeKept)
 	keepers        int     // connections with a kept input buffer
 	outboundQueued int     // bytes its connections queue for sending, as of their last outbound.chargeOutbound
+
+	// A NetConn Write sent from its goroutine since the loop last
+	// delivered input to a NetConn (outbound.sendDirect): later Writes
+	// queue, so the sends of many goroutines are batched by one wakeup.
+	directSent atomic.Bool
 
 	deadlines deadlineQueue // its NetConns' deadlines (safe for concurrent use)
 	overflow  overflow      // tasks a full task queue refused, in order (executeRetrying)
