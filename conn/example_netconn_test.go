@@ -15,7 +15,9 @@ import (
 // net/http served unchanged on the loops: ListenNet returns a
 // net.Listener, and a Transport dials with DialNet.
 func ExampleListenNet() {
-	g, err := loop.NewGroup()
+	// Client and server in one process: loops on the shared thread
+	// (docs/netconn.md, "Which thread for the adapters").
+	g, err := loop.NewGroup(loop.WithSharedThread(true))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -14,7 +14,8 @@ import (
 // Graceful shutdown of net/http on the loops: Shutdown closes the listener,
 // lets the request in flight finish, then closes the idle connections.
 func ExampleListenNet_shutdown() {
-	g, err := loop.NewGroup()
+	// Client and server in one process: loops on the shared thread.
+	g, err := loop.NewGroup(loop.WithSharedThread(true))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -26,7 +26,8 @@ func ExampleListenNet_tls() {
 		fmt.Println(err)
 		return
 	}
-	g, err := loop.NewGroup()
+	// Client and server in one process: loops on the shared thread.
+	g, err := loop.NewGroup(loop.WithSharedThread(true))
 	if err != nil {
 		fmt.Println(err)
 		return
