@@ -22,9 +22,13 @@ import (
 // (and, when DialPacketNet made it, a net.Conn). Datagrams that arrive wait
 // in an inbound queue bounded by WithInboundLimit (one that finds it full
 // is dropped, as the kernel drops one that finds a full socket buffer;
-// Dropped counts them). Writes queue a copy on the loop; while the queue
-// is full (WithDatagramQueue) they wait for room, as package net's wait
-// for room in the socket's send buffer, until the write deadline passes.
+// Dropped counts them). A write made off the loops while the socket's
+// sends are idle and its loop waits between turns goes out at once from
+// the writing goroutine, as package net's does; otherwise writes queue a
+// copy on the loop, which sends it in order after the ones before. While
+// the queue is full (WithDatagramQueue) they wait for room, as package
+// net's wait for room in the socket's send buffer, until the write
+// deadline passes.
 // They fail as package net's do: a datagram longer than UDP carries with
 // EMSGSIZE, a write with a destination on a connected socket with
 // net.ErrWriteToConnected. On a loop goroutine, which must not wait, a
@@ -314,8 +318,8 @@ func (np *NetPacketConn) readDoneLocked() {
 // or Addr). It copies p, waiting while the socket's queue is full; it
 // fails once the write deadline has passed (os.ErrDeadlineExceeded), after
 // Close (net.ErrClosed), and for a datagram longer than UDP carries
-// (EMSGSIZE). The kernel's verdict on a queued datagram is only counted
-// (PacketConn().Stats()).
+// (EMSGSIZE). The kernel's verdict on a datagram, sent at once or queued,
+// is only counted (PacketConn().Stats()).
 func (np *NetPacketConn) WriteTo(p []byte, addr net.Addr) (int, error) {
 	if np.pc.connected {
 		return 0, np.opError("write", net.ErrWriteToConnected)
@@ -376,6 +380,14 @@ func (np *NetPacketConn) sendMsg(p, oob []byte, to Addr, call string) (int, erro
 		}
 		if !waited && len(p) > np.maxPayload(to) {
 			return 0, np.writeErrorTo(to, os.NewSyscallError(call, syscall.EMSGSIZE))
+		}
+		if !inLoop && !waited {
+			if took, refusedEIO := np.pc.sendDirect(p, oob, to); took {
+				if refusedEIO {
+					np.noteGSORefused(to)
+				}
+				return len(p), nil
+			}
 		}
 		n, err := np.pc.queueMsg(p, oob, to, !inLoop)
 		if err != errQueueFullWait {

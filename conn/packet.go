@@ -200,7 +200,15 @@ type PacketConn struct {
 	freeCtl     [][]byte       // and control message buffers of smallControl
 	flushQueued bool
 	closeReq    bool
-	roomWanted  bool // a write that waits found the queue full
+	roomWanted  bool        // a write that waits found the queue full
+	directMsg   unix.Msghdr // sendDirect's message header, iovec and destination
+	directIov   unix.Iovec
+	directTo    [unix.SizeofSockaddrAny]byte
+
+	// handed counts the datagrams the flush took from out that have not
+	// ended yet (in flight or stalled): a direct send waits for them, so
+	// that datagrams leave in the order they were written.
+	handed atomic.Int32
 
 	// Owned by the loop goroutine.
 	recvArmed       bool
@@ -773,6 +781,60 @@ func (pc *PacketConn) queueMsg(b, ctl []byte, to Addr, wait bool) (int, error) {
 	return len(b), nil
 }
 
+// sendDirect sends b, with the control messages ctl, to to (the zero
+// Addr: the connected peer) from the calling goroutine, with one
+// non-blocking sendmsg, when the socket's sends are idle (nothing queued,
+// nothing with the loop) and its loop waits between turns: queueing would
+// cost the loop a wakeup and the datagram a hand-off. It reports whether
+// it took the datagram; it leaves it to the queue when the socket is busy
+// or closed, or had no room for it (EAGAIN, ENOBUFS), so that waiting for
+// room stays the queue's. The kernel's other verdicts are what the loop's
+// send would have got: counted in WriteErrors, an EIO handed back as
+// refused, for the caller to note, as OnPacketError notes the loop's.
+// Off the loops only.
+func (pc *PacketConn) sendDirect(b, ctl []byte, to Addr) (took, refusedEIO bool) {
+	if !pc.l.Idle() || pc.handed.Load() > 0 {
+		return false, false
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	// fdGone is set under mu, so the fd stays open while it is held.
+	if pc.closeReq || pc.fdGone || pc.out.n > 0 || pc.flushQueued || pc.handed.Load() > 0 {
+		return false, false
+	}
+	msg := &pc.directMsg
+	*msg = unix.Msghdr{}
+	if to.IsValid() {
+		n, err := pc.putAddr(pc.directTo[:], to)
+		if err != nil {
+			return false, false // the queue reports it
+		}
+		msg.Name, msg.Namelen = &pc.directTo[0], uint32(n)
+	}
+	if len(b) > 0 {
+		pc.directIov = unix.Iovec{Base: &b[0]}
+		pc.directIov.SetLen(len(b))
+		msg.Iov = &pc.directIov
+		msg.SetIovlen(1)
+	}
+	if len(ctl) > 0 {
+		msg.Control = &ctl[0]
+		msg.SetControllen(len(ctl))
+	}
+	n, err := sock.Sendmsg(pc.fd, msg, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+	*msg, pc.directIov = unix.Msghdr{}, unix.Iovec{} // keep no pointer to the caller's buffers
+	switch {
+	case err == unix.EAGAIN || err == unix.ENOBUFS:
+		return false, false
+	case err == nil && n == len(b):
+		pc.sent.Add(1)
+	default:
+		pc.writeErrs.Add(1)
+		return true, err == unix.EIO
+	}
+	return true, false
+}
+
 // putAddr writes a destination as the raw sockaddr the socket's family
 // takes.
 func (pc *PacketConn) putAddr(dst []byte, to Addr) (int, error) {
@@ -880,6 +942,7 @@ func (pc *PacketConn) flush() {
 				break
 			}
 			d = pc.out.pop()
+			pc.handed.Add(1)
 			if pc.roomWanted && pc.out.n <= pc.queueMax/2 {
 				pc.roomWanted, room = false, true
 			}
@@ -890,6 +953,7 @@ func (pc *PacketConn) flush() {
 		if _, err := pc.l.IO().SendToControl(pc.fd, d.buf, d.to[:d.toLen], d.ctl, pc.sendFlags, s); err != nil {
 			s.dgram = dgramOut{}
 			pc.writeErrs.Add(1)
+			pc.handed.Add(-1)
 			pc.sends = append(pc.sends, s)
 			pc.putDgram(d)
 			if errors.Is(err, loop.ErrClosed) {
@@ -932,7 +996,12 @@ func (s *dgramSend) Complete(c *loop.Completion) {
 	s.dgram = dgramOut{}
 	if !c.Quarantined {
 		pc.sends = append(pc.sends, s)
+		if c.Res < 0 && pc.refusedForNow(c.Res) {
+			pc.stall(d)
+			return
+		}
 	}
+	pc.handed.Add(-1)
 	switch {
 	case c.Quarantined:
 		// Given up at a ring rebuild: whether it went out is unknown.
@@ -946,9 +1015,6 @@ func (s *dgramSend) Complete(c *loop.Completion) {
 		// one above all) is never taken for a success.
 		pc.writeErrs.Add(1)
 		pc.report(&DatagramError{Op: "write", Addr: d.toValid, Len: len(d.buf), Err: io.ErrShortWrite})
-	case pc.refusedForNow(c.Res):
-		pc.stall(d)
-		return
 	case c.Res == -int32(unix.ECANCELED):
 		// The loop is going away: dropped, and counted, as the
 		// datagrams still queued are.
@@ -1002,6 +1068,7 @@ func (pc *PacketConn) refusedForNow(res int32) bool {
 func (pc *PacketConn) stall(d dgramOut) {
 	if pc.closing {
 		pc.writeErrs.Add(1)
+		pc.handed.Add(-1)
 		pc.putDgram(d)
 		pc.dropQueued()
 		pc.maybeFinish()
@@ -1077,6 +1144,7 @@ func (pc *PacketConn) cancelWait() {
 // each as a write error: the socket closes and cannot take them now.
 func (pc *PacketConn) dropQueued() {
 	n := uint64(pc.stalled.n)
+	pc.handed.Add(-int32(pc.stalled.n))
 	for pc.stalled.n > 0 {
 		pc.stalled.pop()
 	}
