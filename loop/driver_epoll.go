@@ -15,9 +15,10 @@ import (
 
 // epollDriver runs the op contract of docs/op-lifecycle.md on epoll, the
 // way Netty's NIO loop runs on a selector: each fd that gets an op is
-// registered once, edge-triggered, and the driver makes the op's system
-// call itself when the fd is ready, with io_uring's user_data, results and
-// flags. Per fd, waiting ops sit in two FIFO lists (read: accept and the
+// registered once, edge-triggered (for room to write only while a
+// write-side op waits for it: epollInterestOut), and the driver makes the
+// op's system call itself when the fd is ready, with io_uring's
+// user_data, results and flags. Per fd, waiting ops sit in two FIFO lists (read: accept and the
 // receives; write: sends and a connect in progress), linked through a side
 // table indexed by op slot, so waiting allocates nothing. An edge fires
 // once per change, so a side is tried when its first op is submitted, on
@@ -84,6 +85,7 @@ type epollFd struct {
 	lists      [2]epollWaitList // indexed by where-1: read, write
 	registered bool             // added to the epoll instance
 	retry      bool             // on the retry list
+	out        bool             // the registration includes EPOLLOUT (epollInterestOut)
 }
 
 const (
@@ -105,9 +107,14 @@ const (
 	// epollMaxEvents is the size of the epoll_wait result array.
 	epollMaxEvents = 256
 
-	// epollInterest is every fd's one registration: both directions and
-	// peer shutdown, edge-triggered.
-	epollInterest = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+	// epollInterest is an fd's registration: input and peer shutdown,
+	// edge-triggered. Room to write is asked for (epollInterestOut) only
+	// once a write-side op found none, and dropped at the first report of
+	// room that finds no op waiting: a socket reports room after every
+	// send the peer acknowledges or the kernel frees, and with EPOLLOUT
+	// always on, each of those reports would wake the loop for nothing.
+	epollInterest    = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+	epollInterestOut = epollInterest | unix.EPOLLOUT
 
 	epollReadEvents  = unix.EPOLLIN | unix.EPOLLPRI | unix.EPOLLRDHUP | unix.EPOLLERR | unix.EPOLLHUP
 	epollWriteEvents = unix.EPOLLOUT | unix.EPOLLERR | unix.EPOLLHUP
@@ -464,10 +471,10 @@ func (d *epollDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 		}
 		n := d.waitLists.count(f)
 		if n == 0 {
-			f.registered = false // added again with its next op
+			f.registered, f.out = false, false // added again with its next op
 			continue
 		}
-		d.ctlEvent = unix.EpollEvent{Events: epollInterest, Fd: int32(fd)}
+		d.ctlEvent = unix.EpollEvent{Events: interestOf(f), Fd: int32(fd)}
 		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &d.ctlEvent); err != nil && err != unix.EEXIST {
 			f.registered = false
 			d.failFd(fd, errnoResult(err))

@@ -53,7 +53,7 @@ func (d *epollDriver) register(fd int) error {
 			return nil // the same file, still registered
 		case nil:
 			// A new file under a reused number: registered now.
-			f.retry = false
+			f.retry, f.out = false, false
 			return setNonblock(fd)
 		default:
 			f.registered = false
@@ -68,8 +68,36 @@ func (d *epollDriver) register(fd int) error {
 	if err := unix.EpollCtl(d.epollFd, unix.EPOLL_CTL_ADD, fd, &d.ctlEvent); err != nil && err != unix.EEXIST {
 		return err
 	}
-	f.registered = true
+	f.registered, f.out = true, false
 	return nil
+}
+
+// interestOf is f's registration: with EPOLLOUT while f.out.
+func interestOf(f *epollFd) uint32 {
+	if f.out {
+		return epollInterestOut
+	}
+	return epollInterest
+}
+
+// setOut adds EPOLLOUT to fd's registration (on) or drops it. Adding it
+// reports room that is there already as an event, so an op that found
+// none just before misses nothing. If the kernel refuses (the fd was
+// closed behind the loop's back), the write side's ops end with the
+// error, since no report of room would ever reach them.
+func (d *epollDriver) setOut(fd int, f *epollFd, on bool) {
+	f.out = on
+	d.ctlEvent = unix.EpollEvent{Events: interestOf(f), Fd: int32(fd)}
+	err := unix.EpollCtl(d.epollFd, unix.EPOLL_CTL_MOD, fd, &d.ctlEvent)
+	if err == nil {
+		return
+	}
+	f.out = false
+	if on {
+		for f.lists[epWrite-1].head != noSlot {
+			d.finish(fd, d.cfg.ops.at(f.lists[epWrite-1].head), errnoResult(err))
+		}
+	}
 }
 
 // fdIdle reports whether no op waits on f.
@@ -149,6 +177,10 @@ func (d *epollDriver) onEvent(fd int, events uint32) {
 		return
 	}
 	if events&epollWriteEvents != 0 {
+		f := d.fds.at(fd)
+		if f.out && events&unix.EPOLLOUT != 0 && f.lists[epWrite-1].head == noSlot {
+			d.setOut(fd, f, false) // room nobody waits for
+		}
 		d.run(fd, epWrite)
 	}
 	if events&epollReadEvents != 0 {
@@ -207,6 +239,9 @@ func (d *epollDriver) run(fd int, where uint8) {
 		}
 		switch st {
 		case epWait:
+			if f := d.fds.at(fd); where == epWrite && !f.out {
+				d.setOut(fd, f, true)
+			}
 			return
 		case epYield:
 			d.addRetry(fd)
@@ -499,7 +534,7 @@ func (d *epollDriver) closeFd(o *op) {
 		d.failFd(fd, -int32(unix.ECANCELED))
 		if f.registered {
 			unix.EpollCtl(d.epollFd, unix.EPOLL_CTL_DEL, fd, &d.ctlEvent)
-			f.registered = false
+			f.registered, f.out = false, false
 		}
 		f.retry = false
 	}

@@ -4,6 +4,9 @@ package loop
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,5 +168,92 @@ func TestEpollDriverCloseClosesQueuedAccepts(t *testing.T) {
 	}
 	if err := h.close(); err != nil {
 		t.Fatalf("close: %v", err)
+	}
+}
+
+// epollEvents reads the events fd is registered for in the epoll instance
+// epfd, from /proc/self/fdinfo.
+func epollEvents(t *testing.T, epfd, fd int) uint32 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", epfd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var tfd int
+		var ev uint32
+		if n, _ := fmt.Sscanf(line, "tfd: %d events: %x", &tfd, &ev); n == 2 && tfd == fd {
+			return ev
+		}
+	}
+	t.Fatalf("fd %d is not in epoll instance %d:\n%s", fd, epfd, b)
+	return 0
+}
+
+// TestEpollDriverAsksForRoomOnlyWhileWaiting: an fd's registration asks
+// for room to write (EPOLLOUT) only once a send found none; the send
+// completes when room comes, and the first report of room that finds no
+// send waiting drops EPOLLOUT again. So sends that go through at once, and
+// the room each one frees later, never wake the loop.
+func TestEpollDriverAsksForRoomOnlyWhileWaiting(t *testing.T) {
+	h := newDriverHarness(t, epollKind())
+	epfd := h.epoll().epollFd
+	a, b := testutil.SocketPair(t)
+	fd := a
+	h.start(tagRecv, func(o *op) { o.fd = int32(fd); o.buf = make([]byte, 8) })
+	msg := []byte("hello")
+	ud := h.start(tagSend, func(o *op) { o.fd = int32(fd); o.buf = msg })
+	h.poll(0)
+	wantCQE(t, "send", h.final("send", ud), int32(len(msg)), false)
+	if ev := epollEvents(t, epfd, fd); ev&unix.EPOLLOUT != 0 || ev&unix.EPOLLIN == 0 {
+		t.Fatalf("after a send that went through: events %#x, want EPOLLIN without EPOLLOUT", ev)
+	}
+
+	// Fill the socket, so that the next send waits for room.
+	junk := make([]byte, 64<<10)
+	queued := 0
+	for {
+		n, err := unix.Write(fd, junk)
+		if err == unix.EAGAIN {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		queued += n
+	}
+	ud = h.start(tagSend, func(o *op) { o.fd = int32(fd); o.buf = msg })
+	h.quiet("a send into a full socket", ud, 20*time.Millisecond)
+	if ev := epollEvents(t, epfd, fd); ev&unix.EPOLLOUT == 0 {
+		t.Fatalf("with a send waiting for room: events %#x, want EPOLLOUT", ev)
+	}
+	// The peer reads everything: the send completes.
+	buf := make([]byte, 64<<10)
+	got := 0
+	for got < queued+len(msg) {
+		if got >= queued {
+			h.poll(10 * time.Millisecond)
+		}
+		unix.SetNonblock(b, true)
+		n, err := unix.Read(b, buf)
+		if err == unix.EAGAIN {
+			continue
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	h.until("the waiting send", func() bool { return h.done(ud) })
+	wantCQE(t, "send", h.final("send", ud), int32(len(msg)), false)
+
+	// Room reported now finds no send waiting: EPOLLOUT goes.
+	ud = h.start(tagSend, func(o *op) { o.fd = int32(fd); o.buf = msg })
+	h.poll(0)
+	wantCQE(t, "send", h.final("send", ud), int32(len(msg)), false)
+	if _, err := unix.Read(b, buf); err != nil {
+		t.Fatal(err)
+	}
+	h.poll(20 * time.Millisecond)
+	if ev := epollEvents(t, epfd, fd); ev&unix.EPOLLOUT != 0 {
+		t.Fatalf("after room nobody waited for: events %#x, want no EPOLLOUT", ev)
 	}
 }
