@@ -13,6 +13,25 @@ import (
 	"github.com/ringloop/ringloop/loop"
 )
 
+// udpDirectPair returns a NetPacketConn on 127.0.0.1 on a one-loop group
+// of b and a package-net UDP socket to write to; both close when the test
+// ends.
+func udpDirectPair(t *testing.T, b loop.Backend, opts ...conn.Option) (*conn.NetPacketConn, *net.UDPConn) {
+	t.Helper()
+	g := ctGroup(t, b, 1)
+	np, err := conn.ListenPacketNet(context.Background(), g, "udp", "127.0.0.1:0", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		np.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { np.Close(); peer.Close() })
+	return np, peer
+}
+
 // TestNetPacketConnWriteIdleSendsWithoutLoop: a datagram written off the
 // loops while the socket has nothing queued and its loop waits goes out
 // from the writing goroutine: the peer gets it and the loop was never
@@ -21,17 +40,7 @@ import (
 func TestNetPacketConnWriteIdleSendsWithoutLoop(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
-		g := ctGroup(t, b, 1)
-		np, err := conn.ListenPacketNet(context.Background(), g, "udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer np.Close()
-		peer, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer peer.Close()
+		np, peer := udpDirectPair(t, b)
 		l := np.PacketConn().Loop()
 		to := peer.LocalAddr()
 		buf := make([]byte, 64)
@@ -89,17 +98,7 @@ func TestNetPacketConnWriteIdleSendsWithoutLoop(t *testing.T) {
 func TestNetPacketConnWriteOrderAcrossDirectAndQueued(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		testutil.CheckLeaks(t)
-		g := ctGroup(t, b, 1)
-		np, err := conn.ListenPacketNet(context.Background(), g, "udp", "127.0.0.1:0", conn.WithDatagramQueue(32))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer np.Close()
-		peer, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer peer.Close()
+		np, peer := udpDirectPair(t, b, conn.WithDatagramQueue(32))
 		if err := peer.SetReadBuffer(4 << 20); err != nil {
 			t.Fatal(err)
 		}
