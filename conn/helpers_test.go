@@ -59,6 +59,18 @@ func ctBackends(t *testing.T, f func(t *testing.T, b loop.Backend)) {
 	}
 }
 
+// ctUDP4 returns a package-net UDP socket bound to 127.0.0.1 (port 0),
+// closed when the test ends.
+func ctUDP4(tb testing.TB) *net.UDPConn {
+	tb.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
 // ctGroup creates a group of n loops on backend b, shut down when the
 // test ends.
 func ctGroup(tb testing.TB, b loop.Backend, n int, opts ...loop.Option) *loop.Group {

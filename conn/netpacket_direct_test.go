@@ -23,13 +23,8 @@ func udpDirectPair(t *testing.T, b loop.Backend, opts ...conn.Option) (*conn.Net
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		np.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { np.Close(); peer.Close() })
-	return np, peer
+	t.Cleanup(func() { np.Close() })
+	return np, ctUDP4(t)
 }
 
 // TestNetPacketConnWriteIdleSendsWithoutLoop: a datagram written off the

@@ -298,11 +298,7 @@ func TestNetPacketConnWriteMsgTOS(t *testing.T) {
 func TestNetPacketConnWriteMsgPktinfo(t *testing.T) {
 	msgImpls(t, func(t *testing.T, listen listenMsg) {
 		tx := listen(t, "udp4", "0.0.0.0:0")
-		rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rx.Close()
+		rx := ctUDP4(t)
 		oob := (&ipv4.ControlMessage{Src: net.IPv4(127, 0, 0, 2)}).Marshal()
 		if _, _, err := tx.WriteMsgUDP([]byte("from .2"), oob, rx.LocalAddr().(*net.UDPAddr)); err != nil {
 			t.Fatalf("WriteMsgUDP: %v", err)
@@ -392,11 +388,7 @@ func TestNetPacketConnWriteMsgErrors(t *testing.T) {
 // TestNetPacketConnWriteMsgConnected: on a dialed socket WriteMsgUDP sends
 // to the peer without an address and refuses one, as package net's does.
 func TestNetPacketConnWriteMsgConnected(t *testing.T) {
-	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rx.Close()
+	rx := ctUDP4(t)
 	check := func(t *testing.T, c msgConn) {
 		if _, _, err := c.WriteMsgUDP([]byte("x"), nil, rx.LocalAddr().(*net.UDPAddr)); !errors.Is(err, net.ErrWriteToConnected) {
 			t.Fatalf("with an address: %v", err)
@@ -439,11 +431,7 @@ func TestNetPacketConnReceiveControlRoom(t *testing.T) {
 		testutil.CheckLeaks(t)
 		g := ctGroup(t, be, 1, opts...)
 		rx := ctListenNet(t, g, "udp4", "127.0.0.1:0")
-		tx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Close()
+		tx := ctUDP4(t)
 		setInt(t, tx, unix.IPPROTO_IP, unix.IP_TOS, testTOS)
 		full := rx.PacketConn().MaxDatagram()
 		b, oob := make([]byte, 64), make([]byte, 128)
@@ -496,11 +484,7 @@ func TestNetPacketConnReadBatch(t *testing.T) {
 		g := ctGroup(t, be, 1, opts...)
 		rx := ctListenNet(t, g, "udp4", "127.0.0.1:0")
 		setInt(t, rx, unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
-		tx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Close()
+		tx := ctUDP4(t)
 		setInt(t, tx, unix.IPPROTO_IP, unix.IP_TOS, testTOS)
 		sent := []string{"a", "bb", "ccccc", "ddddddd", "0123456789abcdef"}
 		for _, s := range sent {
@@ -676,11 +660,7 @@ func TestNetPacketConnControlRoomUnderTraffic(t *testing.T) {
 		testutil.CheckLeaks(t)
 		g := ctGroup(t, be, 1, opts...)
 		rx := ctListenNet(t, g, "udp4", "127.0.0.1:0")
-		tx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Close()
+		tx := ctUDP4(t)
 		setInt(t, tx, unix.IPPROTO_IP, unix.IP_TOS, testTOS)
 		const total = 2000
 		stop := make(chan struct{})

@@ -665,11 +665,7 @@ func TestNetPacketConnWriteInLoop(t *testing.T) {
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		testutil.CheckLeaks(t)
 		g := ctGroup(t, b, 1, opts...)
-		rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rx.Close()
+		rx := ctUDP4(t)
 		np, err := conn.DialPacketNet(context.Background(), g, "udp4", rx.LocalAddr().String(), conn.WithDatagramQueue(4))
 		if err != nil {
 			t.Fatal(err)
@@ -721,11 +717,7 @@ func TestNetPacketConnOversized(t *testing.T) {
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		testutil.CheckLeaks(t)
 		g := ctGroup(t, b, 1, opts...)
-		v4, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer v4.Close()
+		v4 := ctUDP4(t)
 		cases := []struct {
 			network, local string
 			to             net.Addr

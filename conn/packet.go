@@ -802,8 +802,7 @@ func (pc *PacketConn) sendDirect(b, ctl []byte, to Addr) (took, refusedEIO bool)
 	if pc.closeReq || pc.fdGone || pc.out.n > 0 || pc.flushQueued || pc.handed.Load() > 0 {
 		return false, false
 	}
-	msg := &pc.directMsg
-	*msg = unix.Msghdr{}
+	msg := &pc.directMsg // left zeroed by the last call
 	if to.IsValid() {
 		n, err := pc.putAddr(pc.directTo[:], to)
 		if err != nil {

@@ -92,11 +92,7 @@ func (r *packetRecorder) errors() []error {
 // Only the dial can fail (err), so a test can skip on what it returns.
 func ctDialReceiver(t *testing.T, g *loop.Group, opts ...conn.Option) (*net.UDPConn, *conn.PacketConn, error) {
 	t.Helper()
-	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rx.Close() })
+	rx := ctUDP4(t)
 	pc, err := conn.DialPacket(context.Background(), g, "udp4", rx.LocalAddr().String(), newPacketRecorder(false), opts...)
 	if err != nil {
 		return rx, nil, err

@@ -5,9 +5,10 @@ package loop
 import "golang.org/x/sys/unix"
 
 // buildMsg fills o's iovecs and message header from its buffers, skipping
-// empty ones, and its destination and control messages, if any. The iovecs keep their capacity across uses of the slot
-// (op.reset), so a steady state does not allocate. They point into the
-// buffers, which o keeps alive.
+// empty ones, and its destination and control messages, if any. The
+// iovecs keep their capacity across uses of the slot (op.reset), so a
+// steady state does not allocate. They point into the buffers, which o
+// keeps alive.
 func buildMsg(o *op) {
 	x := o.extras()
 	x.iov = x.iov[:0]
