@@ -101,8 +101,11 @@ func (c *counters) snapshot(s *Stats) {
 	s.Tasks = c.tasks.Load()
 	s.Panics = c.panics.Load()
 	s.Rejected = c.rejected.Load()
-	s.Sleeps = c.sleeps.Load()
+	// WakeWrites first: a sleep is counted before a producer can see it
+	// and write, so read in this order a snapshot never shows a write
+	// whose sleep it missed (WakeWrites ≤ Sleeps).
 	s.WakeWrites = c.wakeWrites.Load()
+	s.Sleeps = c.sleeps.Load()
 	s.Wakeups = c.wakeups.Load()
 	s.OpsSubmitted = c.submitted.Load()
 	s.Completions = c.completions.Load()
