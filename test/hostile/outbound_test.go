@@ -101,10 +101,25 @@ func floodNoRead(t *testing.T, addr string, n int, d time.Duration, chunk []byte
 	t.Helper()
 	deadline := time.Now().Add(d)
 	peers := make([]net.Conn, 0, n)
+	// The kernel's buffers as over a network, not loopback: a peer's own
+	// send queue is capped, and it announces an Ethernet-sized segment,
+	// since the server's kernel sizes its send buffer by segments (with
+	// loopback's 64 KiB ones, about 2 MiB a connection that does not read;
+	// a few hundred such take the machine's TCP memory to its limit, and
+	// every other connection on it stalls). What the server's process
+	// holds is what the test measures.
 	dialer := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
 		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+			for _, o := range [][3]int{
+				{syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096},
+				{syscall.SOL_SOCKET, syscall.SO_SNDBUF, 64 << 10},
+				{syscall.IPPROTO_TCP, syscall.TCP_MAXSEG, 1448},
+			} {
+				if serr == nil {
+					serr = syscall.SetsockoptInt(int(fd), o[0], o[1], o[2])
+				}
+			}
 		})
 		if err != nil {
 			return err
