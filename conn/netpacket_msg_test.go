@@ -739,3 +739,47 @@ func TestNetPacketConnMsgAllocs(t *testing.T) {
 		}
 	})
 }
+
+// TestPacketLargeWriteAllocs: queued writes of large datagrams (up to
+// 64 KiB, as a segmented write is) take buffers their predecessors gave
+// back instead of allocating them, also in bursts of many: a bulk sender's
+// queue makes no garbage.
+func TestPacketLargeWriteAllocs(t *testing.T) {
+	if accRace {
+		t.Skip("the race detector allocates")
+	}
+	ctDgramModes(t, func(t *testing.T, be loop.Backend, opts ...loop.Option) {
+		testutil.CheckLeaks(t)
+		g := ctGroup(t, be, 1, opts...)
+		tx := ctListenNet(t, g, "udp4", "127.0.0.1:0").PacketConn()
+		rx := ctUDP4(t)
+		if err := rx.SetReadBuffer(4 << 20); err != nil {
+			t.Fatal(err)
+		}
+		to := rx.LocalAddr().(*net.UDPAddr).AddrPort()
+		const burst = 32
+		msg, buf := make([]byte, 32<<10), make([]byte, 64<<10)
+		rx.SetReadDeadline(time.Now().Add(30 * time.Second))
+		exchange := func() {
+			for range burst {
+				if _, err := tx.WriteToAddrPort(msg, to); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range burst {
+				if n, _, err := rx.ReadFromUDPAddrPort(buf); err != nil || n != len(msg) {
+					t.Fatalf("ReadFromUDPAddrPort: %d, %v", n, err)
+				}
+			}
+		}
+		for range 10 {
+			exchange()
+		}
+		// A collection empties the shared pool now and then (a burst's
+		// 32 buffers allocated again): a few in a burst on average. A
+		// socket keeping 16 spare buffers of its own allocated 16.
+		if a := testing.AllocsPerRun(100, exchange); a >= 4 {
+			t.Fatalf("%.2f allocations per burst of %d queued 32 KiB datagrams, want none", a, burst)
+		}
+	})
+}

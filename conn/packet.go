@@ -196,7 +196,6 @@ type PacketConn struct {
 	mu          sync.Mutex
 	out         fifo[dgramOut] // queued, not yet handed to the loop
 	free        [][]byte       // spare datagram buffers of smallDgram bytes
-	freeLarge   [][]byte       // and of largeDgram
 	freeCtl     [][]byte       // and control message buffers of smallControl
 	flushQueued bool
 	closeReq    bool
@@ -849,47 +848,48 @@ func (pc *PacketConn) putAddr(dst []byte, to Addr) (int, error) {
 	return sock.PutAddrPort(dst, to.ap, pc.family)
 }
 
-// bufLocked returns a buffer of n bytes for a queued datagram, a spare one
-// when it is large enough: up to 2 KiB from the small list, up to 64 KiB
-// (large datagrams, segmented writes) from the large one. Caller holds
-// pc.mu.
+// bufLocked returns a buffer of n bytes for a queued datagram: up to
+// 2 KiB a spare one of the socket's when it has one, up to 64 KiB (large
+// datagrams, segmented writes) one from a pool all sockets share, so that
+// a bulk sender's queue reuses its buffers instead of allocating and
+// clearing 64 KiB for every write. Caller holds pc.mu.
 func (pc *PacketConn) bufLocked(n int) []byte {
-	free := &pc.free
-	if n > smallDgram {
-		free = &pc.freeLarge
+	switch {
+	case n <= smallDgram:
+		if k := len(pc.free); k > 0 {
+			b := pc.free[k-1]
+			pc.free = pc.free[:k-1]
+			return b[:n]
+		}
+		return make([]byte, n, smallDgram)
+	case n <= largeDgram:
+		return largeBufs.Get().(*[largeDgram]byte)[:n]
 	}
-	if k := len(*free); k > 0 && cap((*free)[k-1]) >= n {
-		b := (*free)[k-1]
-		*free = (*free)[:k-1]
-		return b[:n]
-	}
-	if n > smallDgram && n <= largeDgram {
-		return make([]byte, n, largeDgram)
-	}
-	return make([]byte, n, max(n, smallDgram))
+	return make([]byte, n)
 }
 
-// The spare buffers' sizes, and how many large ones a socket keeps.
+// The spare buffers' sizes.
 const (
 	smallDgram = 2048
 	largeDgram = 64 << 10
-	keepLarge  = 16
 )
+
+// largeBufs holds the large datagram buffers no queue uses; the garbage
+// collector frees those left unused.
+var largeBufs = sync.Pool{New: func() any { return new([largeDgram]byte) }}
 
 // putBuf keeps a sent datagram's buffer for reuse.
 func (pc *PacketConn) putBuf(b []byte) {
-	pc.mu.Lock()
 	switch cap(b) {
 	case smallDgram:
+		pc.mu.Lock()
 		if len(pc.free) < min(pc.queueMax, maxSendsInFlight*2) {
 			pc.free = append(pc.free, b[:0])
 		}
+		pc.mu.Unlock()
 	case largeDgram:
-		if len(pc.freeLarge) < keepLarge {
-			pc.freeLarge = append(pc.freeLarge, b[:0])
-		}
+		largeBufs.Put((*[largeDgram]byte)(b[:largeDgram]))
 	}
-	pc.mu.Unlock()
 }
 
 // fifo is a queue in a ring buffer that doubles when full.
