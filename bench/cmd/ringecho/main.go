@@ -44,13 +44,19 @@ func main() {
 	default:
 		serve.Fatal("backend", errBackend(*backend))
 	}
-	g, err := loop.NewGroup(loop.WithLoops(*loops), loop.WithBackend(b), loop.WithName("ringecho"))
+	opts := []loop.Option{loop.WithLoops(*loops), loop.WithBackend(b), loop.WithName("ringecho")}
+	if *network == "udp" {
+		// Buffers for any UDP datagram over IPv4 (65,507 bytes), as
+		// netecho reads into 64 KiB: the loop's default ones (4 KiB)
+		// hold 3,968 bytes.
+		opts = append(opts, loop.WithBufferRing(256, 65536+128))
+	}
+	g, err := loop.NewGroup(opts...)
 	if err != nil {
 		serve.Fatal("loop group", err)
 	}
 	if *network == "udp" {
-		// The loop's default buffers (4 KiB) hold any datagram of the
-		// UDP cells; the socket buffers are the load generator's.
+		// The socket buffers are the load generator's.
 		pc, err := conn.ListenPacket(context.Background(), g, "udp4", f.Addr, dgramEcho{},
 			conn.WithReadBuffer(4<<20), conn.WithWriteBuffer(4<<20))
 		if err != nil {
