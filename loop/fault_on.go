@@ -46,7 +46,7 @@ type Faults struct {
 
 	ShortSend float64 // per send: hand the kernel fewer bytes
 	Retry     float64 // per I/O op: complete with -EAGAIN or -EINTR instead of running
-	NoBufs    float64 // per provided receive: complete with -ENOBUFS instead of running
+	NoBufs    float64 // per provided receive: complete with -ENOBUFS instead of running (when > 0, always the first after SetFaults)
 	Cancel    float64 // per I/O op: complete with -ECANCELED instead of running (fatal)
 
 	BufOnFailure float64 // per provided receive with data: hold its buffer back for a fake failure
@@ -71,6 +71,10 @@ var faults struct {
 	on  bool
 	cfg Faults
 	rng *rand.Rand
+	// noBufsDue: the next provided receive completes with -ENOBUFS
+	// whatever the roll (set by SetFaults, so that a run with few
+	// receives armed, as multishot ones are, still takes that path).
+	noBufsDue bool
 
 	shortSends, retries, noBufs, cancels       atomic.Uint64
 	bufsOnFailure, reapOnes, rebuilds, giveUps atomic.Uint64
@@ -83,6 +87,7 @@ func SetFaults(f Faults) (restore func()) {
 	faults.mu.Lock()
 	faults.on, faults.cfg = true, f
 	faults.rng = rand.New(rand.NewPCG(f.Seed, f.Seed^0x9e3779b97f4a7c15))
+	faults.noBufsDue = f.NoBufs > 0
 	faults.mu.Unlock()
 	return func() {
 		faults.mu.Lock()
@@ -126,6 +131,19 @@ func roll(p func(*Faults) float64, n int, count *atomic.Uint64) (bool, int) {
 	return true, 0
 }
 
+// takeNoBufsDue reports, once after SetFaults with NoBufs > 0, that a
+// provided receive is to complete with -ENOBUFS, and counts it.
+func takeNoBufsDue() bool {
+	faults.mu.Lock()
+	defer faults.mu.Unlock()
+	if !faults.on || !faults.noBufsDue {
+		return false
+	}
+	faults.noBufsDue = false
+	faults.noBufs.Add(1)
+	return true
+}
+
 func faultConfig() (Faults, bool) {
 	faults.mu.Lock()
 	defer faults.mu.Unlock()
@@ -150,6 +168,9 @@ func fakeResult(tag opTag) int32 {
 		return -int32(unix.ECANCELED)
 	}
 	if tag.providedRecv() {
+		if takeNoBufsDue() {
+			return -int32(unix.ENOBUFS)
+		}
 		if ok, _ := roll(func(f *Faults) float64 { return f.NoBufs }, 0, &faults.noBufs); ok {
 			return -int32(unix.ENOBUFS)
 		}
