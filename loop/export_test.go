@@ -189,3 +189,11 @@ func LimitsMultishotTotal(l *Loop) bool {
 	d, ok := l.drv.(*uringDriver)
 	return ok && d.multishotTotal > 0
 }
+
+// BeforeWait makes the loops call f after they chose to wait and before
+// they publish its deadline, until restore is called. Set it before any
+// loop starts.
+func BeforeWait(f func()) (restore func()) {
+	beforeWait = f
+	return func() { beforeWait = nil }
+}

@@ -129,7 +129,8 @@ func (l *Loop) turn() {
 	if !l.hasWork() {
 		now := l.clock.Now()
 		timeout = l.wheel.Delay(now)
-		if State(l.state.Load()) >= StateShuttingDown {
+		st := State(l.state.Load())
+		if st >= StateShuttingDown {
 			timeout = min(timeout, l.shutdown.waitBound(now))
 		}
 		if timeout > 0 {
@@ -137,7 +138,7 @@ func (l *Loop) turn() {
 			// write the eventfd as soon as it is, and Stats must never
 			// show that write without its sleep (WakeWrites ≤ Sleeps).
 			l.stats.sleeps.Add(1)
-			sleeping = l.waker.publish(now + int64(timeout))
+			sleeping = l.waker.publish(now+int64(timeout), st)
 			if !sleeping {
 				l.stats.sleeps.Add(^uint64(0))
 				timeout = 0

@@ -326,3 +326,39 @@ func terminatesAt(t *testing.T, g *loop.Group, l *loop.Loop, clk *sched.ManualCl
 		t.Fatal(after)
 	}
 }
+
+// TestShutdownBegunAsLoopGoesToWait: a shutdown that begins after the loop
+// chose to wait (on an idle loop, for up to sched.IdleWait) but before it
+// published the wait's deadline finds no wait to end; the loop sees the
+// new state before it blocks and terminates at once instead of sleeping
+// out the idle wait.
+func TestShutdownBegunAsLoopGoesToWait(t *testing.T) {
+	var target atomic.Pointer[loop.Group]
+	begun := make(chan time.Time, 1)
+	restore := loop.BeforeWait(func() {
+		// On the loop goroutine: the shutdown's wake finds the loop awake,
+		// as another goroutine's would in this instant.
+		if g := target.Swap(nil); g != nil {
+			begun <- time.Now()
+			if err := g.ShutdownGracefully(0, 5*time.Second); err != nil {
+				panic(err)
+			}
+		}
+	})
+	defer restore()
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		l := g.Loop(0)
+		runOn(t, l, func() {})
+		target.Store(g)
+		if err := l.Execute(func() {}); err != nil { // the turn after it waits
+			t.Fatal(err)
+		}
+		at := <-begun
+		select {
+		case <-g.Done():
+		case <-time.After(sched.IdleWait * 7 / 10):
+			t.Fatalf("the loop slept through a shutdown begun as it went to wait (still running %v later)", time.Since(at).Round(time.Millisecond))
+		}
+	})
+}

@@ -55,15 +55,25 @@ func (w *waker) write() {
 
 // publish is the loop's side: it publishes the wait deadline and decides
 // whether the loop may block. It returns false, with nextWakeup back at
-// awake, when work arrived before the wait; true when the loop must wait (a
-// producer may already be ending that wait).
-func (w *waker) publish(deadline int64) bool {
+// awake, when work arrived before the wait or the loop's state moved on
+// from seen (the state the wait's length was computed from: a shutdown
+// begun in between shortens it, and its wake found no deadline to end);
+// true when the loop must wait (a producer may already be ending that
+// wait).
+func (w *waker) publish(deadline int64, seen State) bool {
+	if beforeWait != nil {
+		beforeWait()
+	}
 	w.nextWakeup.Store(deadline)
-	if !w.l.hasWork() {
+	if !w.l.hasWork() && State(w.l.state.Load()) == seen {
 		return true
 	}
 	return !w.nextWakeup.CompareAndSwap(deadline, awake)
 }
+
+// beforeWait, when a test sets it, runs on the loop goroutine after the
+// loop chose to wait and before it publishes the deadline.
+var beforeWait func()
 
 // hasWork reports whether tasks, tail tasks or parked receives wait.
 func (l *Loop) hasWork() bool {
