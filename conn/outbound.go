@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/loop"
 	"golang.org/x/sys/unix"
 )
@@ -133,15 +134,8 @@ func (c *outbound) sendDirect(p []byte) (int, error) {
 	// The fd stays open: closing it starts with setting
 	// sharedWritesClosed, under c.mu, which is held until the send ends.
 	sent := 0
-	for {
-		n, err := unix.SendmsgN(int(c.fd), p, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
-		if err == unix.EINTR {
-			continue
-		}
-		if err == nil {
-			sent = n
-		}
-		break
+	if n, err := sock.SendNow(int(c.fd), p, unix.MSG_NOSIGNAL); err == nil {
+		sent = n
 	}
 	if sent == len(p) {
 		c.mu.Unlock()

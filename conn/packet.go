@@ -826,7 +826,7 @@ func (pc *PacketConn) sendDirect(b, ctl []byte, to Addr) (took, refusedEIO bool)
 		msg.Control = &ctl[0]
 		msg.SetControllen(len(ctl))
 	}
-	n, err := sock.Sendmsg(pc.fd, msg, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+	n, err := sock.SendmsgNow(pc.fd, msg, unix.MSG_NOSIGNAL)
 	*msg, pc.directIov = unix.Msghdr{}, unix.Iovec{} // keep no pointer to the caller's buffers
 	switch {
 	case err == unix.EAGAIN || err == unix.ENOBUFS:

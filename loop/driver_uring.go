@@ -335,10 +335,16 @@ func (d *uringDriver) startNetpoll() {
 	d.netpoll = true
 }
 
-// eventfdSignaled consumes the eventfd's counter and reports whether it was
-// non-zero. It is the waiter's readiness check.
+// eventfdSignaled is the waiter's readiness check: true when a completion
+// waits or wake has signaled, both visible before their signal. It never
+// reads the eventfd: the netpoller is edge-triggered and the eventfd reports
+// every signal as an edge, so a counter left non-zero still ends the wait
+// at the next signal (the counter saturates; it would take 2^64 signals).
+// An edge that came before the wait is dropped when the wait begins, and
+// what it announced is seen here, so the loop never sleeps on a completion
+// or a wake, and spends no system call per wait on the counter.
 func (d *uringDriver) eventfdSignaled() bool {
-	return d.r.CQReady() > 0 || readCounter(d.eventFd, d.readTarget[:])
+	return d.r.CQReady() > 0 || d.wakeReq.Load()
 }
 
 // waitNetpoll is poll's blocking wait in netpoll mode (a shared-thread

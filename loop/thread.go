@@ -40,6 +40,11 @@ func (t *loopThread) enter() {
 // holds the thread now (id set while it runs) leaves no room on it for
 // any other goroutine.
 func (t *loopThread) pinnedHere() bool {
+	if t.id.Load() == 0 {
+		// Not running a turn: no caller is the loop goroutine (which
+		// asks only from within a turn), and no system call is needed.
+		return false
+	}
 	runtime.LockOSThread()
 	tid := gettid()
 	ok := tid != 0 && t.id.Load() == tid

@@ -27,6 +27,38 @@ func Sendmsg(fd int, msg *unix.Msghdr, flags int) (int, error) {
 	}
 }
 
+// SendmsgNow is Sendmsg for a send that cannot sleep (flags hold
+// unix.MSG_DONTWAIT): a raw system call, which keeps the caller's P and
+// does not tell the Go scheduler. A system call made through the scheduler
+// wakes its monitor thread whenever that thread sleeps for want of work,
+// which a goroutine sending one reply between idle spells meets on nearly
+// every send (a thread wakeup and its switches on the sender's CPU, per
+// reply). A non-blocking send returns as soon as the socket has taken what
+// fits.
+func SendmsgNow(fd int, msg *unix.Msghdr, flags int) (int, error) {
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(msg)), uintptr(flags|unix.MSG_DONTWAIT), 0, 0, 0)
+		if e != unix.EINTR {
+			return sysResult(n, e)
+		}
+	}
+}
+
+// SendNow is send(2) of p as SendmsgNow sends (non-blocking, raw): the
+// bytes sent, possibly fewer than len(p), or the bare errno. It does not
+// allocate.
+func SendNow(fd int, p []byte, flags int) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), uintptr(flags|unix.MSG_DONTWAIT), 0, 0)
+		if e != unix.EINTR {
+			return sysResult(n, e)
+		}
+	}
+}
+
 // sysResult is a system call's result: the count, or the bare errno.
 // (The calls stay in each function, with their unsafe.Pointer conversions
 // in the call expression, so that what they point at stays put.)

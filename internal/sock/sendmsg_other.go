@@ -10,6 +10,16 @@ func Sendmsg(fd int, msg *unix.Msghdr, flags int) (int, error) {
 	return 0, errNotSupported
 }
 
+// SendmsgNow is Linux only; elsewhere it returns an error matching
+// errors.ErrUnsupported.
+func SendmsgNow(fd int, msg *unix.Msghdr, flags int) (int, error) {
+	return 0, errNotSupported
+}
+
+// SendNow is Linux only; elsewhere it returns an error matching
+// errors.ErrUnsupported.
+func SendNow(fd int, p []byte, flags int) (int, error) { return 0, errNotSupported }
+
 // Mmsghdr is struct mmsghdr (Linux only).
 type Mmsghdr struct {
 	Hdr unix.Msghdr

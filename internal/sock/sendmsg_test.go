@@ -130,3 +130,48 @@ func TestSendmmsgRecvmmsg(t *testing.T) {
 		t.Fatalf("Recvmmsg on an empty socket: %v, want EAGAIN", err)
 	}
 }
+
+// TestSendNowNeverWaits: SendNow and SendmsgNow deliver what fits and, on a
+// blocking socket whose buffer is full, return EAGAIN instead of waiting;
+// a peer that shut down reading gives EPIPE (with MSG_NOSIGNAL, no signal); an empty slice
+// sends nothing.
+func TestSendNowNeverWaits(t *testing.T) {
+	a, b := testutil.SocketPair(t)
+	if n, err := sock.SendNow(a, nil, unix.MSG_NOSIGNAL); n != 0 || err != nil {
+		t.Fatalf("SendNow(nil) = %d, %v", n, err)
+	}
+	n, err := sock.SendNow(a, []byte("hello"), unix.MSG_NOSIGNAL)
+	if err != nil || n != 5 {
+		t.Fatalf("SendNow = %d, %v", n, err)
+	}
+	got := make([]byte, 16)
+	if m, err := unix.Read(b, got); err != nil || string(got[:m]) != "hello" {
+		t.Fatalf("peer read %q, %v", got[:m], err)
+	}
+	// Fill a's send buffer (the socket itself blocks).
+	big := make([]byte, 1<<16)
+	total := 0
+	for i := 0; ; i++ {
+		n, err := sock.SendNow(a, big, unix.MSG_NOSIGNAL)
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		if err != nil || i > 10000 {
+			t.Fatalf("SendNow after %d B: %d, %v", total, n, err)
+		}
+		total += n
+	}
+	bufs := [][]byte{[]byte("x")}
+	iov := make([]unix.Iovec, 1)
+	msg := new(unix.Msghdr)
+	msghdrOf(msg, iov, bufs)
+	if _, err := sock.SendmsgNow(a, msg, unix.MSG_NOSIGNAL); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("SendmsgNow on a full socket: %v, want EAGAIN", err)
+	}
+	if err := unix.Shutdown(b, unix.SHUT_RD); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sock.SendNow(a, []byte("x"), unix.MSG_NOSIGNAL); !errors.Is(err, unix.EPIPE) && !errors.Is(err, unix.ECONNRESET) {
+		t.Fatalf("SendNow to a peer that stopped reading: %v, want EPIPE", err)
+	}
+}
