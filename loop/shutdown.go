@@ -39,6 +39,7 @@ type shutdownState struct {
 	quiet       atomic.Int64 // quiet period, ns
 	timeout     atomic.Int64 // timeout, ns
 	requestedAt atomic.Int64 // clock instant ShutdownGracefully was called
+	beginMu     sync.Mutex   // one caller at a time sets the three above and starts the shutdown
 	hooksMu     sync.Mutex
 	hooks       []*hook
 
@@ -69,10 +70,20 @@ func (s *shutdownState) begin(quiet, timeout time.Duration) {
 				return
 			}
 		case StateStarted:
+			// The parameters go out before the state (the loop reads them
+			// once it sees ShuttingDown), and only the caller that moves
+			// the state sets them: concurrent callers do not mix theirs.
+			s.beginMu.Lock()
+			if State(l.state.Load()) != StateStarted {
+				s.beginMu.Unlock()
+				continue
+			}
 			s.quiet.Store(int64(quiet))
 			s.timeout.Store(int64(timeout))
 			s.requestedAt.Store(l.clock.Now())
-			if l.state.CompareAndSwap(int32(StateStarted), int32(StateShuttingDown)) {
+			started := l.state.CompareAndSwap(int32(StateStarted), int32(StateShuttingDown))
+			s.beginMu.Unlock()
+			if started {
 				l.waker.wake()
 				l.submitters.Add(-1)
 				return
@@ -121,12 +132,20 @@ func (s *shutdownState) forceState(to State) {
 }
 
 // waitBound bounds a wait while shutting down: until the quiet period
-// or the timeout could end, at most shutdownPollInterval, at least a tick.
+// and every hold, or the timeout, could end, at most shutdownPollInterval,
+// at least a tick.
 func (s *shutdownState) waitBound(now int64) time.Duration {
 	l := s.l
 	d := shutdownPollInterval
 	if s.confirming {
-		if q := time.Duration(l.lastTaskRun + s.quiet.Load() - now); q < d {
+		// Not before the quiet period ends, nor, while holds remain, before
+		// the last one's limit (a release comes in a turn, which confirms
+		// again at once).
+		end := l.lastTaskRun + s.quiet.Load()
+		for _, h := range s.holds {
+			end = max(end, h.until)
+		}
+		if q := time.Duration(end - now); q < d {
 			d = q
 		}
 		if t := time.Duration(s.requestedAt.Load() + s.timeout.Load() - now); t < d {
@@ -268,6 +287,18 @@ func (s *shutdownState) finish() {
 	l := s.l
 	s.forceState(StateShutdown)
 	s.waitSubmitters()
+	// Tasks, hooks and the completions of the drain are user code: one
+	// calling runtime.Goexit here unwinds past the rest, which must still
+	// close the backend and publish the end, or Done never closes.
+	released := false
+	defer func() {
+		if !released {
+			l.stats.panics.Add(1)
+			l.logger.Error("loop: runtime.Goexit called on the loop goroutine while it terminated (by a task, hook or callback); what was left to run is skipped",
+				"loop", l.name)
+			s.release()
+		}
+	}()
 	// Anything accepted before the state changed runs now.
 	for i := 0; i < 16 && (l.hasWork() || s.hasHooks()); i++ {
 		s.runQueued()
@@ -278,6 +309,16 @@ func (s *shutdownState) finish() {
 		l.logger.Warn("loop: tasks left unrun at termination", "loop", l.name, "count", n)
 	}
 	l.io.drain()
+	released = true
+	s.release()
+}
+
+// release ends a terminating loop: it closes the backend (the kernel
+// cancels what is still in flight), forgets the loop's thread and publishes
+// the end. No user code runs in it.
+func (s *shutdownState) release() {
+	l := s.l
+	l.wheel.StopAll()
 	l.waker.nextWakeup.Store(awake)
 	if err := l.drv.close(); err != nil {
 		l.logger.Warn("loop: closing the backend failed", "loop", l.name, "err", err)

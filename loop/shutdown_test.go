@@ -3,7 +3,9 @@ package loop_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -359,6 +361,89 @@ func TestShutdownBegunAsLoopGoesToWait(t *testing.T) {
 		case <-g.Done():
 		case <-time.After(sched.IdleWait * 7 / 10):
 			t.Fatalf("the loop slept through a shutdown begun as it went to wait (still running %v later)", time.Since(at).Round(time.Millisecond))
+		}
+	})
+}
+
+// goexitOnCancel is a Completer that calls runtime.Goexit (as t.FailNow in
+// a callback does) when its op completes canceled, as every op does when
+// its loop terminates.
+type goexitOnCancel struct{ seen chan struct{} }
+
+func (g goexitOnCancel) Complete(c *loop.Completion) {
+	if c.Res == -int32(unix.ECANCELED) {
+		close(g.seen)
+		runtime.Goexit()
+	}
+}
+
+// TestShutdownSurvivesGoexitWhileTerminating: a callback that calls
+// runtime.Goexit while its loop terminates (after a clean shutdown, or
+// after a task's Goexit already ended the loop) skips the rest of what was
+// left to run, but the loop still terminates: Done closes and its ring,
+// eventfd and thread are released.
+func TestShutdownSurvivesGoexitWhileTerminating(t *testing.T) {
+	for _, how := range []string{"shutdown", "task-goexit"} {
+		t.Run(how, func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, b loop.Backend) {
+				testutil.CheckLeaks(t)
+				g := newGroup(t, b, loop.WithLoops(1), loop.WithLogger(slog.New(slog.DiscardHandler)))
+				l := g.Loop(0)
+				a, _ := testutil.SocketPair(t)
+				seen := make(chan struct{})
+				runOn(t, l, func() {
+					if _, err := l.IO().Recv(a, make([]byte, 16), 0, goexitOnCancel{seen}); err != nil {
+						t.Error(err)
+					}
+				})
+				if how == "shutdown" {
+					if err := g.ShutdownGracefully(0, time.Second); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := l.Execute(func() { runtime.Goexit() }); err != nil {
+					t.Fatal(err)
+				}
+				<-seen
+				select {
+				case <-g.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatalf("the loop never terminated (state %v)", l.State())
+				}
+				if p := l.Stats().Panics; p == 0 {
+					t.Errorf("Stats.Panics = 0 after a Goexit while terminating")
+				}
+			})
+		})
+	}
+}
+
+// TestShutdownHoldDoesNotSpin: a loop held past its quiet period by
+// DelayTermination waits for the hold, the timeout or work, in waits of up
+// to 100 ms, rather than turning every tick; it terminates when the hold
+// is released.
+func TestShutdownHoldDoesNotSpin(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		g := newGroup(t, b, loop.WithLoops(1))
+		l := g.Loop(0)
+		var release func()
+		runOn(t, l, func() { release = l.DelayTermination(time.Minute) })
+		if err := g.ShutdownGracefully(0, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, "the loop to shut down", func() bool { return l.State() == loop.StateShuttingDown })
+		before := l.Stats().Turns
+		time.Sleep(500 * time.Millisecond)
+		// Polling at the shutdown interval: about 5 turns; every tick: 500.
+		if n := l.Stats().Turns - before; n > 50 {
+			t.Errorf("%d turns in 500 ms while held and idle", n)
+		}
+		if err := l.Execute(func() { release() }); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-g.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the loop did not terminate after its hold was released")
 		}
 	})
 }
