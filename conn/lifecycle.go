@@ -303,6 +303,9 @@ func (c *lifecycle) closeLinger() {
 	c.mu.Lock()
 	c.extras.closeErr = nil
 	c.mu.Unlock()
+	if nc, ok := c.h.(*NetConn); ok {
+		nc.lingering() // its Reads and Writes end now, not with the linger
+	}
 	c.stopTimeouts()
 	if c.flags.has(flagRecvArmed) {
 		cancelOp(c.l, c.recvID) // its completions are dropped from now on

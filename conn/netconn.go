@@ -54,6 +54,7 @@ const netWriteMax = 64 << 10
 type NetConn struct {
 	c           *Conn
 	mu          sync.Mutex
+	writeMu     sync.Mutex   // held through a whole Write or ReadFrom, so concurrent ones do not interleave
 	waiters     atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
 	paused      bool         // receiving paused because received is full; under mu
 	closed      bool         // Close was called; under mu
@@ -219,6 +220,18 @@ func (nc *NetConn) OnClose(_ *Conn, err error) {
 	nc.wake(&nc.writeWakeup)
 }
 
+// lingering is told that the connection was closed (by Close, by its
+// server's Close or Shutdown, or by its loop's shutdown) and lingers to
+// send what is queued: Reads and Writes end now, as after OnClose, rather
+// than when the linger does. On the connection's loop.
+func (nc *NetConn) lingering() {
+	nc.mu.Lock()
+	nc.ended = true
+	nc.mu.Unlock()
+	nc.readWakeup.signal()
+	nc.wake(&nc.writeWakeup)
+}
+
 // Read reads received bytes into p. It returns io.EOF once the peer's FIN
 // was read, and an error wrapping net.ErrClosed after Close.
 func (nc *NetConn) Read(p []byte) (int, error) {
@@ -241,7 +254,7 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 			nc.readWakeup.signal() // pass the wakeup on to another reader
 		}
 		return n, nil
-	case nc.readEnded() && nc.received.n == 0:
+	case nc.readEnded() && nc.received.n == 0 && len(p) > 0:
 		err := nc.readEnd()
 		nc.mu.Unlock()
 		nc.readWakeup.signal()
@@ -266,6 +279,13 @@ func (nc *NetConn) unlockResuming() {
 // It is called with nc.mu held and returns with it held, unless it returns
 // an error: the read deadline passed, or the caller is a loop goroutine.
 func (nc *NetConn) awaitInput() error {
+	// As package net: once the deadline passed, reads fail even with bytes
+	// waiting (a reader stopped that way does not go on consuming them).
+	if !nc.closed && nc.deadlines.passedLocked(dirRead) {
+		nc.mu.Unlock()
+		nc.readWakeup.signal()
+		return nc.c.opError("read", "", os.ErrDeadlineExceeded)
+	}
 	for nc.received.n == 0 && !nc.readEnded() && !nc.closed {
 		if nc.deadlines.passed[dirRead] {
 			nc.mu.Unlock()
@@ -283,6 +303,9 @@ func (nc *NetConn) awaitInput() error {
 // returns len(p) unless the connection ended, was closed, or the write
 // deadline passed, and then how many bytes were handed over.
 func (nc *NetConn) Write(p []byte) (int, error) {
+	if nc.lockWrites() {
+		defer nc.writeMu.Unlock()
+	}
 	total := 0
 	for {
 		if err := nc.awaitWritable(); err != nil {
@@ -306,6 +329,9 @@ func (nc *NetConn) Write(p []byte) (int, error) {
 // outbound chunks until EOF, sparing io.Copy its buffer and one copy, and
 // waits while the connection is unwritable as Write does.
 func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
+	if nc.lockWrites() {
+		defer nc.writeMu.Unlock()
+	}
 	var total int64
 	for {
 		if err := nc.awaitWritable(); err != nil {
@@ -330,6 +356,26 @@ func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
 			return total, rerr
 		}
 	}
+}
+
+// lockWrites takes the write lock and reports whether it did. A Write
+// longer than netWriteMax goes out in pieces, waiting for room between them;
+// as package net holds its fd's write lock for the whole call, so each
+// Write's bytes stay together however many goroutines write. A holder
+// waiting for room returns on Close, the end of the connection or its
+// deadline, and the next one then fails the same way. On the connection's
+// own loop, which must not wait for a writer that waits for the loop, a
+// held lock is not waited for: such a write never waits, and can only land
+// between another's pieces.
+func (nc *NetConn) lockWrites() bool {
+	if nc.writeMu.TryLock() {
+		return true
+	}
+	if nc.c.l.InLoop() {
+		return false
+	}
+	nc.writeMu.Lock()
+	return true
 }
 
 // passWritable passes a writability wakeup on to another writer while the
@@ -387,7 +433,7 @@ func (nc *NetConn) readEnd() error {
 		return io.EOF
 	case !nc.ended:
 		return nil
-	case nc.cause == nil:
+	case nc.cause == nil || errors.Is(nc.cause, net.ErrClosed):
 		return nc.c.opError("read", "", net.ErrClosed)
 	}
 	return nc.cause
@@ -708,10 +754,19 @@ func (ln *NetListener) Accept() (net.Conn, error) {
 			nc := ln.accepted[0]
 			ln.accepted[0] = nil
 			ln.accepted = ln.accepted[1:]
-			if len(ln.accepted) == 0 {
+			more := len(ln.accepted) > 0
+			if !more {
 				ln.accepted = nil
 			}
 			ln.mu.Unlock()
+			if more {
+				// One wakeup stands for any number of queued
+				// connections: pass it on to another Accept.
+				select {
+				case ln.wakeup <- struct{}{}:
+				default:
+				}
+			}
 			return nc, nil
 		}
 		ln.mu.Unlock()

@@ -142,9 +142,14 @@ func packetPastReadDeadline(t *testing.T, a, b net.PacketConn) {
 	if time.Since(start) > time.Second {
 		t.Fatal("a past deadline blocked")
 	}
-	// Cleared, a datagram is read again.
-	b.SetReadDeadline(time.Time{})
+	// With a datagram waiting, the passed deadline still fails the read.
 	a.WriteTo([]byte("x"), b.LocalAddr())
+	time.Sleep(20 * time.Millisecond) // it has arrived
+	if n, _, err := b.ReadFrom(make([]byte, 8)); !isTimeout(err) {
+		t.Fatalf("ReadFrom after the deadline, a datagram queued: %d, %v", n, err)
+	}
+	// Cleared, the datagram is read.
+	b.SetReadDeadline(time.Time{})
 	if n, _, err := b.ReadFrom(make([]byte, 8)); err != nil || n != 1 {
 		t.Fatalf("after clearing the deadline: %d, %v", n, err)
 	}
