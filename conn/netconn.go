@@ -54,7 +54,7 @@ const netWriteMax = 64 << 10
 type NetConn struct {
 	c           *Conn
 	mu          sync.Mutex
-	writeMu     sync.Mutex   // held through a whole Write or ReadFrom, so concurrent ones do not interleave
+	writeMu     sync.Mutex   // held through a whole Write (and a ReadFrom's chunk), so concurrent ones do not interleave
 	waiters     atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
 	paused      bool         // receiving paused because received is full; under mu
 	closed      bool         // Close was called; under mu
@@ -329,9 +329,6 @@ func (nc *NetConn) Write(p []byte) (int, error) {
 // outbound chunks until EOF, sparing io.Copy its buffer and one copy, and
 // waits while the connection is unwritable as Write does.
 func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
-	if nc.lockWrites() {
-		defer nc.writeMu.Unlock()
-	}
 	var total int64
 	for {
 		if err := nc.awaitWritable(); err != nil {
@@ -341,7 +338,15 @@ func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
 		n, rerr := r.Read(t.buf)
 		if n > 0 {
 			t.w = n
-			if err := nc.c.outbound().queueChunks([]*chunk{t}, n); err != nil {
+			// Each chunk goes in as one Write would (package net's
+			// generic ReadFrom writes buffer by buffer too): other
+			// writers may go between chunks, not inside a Write.
+			locked := nc.lockWrites()
+			err := nc.c.outbound().queueChunks([]*chunk{t}, n)
+			if locked {
+				nc.writeMu.Unlock()
+			}
+			if err != nil {
 				return total, err
 			}
 			total += int64(n)

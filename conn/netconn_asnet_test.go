@@ -86,6 +86,7 @@ func TestStreamAsNet(t *testing.T) {
 			t.Run("ReadAfterPassedDeadline", func(t *testing.T) { testReadAfterPassedDeadline(t, impl) })
 			t.Run("ZeroReadAfterEOF", func(t *testing.T) { testZeroReadAfterEOF(t, impl) })
 			t.Run("AcceptWorkerPool", func(t *testing.T) { testAcceptWorkerPool(t, impl) })
+			t.Run("WriteBesideIdleReadFrom", func(t *testing.T) { testWriteBesideIdleReadFrom(t, impl) })
 		})
 	}
 }
@@ -172,6 +173,43 @@ func testZeroReadAfterEOF(t *testing.T, impl asNetImpl) {
 	srv.Close()
 	if _, err := srv.Read(nil); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Read(nil) after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// testWriteBesideIdleReadFrom: a ReadFrom whose source has nothing to give
+// (io.Copy from a pipe nobody writes yet) does not hold up a Write on the
+// same connection; what the source gives later follows it.
+func testWriteBesideIdleReadFrom(t *testing.T, impl asNetImpl) {
+	srv, cli := impl.pipe(t)
+	pr, pw := io.Pipe()
+	copied := make(chan error, 1)
+	go func() {
+		_, err := srv.(io.ReaderFrom).ReadFrom(pr)
+		copied <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // ReadFrom waits on the pipe
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := srv.Write([]byte("ping"))
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Write waited for a ReadFrom whose source is idle")
+	}
+	pw.Write([]byte("pong"))
+	pw.Close()
+	if err := <-copied; err != nil {
+		t.Fatal(err)
+	}
+	cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 8)
+	if _, err := io.ReadFull(cli, got); err != nil || string(got) != "pingpong" {
+		t.Fatalf("peer read %q, %v", got, err)
 	}
 }
 
