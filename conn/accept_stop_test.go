@@ -226,6 +226,13 @@ func asQueued(t *testing.T, g *loop.Group) (*conn.NetListener, net.Conn) {
 	}
 	t.Cleanup(func() { c.Close() })
 	ctWaitFor(t, 5*time.Second, "the connection accepted", func() bool { return ln.Server().Conns() == 1 })
+	// The server counts a connection just before it opens it (and queues
+	// it for Accept) in the same task on its loop: wait for that task to
+	// end, or a shutdown begun in between closes the connection unopened,
+	// neither queued nor dropped.
+	for _, l := range g.Loops() {
+		runOnLoop(t, l)
+	}
 	return ln, c
 }
 
