@@ -304,7 +304,7 @@ func (c *lifecycle) closeLinger() {
 	c.extras.closeErr = nil
 	c.mu.Unlock()
 	if nc, ok := c.h.(*NetConn); ok {
-		nc.lingering() // its Reads and Writes end now, not with the linger
+		nc.end(nil) // its Reads and Writes end now, not with the linger
 	}
 	c.stopTimeouts()
 	if c.flags.has(flagRecvArmed) {

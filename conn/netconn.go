@@ -212,21 +212,16 @@ func (nc *NetConn) OnWritabilityChanged(_ *Conn, writable bool) {
 }
 
 // OnClose implements Handler.
-func (nc *NetConn) OnClose(_ *Conn, err error) {
-	nc.mu.Lock()
-	nc.ended, nc.cause = true, err
-	nc.mu.Unlock()
-	nc.readWakeup.signal()
-	nc.wake(&nc.writeWakeup)
-}
+func (nc *NetConn) OnClose(_ *Conn, err error) { nc.end(err) }
 
-// lingering is told that the connection was closed (by Close, by its
-// server's Close or Shutdown, or by its loop's shutdown) and lingers to
-// send what is queued: Reads and Writes end now, as after OnClose, rather
-// than when the linger does. On the connection's loop.
-func (nc *NetConn) lingering() {
+// end marks the connection ended with cause and wakes every blocked Read
+// and Write. OnClose calls it, and so does a close that lingers to send
+// what is queued (by Close, by the server's Close or Shutdown, or by the
+// loop's shutdown), so that Reads and Writes end then, not when the linger
+// does. On the connection's loop.
+func (nc *NetConn) end(cause error) {
 	nc.mu.Lock()
-	nc.ended = true
+	nc.ended, nc.cause = true, cause
 	nc.mu.Unlock()
 	nc.readWakeup.signal()
 	nc.wake(&nc.writeWakeup)
@@ -279,24 +274,21 @@ func (nc *NetConn) unlockResuming() {
 // It is called with nc.mu held and returns with it held, unless it returns
 // an error: the read deadline passed, or the caller is a loop goroutine.
 func (nc *NetConn) awaitInput() error {
-	// As package net: once the deadline passed, reads fail even with bytes
-	// waiting (a reader stopped that way does not go on consuming them).
-	if !nc.closed && nc.deadlines.passedLocked(dirRead) {
-		nc.mu.Unlock()
-		nc.readWakeup.signal()
-		return nc.c.opError("read", "", os.ErrDeadlineExceeded)
-	}
-	for nc.received.n == 0 && !nc.readEnded() && !nc.closed {
-		if nc.deadlines.passed[dirRead] {
+	for {
+		// As package net: once the deadline passed, reads fail even with
+		// bytes waiting (a reader stopped that way consumes no more).
+		if !nc.closed && nc.deadlines.passedLocked(dirRead) {
 			nc.mu.Unlock()
 			nc.readWakeup.signal() // pass the wakeup on to another reader
 			return nc.c.opError("read", "", os.ErrDeadlineExceeded)
+		}
+		if nc.received.n > 0 || nc.readEnded() || nc.closed {
+			return nil
 		}
 		if err := nc.block(dirRead, "read"); err != nil {
 			return err
 		}
 	}
-	return nil
 }
 
 // Write hands p to the connection, waiting while it is unwritable. It

@@ -255,18 +255,16 @@ func (np *NetPacketConn) read(p []byte) (int, Addr, error) {
 // (noWait) nothing queued.
 func (np *NetPacketConn) waitDgram(noWait bool) error {
 	np.mu.Lock()
-	// As package net: once the deadline passed, reads fail even with
-	// datagrams queued.
-	if !np.closed && np.deadlines.passedLocked(dirRead) {
-		np.mu.Unlock()
-		np.readWakeup.signal()
-		return np.opError("read", os.ErrDeadlineExceeded)
-	}
-	for np.received.n == 0 && !np.closed && np.ended == nil && np.softErr == nil {
-		if np.deadlines.passed[dirRead] {
+	for {
+		// As package net: once the deadline passed, reads fail even with
+		// datagrams queued.
+		if !np.closed && np.deadlines.passedLocked(dirRead) {
 			np.mu.Unlock()
 			np.readWakeup.signal() // pass it on: every blocked reader times out
 			return np.opError("read", os.ErrDeadlineExceeded)
+		}
+		if np.received.n > 0 || np.closed || np.ended != nil || np.softErr != nil {
+			break
 		}
 		np.mu.Unlock()
 		if noWait {

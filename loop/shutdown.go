@@ -304,7 +304,6 @@ func (s *shutdownState) finish() {
 		s.runQueued()
 		s.runHooks()
 	}
-	l.wheel.StopAll()
 	if n := l.tasks.Len() + l.tail.Len(); n > 0 {
 		l.logger.Warn("loop: tasks left unrun at termination", "loop", l.name, "count", n)
 	}
@@ -313,9 +312,9 @@ func (s *shutdownState) finish() {
 	s.release()
 }
 
-// release ends a terminating loop: it closes the backend (the kernel
-// cancels what is still in flight), forgets the loop's thread and publishes
-// the end. No user code runs in it.
+// release ends a terminating loop: it stops its timers, closes the backend
+// (the kernel cancels what is still in flight), forgets the loop's thread
+// and publishes the end. No user code runs in it.
 func (s *shutdownState) release() {
 	l := s.l
 	l.wheel.StopAll()
