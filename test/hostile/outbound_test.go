@@ -273,6 +273,7 @@ func TestOutboundPauseAtScale(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			figures := map[loop.Backend]uint64{}
+			ratio := uint64(2) // io_uring's peak heap against epoll's, at most
 			backends(t, func(t *testing.T, b loop.Backend) {
 				g := newGroup(t, b, 2)
 				p := newOutPeak()
@@ -288,7 +289,9 @@ func TestOutboundPauseAtScale(t *testing.T) {
 					// Before 6.17 (or as if, RINGLOOP=kernel=): no bundles and
 					// no total on a multishot receive, which takes what the
 					// socket holds as the connection pauses (docs/security.md).
+					// The comparison with epoll allows the same factor.
 					per = 2 * perConn
+					ratio = 4
 				}
 				maxHeap, maxRSS := raceScaled(uint64(n*per)+allowance, uint64(n*per)+allowance+64<<20)
 				if heap > maxHeap {
@@ -301,8 +304,8 @@ func TestOutboundPauseAtScale(t *testing.T) {
 			})
 			u, uok := figures[loop.BackendUring]
 			e, eok := figures[loop.BackendEpoll]
-			if uok && eok && u > 2*e+8<<20 {
-				t.Errorf("io_uring's peak heap %s is more than twice epoll's %s", mib(u), mib(e))
+			if uok && eok && u > ratio*e+8<<20 {
+				t.Errorf("io_uring's peak heap %s is more than %d times epoll's %s", mib(u), ratio, mib(e))
 			}
 		})
 	}
