@@ -52,6 +52,7 @@ type Conn struct {
 	outQueue           chunkQueue                   // outbound bytes, appended by Write, consumed by sends; guarded by mu
 	flushQueued        bool                         // a flush tail task is queued on the loop; guarded by mu
 	sendBusy           bool                         // the loop has a send in flight; guarded by mu (outbound.sendDirect)
+	traffic            connTraffic                  // Stats: written by the loop (and a NetConn's direct send), read anywhere
 
 	// Lifecycle, loop goroutine only.
 	state         connState
@@ -71,6 +72,30 @@ type Conn struct {
 	sendRanges          int32     // queued ranges in flight (the first ones of outQueue)
 	outboundCharged     int       // outQueue.n as counted in the loop's outbound total (outbound.chargeOutbound)
 	writabilityReported uint32    // writability transitions reported to the handler
+}
+
+// ConnStats counts a connection's traffic since it opened.
+type ConnStats struct {
+	BytesIn  uint64 // bytes received
+	BytesOut uint64 // bytes the kernel took for sending
+	Reads    uint64 // receives that brought bytes (one receive completion, or one read on the epoll backend, may hold several of the peer's writes)
+	Writes   uint64 // sends the kernel completed (one send may carry several Writes queued together)
+}
+
+// connTraffic is a connection's live ConnStats. The loop goroutine is its
+// main writer; a NetConn Write that sends from its own goroutine
+// (outbound.sendDirect) adds to the out side under Conn.mu while the loop
+// has no send in flight. Atomic adds keep the counters readable from any
+// goroutine without a lock.
+type connTraffic struct {
+	bytesIn, bytesOut, reads, writes atomic.Uint64
+}
+
+// Stats returns the connection's traffic counters. Safe for concurrent use;
+// each counter is exact, the four together are not one instant's.
+func (c *Conn) Stats() ConnStats {
+	t := &c.traffic
+	return ConnStats{BytesIn: t.bytesIn.Load(), BytesOut: t.bytesOut.Load(), Reads: t.reads.Load(), Writes: t.writes.Load()}
 }
 
 // connState is where a connection is in its life. It only moves forward

@@ -54,4 +54,10 @@
 // Both backends (loop.BackendUring and loop.BackendEpoll) run the same op
 // contract, so a connection behaves identically on either. docs/conn.md,
 // docs/netconn.md and docs/udp.md describe the package in full.
+//
+// # Counters
+//
+// Server.Stats, Conn.Stats and PacketConn.Stats count connections, bytes
+// and datagrams from any goroutine; Servers and PacketConns list what is
+// open, which package metrics publishes (docs/operations.md).
 package conn

@@ -4,10 +4,6 @@ import "github.com/ringloop/ringloop/loop"
 
 // Test seams.
 
-// AcceptOutOfResources returns how many accepts of s failed with EMFILE,
-// ENFILE, ENOBUFS or ENOMEM (each one starts a backoff).
-func AcceptOutOfResources(s *Server) int64 { return s.outOfResources.Load() }
-
 // InboundCap returns the capacity of c's inbound buffer (0 when none was
 // ever needed), read on c's loop.
 func InboundCap(c *Conn) int {

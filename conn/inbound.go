@@ -96,6 +96,8 @@ func (c *inbound) Complete(cp *loop.Completion) {
 
 	switch res := cp.Res; {
 	case res > 0:
+		c.traffic.reads.Add(1)
+		c.traffic.bytesIn.Add(uint64(res))
 		c.resetSweepsLeft = 2 // resetsweep_linux.go
 		if x := c.extras; x != nil && (x.readTimeout > 0 || x.idleTimeout > 0) {
 			// Only a timeout reads these (setTimeout starts them

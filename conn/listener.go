@@ -30,8 +30,12 @@ type Server struct {
 	closeOnce      sync.Once
 	shutting       atomic.Bool // Shutdown was called: new conns are closed at once
 	live           atomic.Int64
-	outOfResources atomic.Int64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
-	openListeners  atomic.Int32 // listeners whose socket is not closed yet (listener.closed)
+	accepted       atomic.Uint64 // connections the listening sockets accepted
+	closed         atomic.Uint64 // connections that went through OnClose
+	refused        atomic.Uint64 // accepted connections closed unserved (Shutdown began, or the worker loop refused them)
+	outOfResources atomic.Uint64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
+	acceptErrors   atomic.Uint64 // other failed accepts
+	openListeners  atomic.Int32  // listeners whose socket is not closed yet (listener.closed)
 	mu             sync.Mutex
 }
 
@@ -145,6 +149,7 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 		}
 	}
 	s.openListeners.Store(int32(len(s.listeners)))
+	track(live.servers, s) // before a listener can close: its close untracks
 	for i, ln := range s.listeners {
 		ln.rearmFn = ln.arm
 		if err := ln.l.Execute(ln.open); err != nil {
@@ -166,6 +171,54 @@ func (s *Server) Addr() net.Addr { return s.addr }
 // Conns returns the number of live connections: registered on their loop
 // and not yet through OnClose. Safe for concurrent use.
 func (s *Server) Conns() int { return int(s.live.Load()) }
+
+// ServerStats counts a server's connections.
+type ServerStats struct {
+	Accepted uint64 // connections the listening sockets accepted
+	Active   int    // connections open now (Conns)
+	Closed   uint64 // connections that went through OnClose
+	// Refused counts accepted connections closed without being served:
+	// Shutdown had begun, or the worker loop refused the connection
+	// (its shutdown began).
+	Refused uint64
+	// OutOfResources counts accepts that failed for lack of resources
+	// (EMFILE, ENFILE, ENOBUFS, ENOMEM). Each pauses accepting for 10 ms
+	// to 1 s (doubling while it repeats), while the peers wait in the
+	// kernel's accept queue (Backlog).
+	OutOfResources uint64
+	// AcceptErrors counts the other failed accepts: the peer gave up
+	// before the accept (ECONNABORTED), a transient error, or an
+	// unexpected one (which pauses accepting as OutOfResources does).
+	AcceptErrors uint64
+	// Backlog is the number of connections waiting in the kernel's accept
+	// queues of the server's TCP sockets, read when Stats is called, and
+	// BacklogMax the queues' size (the listen backlog, capped by
+	// net.core.somaxconn). A queue that stays full drops new connections
+	// in the kernel: the system-wide count is ListenOverflows in
+	// /proc/net/netstat. Zero for Unix sockets.
+	Backlog, BacklogMax int
+}
+
+// Stats returns the server's counters. Safe for concurrent use.
+func (s *Server) Stats() ServerStats {
+	st := ServerStats{
+		Accepted:       s.accepted.Load(),
+		Active:         int(s.live.Load()),
+		Closed:         s.closed.Load(),
+		Refused:        s.refused.Load(),
+		OutOfResources: s.outOfResources.Load(),
+		AcceptErrors:   s.acceptErrors.Load(),
+	}
+	if s.network == "tcp" {
+		for _, ln := range s.listeners {
+			if q, max, ok := ln.backlog(); ok {
+				st.Backlog += q
+				st.BacklogMax += max
+			}
+		}
+	}
+	return st
+}
 
 // Close stops accepting and closes the listening sockets (removing a Unix
 // socket's path); live connections stay open. It waits for the listeners'
@@ -288,8 +341,10 @@ func (s *Server) remove(c *Conn) {
 	if c.flags.has(flagCounted) {
 		c.flags.clear(flagCounted)
 		s.live.Add(-1)
+		s.closed.Add(1)
 	}
 	s.mu.Unlock()
+	s.maybeUntrack()
 }
 
 // listener is one listening socket and the accept op on its loop. Fields
@@ -374,6 +429,7 @@ func (ln *listener) Complete(cp *loop.Completion) {
 	}
 	if res >= 0 {
 		ln.backoff = 0
+		ln.srv.accepted.Add(1)
 		ln.srv.handoff(ln, int(res))
 	} else {
 		switch errnoOf(res) {
@@ -392,9 +448,13 @@ func (ln *listener) Complete(cp *loop.Completion) {
 				ln.closeFdOnce()
 				return
 			}
-		case unix.ECONNABORTED, unix.EINTR, unix.EAGAIN, unix.EPROTO, unix.EPERM:
+		case unix.EINTR, unix.EAGAIN:
+			// Nothing accepted, nothing wrong: accept the next one.
+		case unix.ECONNABORTED, unix.EPROTO, unix.EPERM:
 			// The peer gave up, or a transient condition: accept the next one.
+			ln.srv.acceptErrors.Add(1)
 		default:
+			ln.srv.acceptErrors.Add(1)
 			ln.backOffNext = true
 		}
 	}
@@ -472,6 +532,7 @@ func (ln *listener) closed() {
 	close(ln.done)
 	if ln.srv.openListeners.Add(-1) == 0 {
 		ln.srv.stoppedAccepting()
+		ln.srv.maybeUntrack()
 	}
 }
 
@@ -497,6 +558,7 @@ func (s *Server) handoff(ln *listener, fd int) {
 		// Refused, and register did not run meanwhile (a loop whose
 		// start failed refuses a task and still runs it as it
 		// terminates: whoever claims the fd first closes it).
+		s.refused.Add(1)
 		unix.Close(fd)
 	}
 }
@@ -508,6 +570,7 @@ func (c *lifecycle) register() {
 		return // the hand-off found the task refused and closed the fd
 	}
 	if !c.srv.add(c.conn()) {
+		c.srv.refused.Add(1)
 		unix.Close(int(c.fd))
 		c.state = stateClosed
 		return

@@ -202,7 +202,7 @@ func TestAcceptEMFILE(t *testing.T) {
 		before := g.Stats().Total.Turns
 		time.Sleep(300 * time.Millisecond)
 		turns := g.Stats().Total.Turns - before
-		emfile := conn.AcceptOutOfResources(s)
+		emfile := s.Stats().OutOfResources
 		held := s.Conns()
 		restore()
 		t.Logf("under the limit: %d conns, %d accepts failed with EMFILE, %d loop turns in 300ms", held, emfile, turns)

@@ -136,6 +136,8 @@ func (c *outbound) sendDirect(p []byte) (int, error) {
 	sent := 0
 	if n, err := sock.SendNow(int(c.fd), p, unix.MSG_NOSIGNAL); err == nil {
 		sent = n
+		c.traffic.writes.Add(1)
+		c.traffic.bytesOut.Add(uint64(n))
 	}
 	if sent == len(p) {
 		c.mu.Unlock()
@@ -391,6 +393,8 @@ func (c *outbound) Complete(cp *loop.Completion) {
 		c.lifecycle().closeWithReset(c.conn().resultError("write", "send", res))
 		return
 	}
+	c.traffic.writes.Add(1)
+	c.traffic.bytesOut.Add(uint64(res))
 	if c.extras != nil && c.extras.idleTimeout > 0 {
 		c.extras.lastIO = c.l.Now()
 	}

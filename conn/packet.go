@@ -160,12 +160,17 @@ func (a Addr) NetAddr() net.Addr {
 
 // PacketStats counts a datagram socket's traffic.
 type PacketStats struct {
-	Received    uint64 // datagrams delivered to OnPacket
-	Sent        uint64 // datagrams the kernel took
-	Truncated   uint64 // datagrams too long for the loop's buffers, not delivered
-	ReadErrors  uint64 // receive errors that did not close the socket (ICMP errors on a connected socket)
-	WriteErrors uint64 // datagrams the kernel refused (EMSGSIZE, ENOBUFS, an ICMP error, …), and those dropped at close (see Close)
-	QueueFull   uint64 // writes refused with ErrQueueFull
+	Received      uint64 // datagrams delivered to OnPacket
+	Sent          uint64 // sends the kernel took: datagrams, or GSO batches of them (a batch of segments counts once)
+	BytesReceived uint64 // payload bytes of the datagrams counted in Received
+	BytesSent     uint64 // payload bytes of the sends counted in Sent
+	Truncated     uint64 // datagrams too long for the loop's buffers, not delivered
+	ReadErrors    uint64 // receive errors that did not close the socket (ICMP errors on a connected socket)
+	WriteErrors   uint64 // datagrams the kernel refused (EMSGSIZE, ENOBUFS, an ICMP error, …), and those dropped at close (see Close)
+	QueueFull     uint64 // writes refused with ErrQueueFull
+	// Dropped counts the datagrams a NetPacketConn over the socket
+	// dropped (NetPacketConn.Dropped); 0 under a handler of your own.
+	Dropped uint64
 	// KernelDrops counts the datagrams the kernel dropped before the
 	// socket could receive them (its receive buffer was full: raise it
 	// with WithReadBuffer), read from the socket when Stats is called.
@@ -243,6 +248,7 @@ type PacketConn struct {
 	retryFn     func()        // pc.retryStalled, made once
 
 	received, sent, truncated, readErrs, writeErrs, queueFull atomic.Uint64
+	bytesReceived, bytesSent                                  atomic.Uint64
 	drops                                                     atomic.Uint64 // the kernel's count when the fd closed
 	fdGone                                                    bool          // under mu: the fd is closed, or will be by the last of fdRefs
 	fdRefs                                                    int           // under mu: control calls running on the fd
@@ -357,7 +363,9 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 		pc.closeFd()
 		return fail(fmt.Errorf("%w: the loop's provided buffers hold no datagram (loop.WithBufferRing)", ErrInvalidOption))
 	}
+	track(live.packets, pc) // before it can close: its close untracks
 	if err := pc.l.Execute(pc.open); err != nil {
+		untrack(live.packets, pc)
 		pc.closeFd() // no task ran: the loop has not seen the fd
 		return fail(err)
 	}
@@ -397,9 +405,13 @@ func (pc *PacketConn) Done() <-chan struct{} { return pc.done }
 
 // Stats returns the socket's counters.
 func (pc *PacketConn) Stats() PacketStats {
-	st := PacketStats{Received: pc.received.Load(), Sent: pc.sent.Load(), Truncated: pc.truncated.Load(),
+	st := PacketStats{Received: pc.received.Load(), Sent: pc.sent.Load(),
+		BytesReceived: pc.bytesReceived.Load(), BytesSent: pc.bytesSent.Load(), Truncated: pc.truncated.Load(),
 		ReadErrors: pc.readErrs.Load(), WriteErrors: pc.writeErrs.Load(), QueueFull: pc.queueFull.Load(),
 		KernelDrops: pc.drops.Load()}
+	if np, ok := pc.h.(*NetPacketConn); ok {
+		st.Dropped = np.Dropped()
+	}
 	pc.mu.Lock()
 	if !pc.fdGone {
 		if d, err := sock.SocketDrops(pc.fd); err == nil {
@@ -540,6 +552,7 @@ func (r *packetRecv) Complete(c *loop.Completion) {
 		pc.report(&DatagramError{Op: "read", Addr: pc.source(c.Name), Len: int(c.Res), Err: ErrTruncated})
 	case c.Res >= 0:
 		pc.received.Add(1)
+		pc.bytesReceived.Add(uint64(c.Res))
 		pc.deliver(c.Data, pc.source(c.Name), c.Control, c.MsgFlags&unix.MSG_CTRUNC != 0)
 	case pc.closing:
 		// The receive ends as the socket closes.
@@ -833,6 +846,7 @@ func (pc *PacketConn) sendDirect(b, ctl []byte, to Addr) (took, refusedEIO bool)
 		return false, false
 	case err == nil && n == len(b):
 		pc.sent.Add(1)
+		pc.bytesSent.Add(uint64(n))
 	default:
 		pc.writeErrs.Add(1)
 		return true, err == unix.EIO
@@ -1015,6 +1029,7 @@ func (s *dgramSend) Complete(c *loop.Completion) {
 		pc.report(&DatagramError{Op: "write", Addr: d.toValid, Len: len(d.buf), Err: loop.ErrGivenUp})
 	case c.Res >= 0 && int(c.Res) == len(d.buf):
 		pc.sent.Add(1)
+		pc.bytesSent.Add(uint64(c.Res))
 		pc.waited, pc.retryDelay = false, 0
 	case c.Res >= 0:
 		// A datagram goes whole or not at all: a shorter send (an empty
@@ -1248,6 +1263,7 @@ func (pc *PacketConn) maybeFinish() {
 			pc.closeHandler.OnPacketClose(pc, pc.closeErr)
 		}()
 	}
+	untrack(live.packets, pc)
 	close(pc.done)
 }
 

@@ -206,3 +206,23 @@ func recvControlRoom(fd, family int) int {
 func isUDPSegment(level, typ int32) bool {
 	return level == unix.IPPROTO_UDP && typ == unix.UDP_SEGMENT
 }
+
+// backlog reads the kernel's accept queue of a TCP listening socket: the
+// connections waiting in it and its size (TCP_INFO reports them for a
+// listening socket in tcpi_unacked and tcpi_sacked). ok is false once the
+// socket is closed; a read that raced the close is discarded, since the
+// fd's number may have been reused meanwhile. Safe for concurrent use.
+func (ln *listener) backlog() (queued, size int, ok bool) {
+	if ln.fdClosed.Load() {
+		return 0, 0, false
+	}
+	info, err := unix.GetsockoptTCPInfo(ln.fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil || ln.fdClosed.Load() || info.State != tcpListen {
+		return 0, 0, false
+	}
+	return int(info.Unacked), int(info.Sacked), true
+}
+
+// tcpListen is TCP_LISTEN, the state TCP_INFO reports for a listening
+// socket.
+const tcpListen = 10

@@ -34,3 +34,6 @@ func packetSocket(int, unix.Sockaddr, bool, bool, *config) (int, error) {
 func recvControlRoom(int, int) int { return 0 }
 
 func isUDPSegment(int32, int32) bool { return false }
+
+// backlog is not read outside Linux.
+func (ln *listener) backlog() (queued, size int, ok bool) { return 0, 0, false }

@@ -90,6 +90,7 @@ func NewGroup(opts ...Option) (*Group, error) {
 	}
 	g.live.Store(int64(len(g.loops)))
 	g.chooser = newChooser(len(g.loops))
+	trackGroup(g)
 	return g, nil
 }
 
@@ -145,6 +146,7 @@ func uringUnusable(err error) bool {
 // loopTerminated is called once per loop; the last one closes done.
 func (g *Group) loopTerminated() {
 	if g.live.Add(-1) == 0 {
+		untrackGroup(g)
 		close(g.done)
 	}
 }

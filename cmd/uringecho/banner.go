@@ -40,6 +40,9 @@ func printBanner(w io.Writer, cfg config, addr net.Addr, g *loop.Group) {
 		kernel = "profile " + f.Kernel + " (RINGLOOP=kernel=): " + kernel
 	}
 	fmt.Fprintf(w, "  kernel:   %s\n", kernel)
+	if cfg.debugURL != "" {
+		fmt.Fprintf(w, "  debug:    %s/debug/pprof/ %s/debug/vars %s/metrics\n", cfg.debugURL, cfg.debugURL, cfg.debugURL)
+	}
 	fmt.Fprintf(w, "  stop with Ctrl-C (SIGINT) or SIGTERM\n")
 }
 

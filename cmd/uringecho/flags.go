@@ -19,6 +19,8 @@ type config struct {
 	ioRatio   int
 	reusePort bool
 	stats     time.Duration
+	debugAddr string
+	debugURL  string // the debug server's base URL, once it listens
 }
 
 const description = `uringecho is an echo server running on ringloop event loops: each loop is a
@@ -44,6 +46,7 @@ func parseFlags(args []string) config {
 	fs.IntVar(&cfg.ioRatio, "ioratio", loop.DefaultIORatio, "`percent` of loop time given to I/O versus tasks, 1..100 (100: run every task each turn)")
 	fs.BoolVar(&cfg.reusePort, "reuseport", false, "one SO_REUSEPORT listener per loop instead of one acceptor handing connections out")
 	fs.DurationVar(&cfg.stats, "stats", 0, "print connection and loop counters every `interval` (e.g. 1s); 0 disables")
+	fs.StringVar(&cfg.debugAddr, "debug-addr", "", "serve /debug/pprof/, /debug/vars and /metrics (Prometheus) on this `address` (e.g. 127.0.0.1:6060); empty disables")
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, "Usage: uringecho [flags]\n\n%s\n\nFlags:\n", description)

@@ -35,6 +35,15 @@ func main() {
 	if err != nil {
 		fatalf("loops: %v", err)
 	}
+	if cfg.debugAddr != "" {
+		ln, url, err := serveDebug(cfg.debugAddr)
+		if err != nil {
+			g.Shutdown(context.Background())
+			fatalf("debug: %v", err)
+		}
+		defer ln.Close()
+		cfg.debugURL = url
+	}
 	if cfg.network == "udp" {
 		serveUDP(cfg, g)
 		return

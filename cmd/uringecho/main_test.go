@@ -3,11 +3,13 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,5 +409,67 @@ func TestBadFlags(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 			t.Errorf("uringecho %v: %v, want exit status 2", args, err)
 		}
+	}
+}
+
+// TestDebugAddr runs -debug-addr on each backend: the banner prints the
+// URLs, and after some echo traffic /metrics and /debug/vars carry the
+// server's counters, /debug/pprof/ answers, and SIGINT still ends the
+// process within its budget.
+func TestDebugAddr(t *testing.T) {
+	bin := build(t)
+	for _, backend := range []string{"uring", "epoll"} {
+		t.Run("backend="+backend, func(t *testing.T) {
+			if backend == "uring" {
+				testutil.SkipIfNoUring(t)
+			}
+			s := start(t, ".", bin, "-addr", "127.0.0.1:0", "-backend", backend, "-loops", "2", "-debug-addr", "127.0.0.1:0")
+			line := s.expectLine(t, regexp.MustCompile(`^  debug:    http://\S+/debug/pprof/ `), 5*time.Second)
+			base := strings.TrimSuffix(strings.Fields(line)[1], "/debug/pprof/")
+			echoGo(t, s.addr)
+			get := func(path string) string {
+				t.Helper()
+				resp, err := http.Get(base + path)
+				if err != nil {
+					t.Fatalf("GET %s: %v", path, err)
+				}
+				defer resp.Body.Close()
+				body, err := io.ReadAll(resp.Body)
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("GET %s: %s, %v", path, resp.Status, err)
+				}
+				return string(body)
+			}
+			accepted := regexp.MustCompile(`(?m)^ringloop_server_accepted_total\{group="uringecho-\d+",network="tcp",addr="` + regexp.QuoteMeta(s.addr) + `"\} ([1-9]\d*)$`)
+			m := get("/metrics")
+			if !accepted.MatchString(m) {
+				t.Errorf("/metrics lacks the server's accepted count:\n%s", m)
+			}
+			if !strings.Contains(m, `ringloop_loop_turns_total{group="uringecho-`) {
+				t.Errorf("/metrics lacks the loops' turns")
+			}
+			var vars struct {
+				Ringloop struct {
+					Groups []struct {
+						Backend string
+						Servers []struct {
+							Addr     string
+							Accepted uint64
+						}
+					}
+				} `json:"ringloop"`
+			}
+			if err := json.Unmarshal([]byte(get("/debug/vars")), &vars); err != nil {
+				t.Fatalf("/debug/vars: %v", err)
+			}
+			if g := vars.Ringloop.Groups; len(g) != 1 || g[0].Backend != backend || len(g[0].Servers) != 1 ||
+				g[0].Servers[0].Addr != s.addr || g[0].Servers[0].Accepted == 0 {
+				t.Errorf("/debug/vars ringloop = %+v", vars.Ringloop)
+			}
+			if p := get("/debug/pprof/"); !strings.Contains(p, "goroutine") {
+				t.Errorf("/debug/pprof/ does not list profiles")
+			}
+			s.interrupt(t, true)
+		})
 	}
 }
