@@ -58,6 +58,7 @@ type Loop struct {
 	lastTaskRun      int64         // clock instant tasks or hooks last ran
 	lastYield        int64         // clock instant the loop goroutine last yielded its P (yield.go)
 	timersLeftBehind bool          // the last move of due timers found the task queue full
+	dueNow           int64         // the instant moveDueTimers advances the wheel to
 	runTaskFn        func(sched.Task)
 	moveDueTimerFn   func(*sched.Timer) bool
 }
@@ -77,6 +78,8 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 		tail:     sched.NewQueue(0),
 		done:     make(chan struct{}),
 	}
+	// The task queue stamps each batch for the QueueDelay histogram.
+	l.tasks.SetClock(c.clock)
 	w, err := sched.NewWheel(sched.WheelConfig{Tick: c.tick, Clock: c.clock, Owner: (*futureOwner)(l)})
 	if err != nil {
 		return nil, err

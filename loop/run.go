@@ -153,15 +153,19 @@ func (l *Loop) turn() {
 	}
 	now := l.clock.Now()
 	var ioTime int64
+	busySince := now // the turn's busy time starts with dispatch, else here
 	if l.io.delivering {
 		ioTime = max(now-l.io.deliveringSince, 0)
 		l.stats.ioNanos.Add(uint64(ioTime))
+		l.stats.ioTime.observe(ioTime)
+		busySince = l.io.deliveringSince
 	}
 	if res.woken {
 		l.stats.wakeups.Add(1)
 	}
 	l.stall.observe(timeout, res, err, now)
-	l.runTasks(now, ioTime)
+	end := l.runTasks(now, ioTime)
+	l.stats.turnTime.observe(end - busySince)
 	l.stats.opsInFlight.Store(int64(l.io.ops.inFlight))
 	l.maybeYield(now)
 }
@@ -172,8 +176,10 @@ func (l *Loop) turn() {
 const maxRefillPasses = 1024
 
 // runTasks is the task phase of a turn (Netty's runAllTasks(timeout), and
-// runAllTasks() at ioRatio 100), followed by the tail tasks.
-func (l *Loop) runTasks(now, ioTime int64) {
+// runAllTasks() at ioRatio 100), followed by the tail tasks. It returns the
+// clock reading it ends with (the turn's one read after its task phase,
+// which the histograms share).
+func (l *Loop) runTasks(now, ioTime int64) (end int64) {
 	start := now
 	ran := 0
 	l.moveDueTimers(now)
@@ -211,12 +217,37 @@ func (l *Loop) runTasks(now, ioTime int64) {
 	if l.io.parked.len() > 0 {
 		l.io.parked.resubmit()
 	}
+	end = l.clock.Now()
 	if ran > 0 {
-		end := l.clock.Now()
+		busy := max(end-start, 0)
 		l.stats.tasks.Add(uint64(ran))
-		l.stats.taskNanos.Add(uint64(max(end-start, 0)))
+		l.stats.taskNanos.Add(uint64(busy))
+		l.stats.taskTime.observe(busy)
 		l.lastTaskRun = end
 	}
+	if n, first, second := l.tasks.BatchesTaken(); n > 0 {
+		l.stats.queueDelay.observe(queueWait(start, end, n, first, second))
+	}
+	return end
+}
+
+// queueWait is the QueueDelay sample of a task phase that ran from start
+// to end and took n batches from the task queue, the first two queued at
+// first and second: the longest any of their tasks waited, as far as the
+// phase's two clock readings tell. A batch queued before the phase began
+// was taken at its start (unless tasks left from an earlier turn ran
+// first); one queued while it ran (every batch after the first is) was
+// taken before its end, an upper bound. Within each kind the earliest
+// queued waited longest.
+func queueWait(start, end int64, n int, first, second int64) int64 {
+	wait := end - first
+	if first <= start {
+		wait = start - first
+	}
+	if n > 1 {
+		wait = max(wait, end-second)
+	}
+	return max(wait, 0)
 }
 
 // runTail runs the tail tasks queued before it started, once each.
@@ -246,13 +277,15 @@ func (l *Loop) runTask(t sched.Task) {
 // (Netty's fetchFromScheduledTaskQueue).
 func (l *Loop) moveDueTimers(now int64) {
 	l.timersLeftBehind = false
+	l.dueNow = now
 	l.wheel.Advance(now, l.moveDueTimerFn)
 }
 
 // moveDueTimer queues due timer t; false (the queue is full) stops the
-// move.
+// move. The push is stamped with the instant the wheel advanced to, so the
+// queue reads no clock for it.
 func (l *Loop) moveDueTimer(t *sched.Timer) bool {
-	if l.tasks.Push(t) != nil {
+	if l.tasks.PushAt(t, l.dueNow) != nil {
 		l.timersLeftBehind = true
 		return false
 	}

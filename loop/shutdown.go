@@ -242,6 +242,7 @@ func (s *shutdownState) runQueued() int {
 	if ran > 0 {
 		l.stats.tasks.Add(uint64(ran))
 	}
+	l.tasks.BatchesTaken() // outside a task phase: not a QueueDelay sample
 	return ran
 }
 
