@@ -70,6 +70,13 @@
 // They add no clock read per task or completion (docs/loop.md, "Latency
 // histograms").
 //
+// A blocked-loop detector, one goroutine per group, logs a loop that
+// stays in one turn longer than [WithBlockedThreshold] (200 ms by
+// default): "loop: blocked" at Warn, with what the loop runs
+// ([Loop.Running]) and the loop goroutine's stack, then "loop: unblocked"
+// when it moves on; [Stats] counts the episodes (docs/loop.md, "Blocked
+// loops").
+//
 // # Backends
 //
 // [BackendAuto] (the default) uses io_uring from Linux 6.1, where it is

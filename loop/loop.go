@@ -47,7 +47,9 @@ type Loop struct {
 	tail       *sched.Queue // tasks run once at the end of a turn
 	wheel      *sched.Wheel // owned by the loop goroutine; NewTimer is concurrent-safe
 	done       chan struct{}
-	handOff    atomic.Bool // the next wait gives the P back first (HandOffNextWait)
+	handOff    atomic.Bool            // the next wait gives the P back first (HandOffNextWait)
+	what       atomic.Pointer[string] // what the loop runs, for the blocked-loop detector (Running)
+	goid       atomic.Uint64          // the loop goroutine's id, for the detector's stack dump
 
 	localsMu sync.Mutex
 	locals   atomic.Pointer[[]any] // Local values, by Local.idx (local.go); copied on write under localsMu
@@ -60,6 +62,7 @@ type Loop struct {
 	timersLeftBehind bool          // the last move of due timers found the task queue full
 	dueNow           int64         // the instant moveDueTimers advances the wheel to
 	runTaskFn        func(sched.Task)
+	runTailFn        func(sched.Task)
 	moveDueTimerFn   func(*sched.Timer) bool
 }
 
@@ -94,6 +97,7 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 	l.waker.nextWakeup.Store(awake)
 	l.ioRatio.Store(int32(c.ioRatio))
 	l.runTaskFn = l.runTask
+	l.runTailFn = l.runTailTask
 	l.moveDueTimerFn = l.moveDueTimer
 	return l, nil
 }

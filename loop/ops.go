@@ -328,5 +328,6 @@ func (io *IO) deliverCompletion(c Completer) {
 			io.l.logger.Error("loop: completion callback panicked", "loop", io.l.name, "panic", r)
 		}
 	}()
+	io.l.Running(&whatCompletion)
 	c.Complete(&io.current)
 }

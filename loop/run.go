@@ -34,6 +34,8 @@ func (l *Loop) main(errc chan<- error) {
 	// goroutine returns still locked the runtime ends the thread with it.
 	runtime.LockOSThread()
 	l.thread.enter()
+	l.goid.Store(goroutineID())
+	l.group.startWatchdog()
 	busyLoops.Add(1)
 	defer busyLoops.Add(-1)
 	if l.cfg.sharedThread {
@@ -121,6 +123,7 @@ func (l *Loop) safeTurn() {
 // and the tail tasks queued so far.
 func (l *Loop) turn() {
 	l.stats.turns.Add(1)
+	l.Running(&whatLoop)
 	if faultsEnabled && faultRebuild() {
 		l.io.rebuild("injected fault")
 	}
@@ -256,12 +259,33 @@ func (l *Loop) runTail() int {
 	if n == 0 {
 		return 0
 	}
-	return l.tail.Drain(n, l.runTaskFn)
+	return l.tail.Drain(n, l.runTailFn)
 }
 
 // runTask runs one task under recover: a panic is logged with its stack and
-// counted, and the loop carries on with the next task.
+// counted, and the loop carries on with the next task. What it runs (a
+// task, a due timer, a shutdown hook) is recorded for the blocked-loop
+// detector first.
 func (l *Loop) runTask(t sched.Task) {
+	switch t.(type) {
+	case *sched.Timer:
+		l.Running(&whatTimer)
+	case hookTask:
+		l.Running(&whatHook)
+	default:
+		l.Running(&whatTask)
+	}
+	l.runRecorded(t)
+}
+
+// runTailTask runs one tail task as runTask does.
+func (l *Loop) runTailTask(t sched.Task) {
+	l.Running(&whatTailTask)
+	l.runRecorded(t)
+}
+
+// runRecorded runs t under recover, its description already recorded.
+func (l *Loop) runRecorded(t sched.Task) {
 	if err := sched.Run(t); err != nil {
 		l.stats.panics.Add(1)
 		if pe, ok := err.(*sched.PanicError); ok {

@@ -74,6 +74,13 @@ type Stats struct {
 	// buffers (receive bundles, Linux 6.10).
 	RecvBundles uint64
 
+	// BlockedEpisodes counts the times the blocked-loop detector
+	// (WithBlockedThreshold) found the loop in one turn, outside its
+	// wait, for longer than the threshold: each is logged once at Warn,
+	// "loop: blocked", with the goroutine's stack, and again as
+	// "loop: unblocked" when the loop moves on.
+	BlockedEpisodes uint64
+
 	// Latency histograms (docs/loop.md, "Latency histograms"), timed with
 	// the loop's clock from the readings a turn makes anyway (one more
 	// per turn at most, none per task or completion).
@@ -113,7 +120,8 @@ type GroupStats struct {
 
 // counters are a loop's live statistics. The loop goroutine updates most of
 // them (single writer); WakeWrites and Rejected are also written by other
-// goroutines. Every field is atomic so Stats can read them from anywhere.
+// goroutines, and blocked by the group's watchdog. Every field is atomic
+// so Stats can read them from anywhere.
 type counters struct {
 	turns, tasks, panics, rejected       atomic.Uint64
 	sleeps, wakeWrites, wakeups          atomic.Uint64
@@ -122,7 +130,7 @@ type counters struct {
 	rebuilds, rebuildFailures, migrated  atomic.Uint64
 	ioNanos, taskNanos, orphaned         atomic.Uint64
 	quarantined, quarantinedBytes        atomic.Uint64
-	parked                               atomic.Uint64
+	parked, blocked                      atomic.Uint64
 	opsInFlight                          atomic.Int64
 
 	turnTime, ioTime, taskTime, queueDelay histogram
@@ -156,6 +164,7 @@ func (c *counters) snapshot(s *Stats) {
 	s.Quarantined = c.quarantined.Load()
 	s.QuarantinedBytes = c.quarantinedBytes.Load()
 	s.ProcessQuarantinedBytes = quarantinedBytes()
+	s.BlockedEpisodes = c.blocked.Load()
 	c.turnTime.snapshot(&s.TurnTime)
 	c.ioTime.snapshot(&s.IOTime)
 	c.taskTime.snapshot(&s.TaskTime)
