@@ -77,6 +77,10 @@
 // when it moves on; [Stats] counts the episodes (docs/loop.md, "Blocked
 // loops").
 //
+// While a runtime/trace is taken, each turn is a region "ringloop.turn"
+// with sub-regions "wait", "io" and "tasks", in a trace task named after
+// the loop, for go tool trace (docs/loop.md, "Execution traces").
+//
 // # Backends
 //
 // [BackendAuto] (the default) uses io_uring from Linux 6.1, where it is

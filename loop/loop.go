@@ -57,6 +57,7 @@ type Loop struct {
 	// Loop goroutine only.
 	io               IO            // the op API and the ops' machinery (ops.go)
 	stall            stallDetector // the stalled-ring detector (stall.go)
+	tr               loopTrace     // runtime/trace regions of the turn (tracing.go)
 	lastTaskRun      int64         // clock instant tasks or hooks last ran
 	lastYield        int64         // clock instant the loop goroutine last yielded its P (yield.go)
 	timersLeftBehind bool          // the last move of due timers found the task queue full

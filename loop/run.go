@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"time"
 
@@ -85,6 +86,7 @@ func (l *Loop) body(errc chan<- error) {
 	exiting := true
 	defer func() {
 		if exiting {
+			l.tr.end()
 			l.stats.panics.Add(1)
 			l.logger.Error("loop: runtime.Goexit called on the loop goroutine (by a task or callback); the loop terminates",
 				"loop", l.name, "stack", string(debug.Stack()))
@@ -107,6 +109,7 @@ func (l *Loop) body(errc chan<- error) {
 func (l *Loop) safeTurn() {
 	defer func() {
 		if r := recover(); r != nil {
+			l.tr.end()
 			l.stats.panics.Add(1)
 			l.logger.Error("loop: unexpected panic in the run cycle", "loop", l.name, "panic", r)
 			time.Sleep(time.Millisecond) // do not spin on a persistent failure
@@ -120,9 +123,13 @@ func (l *Loop) safeTurn() {
 // deadline, published through nextWakeup), dispatch up to
 // maxCompletionsPerPoll completions timed as ioTime, feed the stalled-ring
 // detector, then run due timers and tasks for ioTime*(100-ioRatio)/ioRatio
-// and the tail tasks queued so far.
+// and the tail tasks queued so far. While a runtime/trace is taken, the turn
+// and its phases are trace regions (tracing.go).
 func (l *Loop) turn() {
 	l.stats.turns.Add(1)
+	if tracing := trace.IsEnabled(); tracing || l.tr.task != nil {
+		l.tr.begin(l.name, tracing)
+	}
 	l.Running(&whatLoop)
 	if faultsEnabled && faultRebuild() {
 		l.io.rebuild("injected fault")
@@ -150,9 +157,15 @@ func (l *Loop) turn() {
 	}
 	l.io.delivering = false
 	l.drv.setHandOff(l.handOff.Load() && l.handOff.Swap(false))
+	if l.tr.on {
+		l.tr.wait()
+	}
 	res, err := l.drv.poll(timeout, maxCompletionsPerPoll, &l.io)
 	if sleeping {
 		l.waker.nextWakeup.Store(awake)
+	}
+	if l.tr.on {
+		l.tr.endPhase() // wait, or io once a completion was delivered
 	}
 	now := l.clock.Now()
 	var ioTime int64
@@ -167,10 +180,19 @@ func (l *Loop) turn() {
 		l.stats.wakeups.Add(1)
 	}
 	l.stall.observe(timeout, res, err, now)
+	if l.tr.on {
+		l.tr.tasks()
+	}
 	end := l.runTasks(now, ioTime)
+	if l.tr.on {
+		l.tr.endPhase()
+	}
 	l.stats.turnTime.observe(end - busySince)
 	l.stats.opsInFlight.Store(int64(l.io.ops.inFlight))
 	l.maybeYield(now)
+	if l.tr.on {
+		l.tr.end()
+	}
 }
 
 // maxRefillPasses bounds how often one task phase at ioRatio 100 moves due
