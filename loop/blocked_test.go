@@ -51,13 +51,14 @@ func (h *recordLog) records(msg string) []map[string]slog.Value {
 }
 
 // watchdogs counts the goroutines running a group's blocked-loop
-// watchdog.
+// watchdog, by the line naming their creator (a goroutine that has not run
+// yet shows only a wrapper frame).
 func watchdogs() int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte("loop.(*Group).watchBlocked("))
+			return bytes.Count(buf[:n], []byte("created by github.com/ringloop/ringloop/loop.(*Group).startWatchdog"))
 		}
 		buf = make([]byte, 2*len(buf))
 	}
