@@ -61,6 +61,26 @@
 // wakes a waiting loop with at most one eventfd write per wait. See
 // docs/loop.md for the full protocol and the stalled-ring detector.
 //
+// # Observing a loop
+//
+// [Loop.Stats] and [Group.Stats] report counters and, as [Histogram]s
+// with fixed power-of-two buckets, the latency of each turn (TurnTime),
+// of its completion dispatch (IOTime) and task phase (TaskTime), and the
+// time tasks wait in the queue before the loop takes them (QueueDelay).
+// They add no clock read per task or completion (docs/loop.md, "Latency
+// histograms").
+//
+// A blocked-loop detector, one goroutine per group, logs a loop that
+// stays in one turn longer than [WithBlockedThreshold] (200 ms by
+// default): "loop: blocked" at Warn, with what the loop runs
+// ([Loop.Running]) and the loop goroutine's stack, then "loop: unblocked"
+// when it moves on; [Stats] counts the episodes (docs/loop.md, "Blocked
+// loops").
+//
+// While a runtime/trace is taken, each turn is a region "ringloop.turn"
+// with sub-regions "wait", "io" and "tasks", in a trace task named after
+// the loop, for go tool trace (docs/loop.md, "Execution traces").
+//
 // # Backends
 //
 // [BackendAuto] (the default) uses io_uring from Linux 6.1, where it is

@@ -24,6 +24,8 @@ type Group struct {
 	chooser *chooser
 	live    atomic.Int64 // loops not yet terminated
 	done    chan struct{}
+
+	watching atomic.Bool // the blocked-loop watchdog was started (blocked.go)
 }
 
 // groupIDs numbers groups from 1, process-wide (Netty's poolId).

@@ -47,7 +47,9 @@ type Loop struct {
 	tail       *sched.Queue // tasks run once at the end of a turn
 	wheel      *sched.Wheel // owned by the loop goroutine; NewTimer is concurrent-safe
 	done       chan struct{}
-	handOff    atomic.Bool // the next wait gives the P back first (HandOffNextWait)
+	handOff    atomic.Bool            // the next wait gives the P back first (HandOffNextWait)
+	what       atomic.Pointer[string] // what the loop runs, for the blocked-loop detector (Running)
+	goid       atomic.Uint64          // the loop goroutine's id, for the detector's stack dump
 
 	localsMu sync.Mutex
 	locals   atomic.Pointer[[]any] // Local values, by Local.idx (local.go); copied on write under localsMu
@@ -55,10 +57,13 @@ type Loop struct {
 	// Loop goroutine only.
 	io               IO            // the op API and the ops' machinery (ops.go)
 	stall            stallDetector // the stalled-ring detector (stall.go)
+	tr               loopTrace     // runtime/trace regions of the turn (tracing.go)
 	lastTaskRun      int64         // clock instant tasks or hooks last ran
 	lastYield        int64         // clock instant the loop goroutine last yielded its P (yield.go)
 	timersLeftBehind bool          // the last move of due timers found the task queue full
+	dueNow           int64         // the instant moveDueTimers advances the wheel to
 	runTaskFn        func(sched.Task)
+	runTailFn        func(sched.Task)
 	moveDueTimerFn   func(*sched.Timer) bool
 }
 
@@ -77,6 +82,8 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 		tail:     sched.NewQueue(0),
 		done:     make(chan struct{}),
 	}
+	// The task queue stamps each batch for the QueueDelay histogram.
+	l.tasks.SetClock(c.clock)
 	w, err := sched.NewWheel(sched.WheelConfig{Tick: c.tick, Clock: c.clock, Owner: (*futureOwner)(l)})
 	if err != nil {
 		return nil, err
@@ -91,6 +98,7 @@ func newLoop(g *Group, index int, drv driver, fallback string, ops *opTable) (*L
 	l.waker.nextWakeup.Store(awake)
 	l.ioRatio.Store(int32(c.ioRatio))
 	l.runTaskFn = l.runTask
+	l.runTailFn = l.runTailTask
 	l.moveDueTimerFn = l.moveDueTimer
 	return l, nil
 }

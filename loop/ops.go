@@ -282,6 +282,9 @@ func (io *IO) complete(ud uint64, res int32, flags uint32, data []byte) {
 		// Execute or ExecuteAfterTurn (conn's Write from OnData) do not
 		// write the eventfd for a loop that is already running.
 		io.l.waker.nextWakeup.Store(awake)
+		if io.l.tr.waiting {
+			io.l.tr.dispatching() // the trace's wait region ends here, io begins
+		}
 	}
 	o := io.ops.lookup(ud)
 	if o == nil {
@@ -328,5 +331,6 @@ func (io *IO) deliverCompletion(c Completer) {
 			io.l.logger.Error("loop: completion callback panicked", "loop", io.l.name, "panic", r)
 		}
 	}()
+	io.l.Running(&whatCompletion)
 	c.Complete(&io.current)
 }

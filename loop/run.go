@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"time"
 
@@ -34,6 +35,8 @@ func (l *Loop) main(errc chan<- error) {
 	// goroutine returns still locked the runtime ends the thread with it.
 	runtime.LockOSThread()
 	l.thread.enter()
+	l.goid.Store(goroutineID())
+	l.group.startWatchdog()
 	busyLoops.Add(1)
 	defer busyLoops.Add(-1)
 	if l.cfg.sharedThread {
@@ -83,6 +86,7 @@ func (l *Loop) body(errc chan<- error) {
 	exiting := true
 	defer func() {
 		if exiting {
+			l.tr.end()
 			l.stats.panics.Add(1)
 			l.logger.Error("loop: runtime.Goexit called on the loop goroutine (by a task or callback); the loop terminates",
 				"loop", l.name, "stack", string(debug.Stack()))
@@ -105,6 +109,7 @@ func (l *Loop) body(errc chan<- error) {
 func (l *Loop) safeTurn() {
 	defer func() {
 		if r := recover(); r != nil {
+			l.tr.end()
 			l.stats.panics.Add(1)
 			l.logger.Error("loop: unexpected panic in the run cycle", "loop", l.name, "panic", r)
 			time.Sleep(time.Millisecond) // do not spin on a persistent failure
@@ -118,9 +123,14 @@ func (l *Loop) safeTurn() {
 // deadline, published through nextWakeup), dispatch up to
 // maxCompletionsPerPoll completions timed as ioTime, feed the stalled-ring
 // detector, then run due timers and tasks for ioTime*(100-ioRatio)/ioRatio
-// and the tail tasks queued so far.
+// and the tail tasks queued so far. While a runtime/trace is taken, the turn
+// and its phases are trace regions (tracing.go).
 func (l *Loop) turn() {
 	l.stats.turns.Add(1)
+	if tracing := trace.IsEnabled(); tracing || l.tr.task != nil {
+		l.tr.begin(l.name, tracing)
+	}
+	l.Running(&whatLoop)
 	if faultsEnabled && faultRebuild() {
 		l.io.rebuild("injected fault")
 	}
@@ -147,23 +157,42 @@ func (l *Loop) turn() {
 	}
 	l.io.delivering = false
 	l.drv.setHandOff(l.handOff.Load() && l.handOff.Swap(false))
+	if l.tr.on {
+		l.tr.wait()
+	}
 	res, err := l.drv.poll(timeout, maxCompletionsPerPoll, &l.io)
 	if sleeping {
 		l.waker.nextWakeup.Store(awake)
 	}
+	if l.tr.on {
+		l.tr.endPhase() // wait, or io once a completion was delivered
+	}
 	now := l.clock.Now()
 	var ioTime int64
+	busySince := now // the turn's busy time starts with dispatch, else here
 	if l.io.delivering {
 		ioTime = max(now-l.io.deliveringSince, 0)
 		l.stats.ioNanos.Add(uint64(ioTime))
+		l.stats.ioTime.observe(ioTime)
+		busySince = l.io.deliveringSince
 	}
 	if res.woken {
 		l.stats.wakeups.Add(1)
 	}
 	l.stall.observe(timeout, res, err, now)
-	l.runTasks(now, ioTime)
+	if l.tr.on {
+		l.tr.tasks()
+	}
+	end := l.runTasks(now, ioTime)
+	if l.tr.on {
+		l.tr.endPhase()
+	}
+	l.stats.turnTime.observe(end - busySince)
 	l.stats.opsInFlight.Store(int64(l.io.ops.inFlight))
 	l.maybeYield(now)
+	if l.tr.on {
+		l.tr.end()
+	}
 }
 
 // maxRefillPasses bounds how often one task phase at ioRatio 100 moves due
@@ -172,8 +201,10 @@ func (l *Loop) turn() {
 const maxRefillPasses = 1024
 
 // runTasks is the task phase of a turn (Netty's runAllTasks(timeout), and
-// runAllTasks() at ioRatio 100), followed by the tail tasks.
-func (l *Loop) runTasks(now, ioTime int64) {
+// runAllTasks() at ioRatio 100), followed by the tail tasks. It returns the
+// clock reading it ends with (the turn's one read after its task phase,
+// which the histograms share).
+func (l *Loop) runTasks(now, ioTime int64) (end int64) {
 	start := now
 	ran := 0
 	l.moveDueTimers(now)
@@ -211,12 +242,37 @@ func (l *Loop) runTasks(now, ioTime int64) {
 	if l.io.parked.len() > 0 {
 		l.io.parked.resubmit()
 	}
+	end = l.clock.Now()
 	if ran > 0 {
-		end := l.clock.Now()
+		busy := max(end-start, 0)
 		l.stats.tasks.Add(uint64(ran))
-		l.stats.taskNanos.Add(uint64(max(end-start, 0)))
+		l.stats.taskNanos.Add(uint64(busy))
+		l.stats.taskTime.observe(busy)
 		l.lastTaskRun = end
 	}
+	if n, first, second := l.tasks.BatchesTaken(); n > 0 {
+		l.stats.queueDelay.observe(queueWait(start, end, n, first, second))
+	}
+	return end
+}
+
+// queueWait is the QueueDelay sample of a task phase that ran from start
+// to end and took n batches from the task queue, the first two queued at
+// first and second: the longest any of their tasks waited, as far as the
+// phase's two clock readings tell. A batch queued before the phase began
+// was taken at its start (unless tasks left from an earlier turn ran
+// first); one queued while it ran (every batch after the first is) was
+// taken before its end, an upper bound. Within each kind the earliest
+// queued waited longest.
+func queueWait(start, end int64, n int, first, second int64) int64 {
+	wait := end - first
+	if first <= start {
+		wait = start - first
+	}
+	if n > 1 {
+		wait = max(wait, end-second)
+	}
+	return max(wait, 0)
 }
 
 // runTail runs the tail tasks queued before it started, once each.
@@ -225,12 +281,33 @@ func (l *Loop) runTail() int {
 	if n == 0 {
 		return 0
 	}
-	return l.tail.Drain(n, l.runTaskFn)
+	return l.tail.Drain(n, l.runTailFn)
 }
 
 // runTask runs one task under recover: a panic is logged with its stack and
-// counted, and the loop carries on with the next task.
+// counted, and the loop carries on with the next task. What it runs (a
+// task, a due timer, a shutdown hook) is recorded for the blocked-loop
+// detector first.
 func (l *Loop) runTask(t sched.Task) {
+	switch t.(type) {
+	case *sched.Timer:
+		l.Running(&whatTimer)
+	case hookTask:
+		l.Running(&whatHook)
+	default:
+		l.Running(&whatTask)
+	}
+	l.runRecorded(t)
+}
+
+// runTailTask runs one tail task as runTask does.
+func (l *Loop) runTailTask(t sched.Task) {
+	l.Running(&whatTailTask)
+	l.runRecorded(t)
+}
+
+// runRecorded runs t under recover, its description already recorded.
+func (l *Loop) runRecorded(t sched.Task) {
 	if err := sched.Run(t); err != nil {
 		l.stats.panics.Add(1)
 		if pe, ok := err.(*sched.PanicError); ok {
@@ -246,13 +323,15 @@ func (l *Loop) runTask(t sched.Task) {
 // (Netty's fetchFromScheduledTaskQueue).
 func (l *Loop) moveDueTimers(now int64) {
 	l.timersLeftBehind = false
+	l.dueNow = now
 	l.wheel.Advance(now, l.moveDueTimerFn)
 }
 
 // moveDueTimer queues due timer t; false (the queue is full) stops the
-// move.
+// move. The push is stamped with the instant the wheel advanced to, so the
+// queue reads no clock for it.
 func (l *Loop) moveDueTimer(t *sched.Timer) bool {
-	if l.tasks.Push(t) != nil {
+	if l.tasks.PushAt(t, l.dueNow) != nil {
 		l.timersLeftBehind = true
 		return false
 	}

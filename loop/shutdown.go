@@ -242,6 +242,7 @@ func (s *shutdownState) runQueued() int {
 	if ran > 0 {
 		l.stats.tasks.Add(uint64(ran))
 	}
+	l.tasks.BatchesTaken() // outside a task phase: not a QueueDelay sample
 	return ran
 }
 
@@ -319,6 +320,7 @@ func (s *shutdownState) release() {
 	l := s.l
 	l.wheel.StopAll()
 	l.waker.nextWakeup.Store(awake)
+	l.tr.endTask()
 	if err := l.drv.close(); err != nil {
 		l.logger.Warn("loop: closing the backend failed", "loop", l.name, "err", err)
 	}

@@ -73,17 +73,55 @@ type Stats struct {
 	// RecvBundles counts provided-buffer completions that carried several
 	// buffers (receive bundles, Linux 6.10).
 	RecvBundles uint64
+
+	// BlockedEpisodes counts the times the blocked-loop detector
+	// (WithBlockedThreshold) found the loop in one turn, outside its
+	// wait, for longer than the threshold: each is logged once at Warn,
+	// "loop: blocked", with the goroutine's stack, and again as
+	// "loop: unblocked" when the loop moves on.
+	BlockedEpisodes uint64
+
+	// Latency histograms (docs/loop.md, "Latency histograms"), timed with
+	// the loop's clock from the readings a turn makes anyway (one more
+	// per turn at most, none per task or completion).
+	//
+	// TurnTime has one sample per turn: its busy time, from the start of
+	// completion dispatch (the first completion delivered, or the wait's
+	// return when there was none) to the end of its task phase (tail
+	// tasks and resubmitted parked receives included); the wait is not
+	// in it.
+	TurnTime Histogram
+	// IOTime has one sample per turn that dispatched completions: from
+	// the first completion delivered to the end of the poll (IONanos is
+	// its sum).
+	IOTime Histogram
+	// TaskTime has one sample per turn that ran tasks: the task phase,
+	// due timers and tail tasks included (TaskNanos is its sum).
+	TaskTime Histogram
+	// QueueDelay has one sample per turn whose task phase took tasks
+	// from the task queue: the longest any of them waited there, from
+	// the Execute (or the Schedule made off the loop) that queued it to
+	// when the loop took it. The queue stamps a batch when its first
+	// task is pushed (one clock read per batch of tasks, by the
+	// producer). A batch queued before the phase began is measured to
+	// the phase's start, which is exact unless tasks left over from an
+	// earlier turn ran first; one queued while the phase ran is taken by
+	// it and measured to its end, an upper bound (by at most the phase's
+	// length). Due timers count from their turn, not their deadline:
+	// about 0.
+	QueueDelay Histogram
 }
 
 // GroupStats is a snapshot of every loop of a group plus their sum.
 type GroupStats struct {
 	Loops []Stats // by loop index
-	Total Stats   // counters and gauges summed over the loops (Name, State and Backend left zero; ProcessQuarantinedBytes as the loops report it)
+	Total Stats   // counters, gauges and histograms summed over the loops (Name, State and Backend left zero; ProcessQuarantinedBytes as the loops report it)
 }
 
 // counters are a loop's live statistics. The loop goroutine updates most of
 // them (single writer); WakeWrites and Rejected are also written by other
-// goroutines. Every field is atomic so Stats can read them from anywhere.
+// goroutines, and blocked by the group's watchdog. Every field is atomic
+// so Stats can read them from anywhere.
 type counters struct {
 	turns, tasks, panics, rejected       atomic.Uint64
 	sleeps, wakeWrites, wakeups          atomic.Uint64
@@ -92,8 +130,10 @@ type counters struct {
 	rebuilds, rebuildFailures, migrated  atomic.Uint64
 	ioNanos, taskNanos, orphaned         atomic.Uint64
 	quarantined, quarantinedBytes        atomic.Uint64
-	parked                               atomic.Uint64
+	parked, blocked                      atomic.Uint64
 	opsInFlight                          atomic.Int64
+
+	turnTime, ioTime, taskTime, queueDelay histogram
 }
 
 func (c *counters) snapshot(s *Stats) {
@@ -124,10 +164,15 @@ func (c *counters) snapshot(s *Stats) {
 	s.Quarantined = c.quarantined.Load()
 	s.QuarantinedBytes = c.quarantinedBytes.Load()
 	s.ProcessQuarantinedBytes = quarantinedBytes()
+	s.BlockedEpisodes = c.blocked.Load()
+	c.turnTime.snapshot(&s.TurnTime)
+	c.ioTime.snapshot(&s.IOTime)
+	c.taskTime.snapshot(&s.TaskTime)
+	c.queueDelay.snapshot(&s.QueueDelay)
 }
 
-// add sums the counters and gauges of o into s: every uint64 and int
-// field (Name, State and Backend are not summed, and
+// add sums the counters, gauges and histograms of o into s: every uint64,
+// int and Histogram field (Name, State and Backend are not summed, and
 // ProcessQuarantinedBytes, already a total, is copied).
 func (s *Stats) add(o *Stats) {
 	sv, ov := reflect.ValueOf(s).Elem(), reflect.ValueOf(o).Elem()
@@ -139,6 +184,8 @@ func (s *Stats) add(o *Stats) {
 			f.SetUint(f.Uint() + ov.Field(i).Uint())
 		case f.Type() == reflect.TypeFor[int]():
 			f.SetInt(f.Int() + ov.Field(i).Int())
+		case f.Type() == reflect.TypeFor[Histogram]():
+			f.Addr().Interface().(*Histogram).add(ov.Field(i).Addr().Interface().(*Histogram))
 		}
 	}
 }

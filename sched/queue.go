@@ -61,18 +61,27 @@ const maxSpareChunks = 4
 //     drainPublishEvery tasks and at the end of each Pop or Drain, for Len.
 //   - mu is a spin lock that yields (see spinLock): a producer preempted
 //     while holding it delays the other producers, never loses a task.
+//   - With a clock ([Queue.SetClock]) the push that makes the pending chain
+//     non-empty records when it was made (queuedAt): one clock read per
+//     batch, not per task, read before the lock is taken when the queue
+//     looks empty. The consumer counts the batches it takes and keeps the
+//     stamps of the first two until [Queue.BatchesTaken] asks for them:
+//     when the oldest task of each was queued, for the loop's queue-delay
+//     histogram.
 type Queue struct {
 	limit uint64 // maximum pushed - consumed; 0 means unbounded; immutable
+	clock Clock  // stamps batches (SetClock); nil: no stamps; set before use
 
-	_      [cacheLine]byte
-	mu     spinLock
-	head   *taskChunk  // first pending chunk; under mu
-	tail   *taskChunk  // chunk producers append to; under mu
-	spare  *taskChunk  // emptied chunks for reuse, linked by next; under mu
-	nspare int         // chunks on spare; under mu
-	pushed uint64      // tasks accepted since creation; under mu
-	seen   uint64      // consumed as last loaded by a producer, <= consumed; under mu
-	ready  atomic.Bool // head holds a task; written under mu, read by the consumer without it
+	_        [cacheLine]byte
+	mu       spinLock
+	head     *taskChunk  // first pending chunk; under mu
+	tail     *taskChunk  // chunk producers append to; under mu
+	spare    *taskChunk  // emptied chunks for reuse, linked by next; under mu
+	nspare   int         // chunks on spare; under mu
+	pushed   uint64      // tasks accepted since creation; under mu
+	seen     uint64      // consumed as last loaded by a producer, <= consumed; under mu
+	queuedAt int64       // clock reading of the push that made head non-empty; under mu
+	ready    atomic.Bool // head holds a task; written under mu, read without it
 
 	_        [cacheLine]byte
 	consumed atomic.Uint64 // tasks taken, as last published by the consumer; read by producers
@@ -83,6 +92,8 @@ type Queue struct {
 	next     int             // index of the next task in cur; consumer only
 	emptied  *taskChunk      // consumed chunks to hand back at the next swap; consumer only
 	nemptied int             // chunks on emptied, at most maxSpareChunks; consumer only
+	batches  int             // batches taken since BatchesTaken last asked; consumer only
+	stamps   [2]int64        // queuedAt of the first two of them; consumer only
 }
 
 // taskChunk is one link of the chain. n only grows while producers append
@@ -106,14 +117,48 @@ func NewQueue(limit int) *Queue {
 	return q
 }
 
+// SetClock makes q stamp each batch of tasks with the time its first task
+// was pushed, read from c, for [Queue.BatchesTaken]. A batch is every task
+// pushed between two takes of the consumer, so that costs one clock read per
+// batch, not per task. It must be called before the queue is first used and
+// not after; without it (or with a nil c) the queue reads no clock.
+func (q *Queue) SetClock(c Clock) { q.clock = c }
+
 // Push appends t. It returns [ErrNilTask] for a nil task and [ErrQueueFull]
 // when the queue is bounded and full; either way nothing is queued, and every
 // task accepted earlier stays queued. Push never waits for the consumer and
-// allocates only when no spare chunk is left. Safe for concurrent use.
+// allocates only when no spare chunk is left. On a queue with a clock
+// ([Queue.SetClock]) the push that starts a batch reads it. Safe for
+// concurrent use.
 func (q *Queue) Push(t Task) error {
 	if isNil(t) {
 		return ErrNilTask
 	}
+	if q.clock != nil && !q.ready.Load() {
+		// Most likely the first task of a batch: read the clock before
+		// the lock, not while holding it. A producer that then finds it
+		// is not first has wasted one read; one that waited for the
+		// lock meanwhile stamps its batch with when its Push began.
+		return q.push(t, q.clock.Now(), true)
+	}
+	return q.push(t, 0, false)
+}
+
+// PushAt is Push for a caller that has just read the queue's clock: now,
+// that reading, stamps the batch if t starts one, and the queue reads no
+// clock itself. The consumer queuing its own work (an event loop moving
+// due timers, with the instant it advanced its wheel to) uses it. On a
+// queue without a clock now is ignored. Safe for concurrent use.
+func (q *Queue) PushAt(t Task, now int64) error {
+	if isNil(t) {
+		return ErrNilTask
+	}
+	return q.push(t, now, true)
+}
+
+// push appends t, stamping a new batch with now when stamped, else with a
+// clock read of its own.
+func (q *Queue) push(t Task, now int64, stamped bool) error {
 	q.mu.Lock()
 	if q.limit != 0 && q.pushed-q.seen >= q.limit {
 		// Full as far as this producer knew: look at the consumer's
@@ -139,6 +184,14 @@ func (q *Queue) Push(t Task) error {
 	}
 	if q.head.n == 0 {
 		q.ready.Store(true) // once per batch, not per task
+		if q.clock != nil {
+			if !stamped {
+				// The queue looked non-empty before the lock, but the
+				// consumer took the batch meanwhile.
+				now = q.clock.Now()
+			}
+			q.queuedAt = now
+		}
 	}
 	c.tasks[c.n] = t
 	c.n++
@@ -171,10 +224,32 @@ func (q *Queue) refill() bool {
 	}
 	q.head, q.tail = fresh, fresh
 	q.ready.Store(false)
+	at := q.queuedAt
 	q.mu.Unlock()
 	q.emptied, q.nemptied = nil, 0
 	q.cur, q.next = chain, 0
+	if q.clock != nil {
+		if q.batches < len(q.stamps) {
+			q.stamps[q.batches] = at
+		}
+		q.batches++
+	}
 	return true
+}
+
+// BatchesTaken reports the batches of tasks the consumer took since the
+// previous call, and forgets them: how many, and when the first two were
+// queued. A batch is every task pushed between two takes of the consumer;
+// the consumer takes it whole, when it has run out of the previous one,
+// and its time is the queue clock's reading as its first (oldest) task was
+// pushed. first is the oldest task taken since the previous call; second,
+// when n > 1, the oldest of those queued after the consumer took first's
+// batch. On a queue without a clock ([Queue.SetClock]) n is 0. It reads no
+// clock and takes no lock. Must be called on the consumer goroutine.
+func (q *Queue) BatchesTaken() (n int, first, second int64) {
+	n, first, second = q.batches, q.stamps[0], q.stamps[1]
+	q.batches = 0
+	return n, first, second
 }
 
 // take removes the next task, or returns nil if none is queued. It clears

@@ -240,3 +240,86 @@ func TestQueueStress(t *testing.T) {
 	t.Run("unbounded", func(t *testing.T) { stressQueue(t, 8, per, 0) })
 	t.Run("bounded", func(t *testing.T) { stressQueue(t, 8, per, 256) })
 }
+
+// countingClock is a ManualClock that counts its reads.
+type countingClock struct {
+	ManualClock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() int64 {
+	c.reads.Add(1)
+	return c.ManualClock.Now()
+}
+
+// With a clock, the push that starts a batch stamps it (one clock read per
+// batch), the consumer reports the batches it took since it last asked
+// with the stamps of the first two, and PushAt stamps with the time given,
+// reading nothing.
+func TestQueueBatchesTaken(t *testing.T) {
+	clk := &countingClock{}
+	q := NewQueue(0)
+	q.SetClock(clk)
+	run := func(t Task) { t.Run() }
+	nop := TaskFunc(func() {})
+	if n, _, _ := q.BatchesTaken(); n != 0 {
+		t.Fatalf("BatchesTaken on a fresh queue: %d", n)
+	}
+	clk.Set(100)
+	for range 10 {
+		if err := q.Push(nop); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(5)
+	}
+	if n := clk.reads.Load(); n != 1 {
+		t.Fatalf("10 pushes of one batch read the clock %d times, want 1", n)
+	}
+	if n, _, _ := q.BatchesTaken(); n != 0 {
+		t.Fatalf("BatchesTaken before any take: %d", n)
+	}
+	q.Drain(3, run) // takes the whole batch, runs 3
+	// Two more batches, taken by the Drain below after the first.
+	clk.Set(500)
+	if err := q.Push(nop); err != nil {
+		t.Fatal(err)
+	}
+	q.Drain(8, run)
+	clk.Set(900)
+	if err := q.Push(nop); err != nil {
+		t.Fatal(err)
+	}
+	q.Drain(0, run)
+	if n, first, second := q.BatchesTaken(); n != 3 || first != 100 || second != 500 {
+		t.Fatalf("BatchesTaken = %d, %d, %d; want 3, 100, 500", n, first, second)
+	}
+	if n, _, _ := q.BatchesTaken(); n != 0 {
+		t.Fatalf("BatchesTaken twice: %d the second time", n)
+	}
+	reads := clk.reads.Load()
+	if err := q.PushAt(nop, 42); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PushAt(nil, 42); err != ErrNilTask {
+		t.Fatalf("PushAt(nil) = %v", err)
+	}
+	if q.Pop() == nil {
+		t.Fatal("Pop after PushAt: nil")
+	}
+	if n, first, _ := q.BatchesTaken(); n != 1 || first != 42 || clk.reads.Load() != reads {
+		t.Fatalf("after PushAt(42): BatchesTaken = %d, %d, %d clock reads; want 1, 42, none",
+			n, first, clk.reads.Load()-reads)
+	}
+}
+
+// Without a clock a queue reads none and reports no batch.
+func TestQueueWithoutClockStampsNothing(t *testing.T) {
+	q := NewQueue(0)
+	if err := q.PushAt(TaskFunc(func() {}), 7); err != nil {
+		t.Fatal(err)
+	}
+	q.Drain(0, func(t Task) { t.Run() })
+	if n, _, _ := q.BatchesTaken(); n != 0 {
+		t.Fatalf("BatchesTaken on a queue without a clock: %d", n)
+	}
+}
