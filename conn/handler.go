@@ -118,3 +118,18 @@ var panics atomic.Uint64
 // RecoveredPanics returns how many handler callbacks have panicked (and
 // were recovered) in this process. Safe for concurrent use.
 func RecoveredPanics() uint64 { return panics.Load() }
+
+// What a loop runs while it calls a handler, as its blocked-loop detector
+// reports it (loop.Loop.Running).
+var (
+	runOnOpen               = "conn Handler.OnOpen"
+	runOnData               = "conn Handler.OnData"
+	runOnRead               = "conn ReadHandler.OnRead"
+	runOnHalfClose          = "conn HalfCloseHandler.OnHalfClose"
+	runOnWritabilityChanged = "conn WritabilityHandler.OnWritabilityChanged"
+	runOnClose              = "conn Handler.OnClose"
+	runNewHandler           = "conn ListenFunc handler factory"
+	runOnPacket             = "conn PacketHandler.OnPacket"
+	runOnPacketError        = "conn PacketErrorHandler.OnPacketError"
+	runOnPacketClose        = "conn PacketCloseHandler.OnPacketClose"
+)

@@ -413,6 +413,7 @@ func (c *inbound) handle(data []byte, fromBuf bool) {
 // callData runs OnData under recover; a panic closes the connection.
 func (c *inbound) callData(data []byte) {
 	defer c.lifecycle().failOnPanic("OnData")
+	c.l.Running(&runOnData)
 	c.h.OnData(c.conn(), data)
 }
 
@@ -420,6 +421,7 @@ func (c *inbound) callData(data []byte) {
 // when the connection failed instead (a panic leaves the zero results).
 func (c *inbound) callRead(data []byte) (n int, ok bool) {
 	defer c.lifecycle().failOnPanic("OnRead")
+	c.l.Running(&runOnRead)
 	n = c.h.(ReadHandler).OnRead(c.conn(), data)
 	if n < 0 || n > len(data) {
 		c.lifecycle().closeWithReset(c.conn().opError("read", "", fmt.Errorf("conn: OnRead consumed %d of %d bytes", n, len(data))))
@@ -434,6 +436,7 @@ func (c *inbound) callHalfClose() {
 		return
 	}
 	defer c.lifecycle().failOnPanic("OnHalfClose")
+	c.l.Running(&runOnHalfClose)
 	c.h.(HalfCloseHandler).OnHalfClose(c.conn())
 }
 

@@ -84,6 +84,7 @@ func (c *lifecycle) newHandler() (h Handler, err error) {
 			h, err = nil, c.recovered("ListenFunc's handler factory", r)
 		}
 	}()
+	c.l.Running(&runNewHandler)
 	if h = c.srv.newHandler(c.conn()); h == nil {
 		err = fmt.Errorf("conn: ListenFunc's handler factory returned nil")
 		c.l.Logger().Error("conn: closing the connection", "loop", c.l.String(), "remote", c.raddr, "error", err)
@@ -164,6 +165,7 @@ func (c *lifecycle) callOpen() (err error) {
 			err = c.recovered("OnOpen", r)
 		}
 	}()
+	c.l.Running(&runOnOpen)
 	c.h.OnOpen(c.conn())
 	return nil
 }
@@ -176,6 +178,7 @@ func (c *lifecycle) callClose() {
 			c.recovered("OnClose", r)
 		}
 	}()
+	c.l.Running(&runOnClose)
 	c.h.OnClose(c.conn(), c.closeCause())
 }
 

@@ -340,6 +340,7 @@ func (c *outbound) notifyWritability() {
 // callWritability runs OnWritabilityChanged under recover.
 func (c *outbound) callWritability(writable bool) {
 	defer c.lifecycle().failOnPanic("OnWritabilityChanged")
+	c.l.Running(&runOnWritabilityChanged)
 	c.h.(WritabilityHandler).OnWritabilityChanged(c.conn(), writable)
 }
 

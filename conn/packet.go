@@ -615,6 +615,7 @@ func (pc *PacketConn) deliver(data []byte, from Addr, control []byte, ctrunc boo
 		pc.ctlHandler.onPacketControl(pc, data, from, control, ctrunc)
 		return
 	}
+	pc.l.Running(&runOnPacket)
 	pc.h.OnPacket(pc, data, from)
 }
 
@@ -624,6 +625,7 @@ func (pc *PacketConn) report(err *DatagramError) {
 		return
 	}
 	defer pc.logPanic("OnPacketError")
+	pc.l.Running(&runOnPacketError)
 	pc.errHandler.OnPacketError(pc, err)
 }
 
@@ -1260,6 +1262,7 @@ func (pc *PacketConn) maybeFinish() {
 	if pc.closeHandler != nil {
 		func() {
 			defer pc.logPanic("OnPacketClose")
+			pc.l.Running(&runOnPacketClose)
 			pc.closeHandler.OnPacketClose(pc, pc.closeErr)
 		}()
 	}

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -245,8 +246,34 @@ func TestCountersMatchTraffic(t *testing.T) {
 				t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
 			}
 		}
-		if got := samples[fmt.Sprintf(`ringloop_loop_turns_total{group="%s",loop="%s"}`, g, g.Loop(0))]; got == 0 {
+		ll := fmt.Sprintf(`{group="%s",loop="%s"}`, g, g.Loop(0))
+		if got := samples["ringloop_loop_turns_total"+ll]; got == 0 {
 			t.Errorf("no turns for loop %s in the text", g.Loop(0))
+		}
+		if _, ok := samples["ringloop_loop_blocked_episodes_total"+ll]; !ok {
+			t.Errorf("no blocked-episode count for loop %s in the text", g.Loop(0))
+		}
+		// Each histogram's +Inf bucket is its count, and no bucket holds
+		// more than the next.
+		for _, h := range []string{"turn_seconds", "io_phase_seconds", "task_phase_seconds", "queue_delay_seconds"} {
+			name := "ringloop_loop_" + h
+			count, ok := samples[name+"_count"+ll]
+			inf := samples[name+`_bucket{group="`+g.String()+`",loop="`+g.Loop(0).String()+`",le="+Inf"}`]
+			if !ok || count != inf || (h == "turn_seconds" && count == 0) {
+				t.Errorf("%s: count %v (present %v), +Inf bucket %v", name, count, ok, inf)
+			}
+			prev := 0.0
+			bounds := loop.HistogramBounds()
+			for _, le := range bounds[:loop.HistogramBuckets-1] {
+				v := samples[fmt.Sprintf(`%s_bucket{group="%s",loop="%s",le="%s"}`, name, g, g.Loop(0), strconv.FormatFloat(le.Seconds(), 'g', -1, 64))]
+				if v < prev {
+					t.Errorf("%s: bucket le=%v holds %v, less than the one below (%v)", name, le, v, prev)
+				}
+				prev = v
+			}
+			if prev > inf {
+				t.Errorf("%s: the last bounded bucket holds %v, more than +Inf (%v)", name, prev, inf)
+			}
 		}
 	})
 }

@@ -97,6 +97,34 @@ var loopMetrics = []loopMetric{
 	{"buffer_misuse_total", "Completions naming a provided buffer the loop already held.", Counter, func(s *loop.Stats) float64 { return u(s.BufferMisuse) }},
 	{"cq_overflows_total", "Polls that found completions waiting on the kernel's overflow list.", Counter, func(s *loop.Stats) float64 { return u(s.CQOverflows) }},
 	{"recv_bundles_total", "Receive completions that carried several buffers.", Counter, func(s *loop.Stats) float64 { return u(s.RecvBundles) }},
+	{"blocked_episodes_total", "Times a callback, task or turn held the loop past the blocked-loop threshold.", Counter, func(s *loop.Stats) float64 { return u(s.BlockedEpisodes) }},
+}
+
+// loopHistograms are the loop.Stats histograms as metrics.
+var loopHistograms = []struct {
+	name, help string
+	value      func(*loop.Stats) *loop.Histogram
+}{
+	{"turn_seconds", "Busy time of each loop turn (its wait excluded).", func(s *loop.Stats) *loop.Histogram { return &s.TurnTime }},
+	{"io_phase_seconds", "Completion dispatch of each turn that dispatched.", func(s *loop.Stats) *loop.Histogram { return &s.IOTime }},
+	{"task_phase_seconds", "Task phase of each turn that ran tasks.", func(s *loop.Stats) *loop.Histogram { return &s.TaskTime }},
+	{"queue_delay_seconds", "How long the oldest task of each batch waited in the task queue.", func(s *loop.Stats) *loop.Histogram { return &s.QueueDelay }},
+}
+
+// histogramValue converts h: cumulative buckets up to the last bounded
+// one (the unbounded last bucket is +Inf, the count), in seconds. The
+// count is the buckets' total, so that +Inf and the buckets agree even for
+// a copy taken while the loop observed.
+func histogramValue(h *loop.Histogram) *HistogramValue {
+	bounds := loop.HistogramBounds()
+	v := &HistogramValue{Sum: h.Sum.Seconds(), Buckets: make([]Bucket, 0, len(bounds)-1)}
+	for i, c := range h.Counts {
+		v.Count += c
+		if i < len(bounds)-1 {
+			v.Buckets = append(v.Buckets, Bucket{UpperBound: bounds[i].Seconds(), Count: v.Count})
+		}
+	}
+	return v
 }
 
 // Families returns the snapshot as Prometheus metrics, every name
@@ -116,6 +144,16 @@ func (s Snapshot) Families() []Family {
 			for i := range g.Loops {
 				l := &g.Loops[i]
 				f.Samples = append(f.Samples, Sample{Labels: []Label{{"group", g.Name}, {"loop", l.Name}}, Value: m.value(&l.Stats)})
+			}
+		}
+		add(f)
+	}
+	for _, m := range loopHistograms {
+		f := Family{Name: "ringloop_loop_" + m.name, Help: m.help, Type: Histogram}
+		for _, g := range s.Groups {
+			for i := range g.Loops {
+				l := &g.Loops[i]
+				f.Samples = append(f.Samples, Sample{Labels: []Label{{"group", g.Name}, {"loop", l.Name}}, Hist: histogramValue(m.value(&l.Stats))})
 			}
 		}
 		add(f)
