@@ -18,6 +18,7 @@ func (c *completionCopy) Complete(cp *Completion) { c.got = append(c.got, *cp) }
 // whatever that buffer holds from an earlier datagram is not delivered.
 func TestDeliverDgramFailureWithBuffer(t *testing.T) {
 	l := &Loop{}
+	l.io.l = l // the IO's loop, as newLoop sets it
 	// The layout the loop asks for: header, dgramNameLen bytes of name,
 	// payload.
 	buf := make([]byte, ring.SizeofRecvmsgOut+dgramNameLen+5)
