@@ -52,6 +52,8 @@ func listPackages(t *testing.T) []pkgInfo {
 
 // TestPackageDAG checks the layering of the library: ring and sched import
 // nothing from the module, sched makes no syscalls, loop never imports conn,
+// metrics sits above conn and loop and needs nothing outside the standard
+// library and golang.org/x,
 // only ring and internal/sock import unsafe, and giouring is never linked
 // into a non-test build.
 func TestPackageDAG(t *testing.T) {
@@ -81,12 +83,16 @@ func TestPackageDAG(t *testing.T) {
 				t.Errorf("sched depends on %s; it must import nothing from the module", dep)
 			case strings.HasPrefix(name, "loop") && dep == module+"/conn":
 				t.Errorf("%s depends on conn; conn sits above loop", p.ImportPath)
+			case (name == "loop" || name == "conn") && dep == module+"/metrics":
+				t.Errorf("%s depends on metrics; metrics sits above conn and loop", p.ImportPath)
+			case name == "metrics" && !inModule && !strings.HasPrefix(dep, "golang.org/x/") && strings.Contains(strings.SplitN(dep, "/", 2)[0], "."):
+				t.Errorf("metrics depends on %s; it must need only what conn needs: the standard library and golang.org/x (client_golang lives in ringprom)", dep)
 			case strings.Contains(dep, "giouring"):
 				t.Errorf("%s links giouring", p.ImportPath)
 			}
 		}
 	}
-	for _, want := range []string{"ring", "sched"} {
+	for _, want := range []string{"ring", "sched", "metrics"} {
 		if !seen[want] {
 			t.Errorf("package %s not found by go list", want)
 		}

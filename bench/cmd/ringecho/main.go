@@ -45,6 +45,15 @@ func main() {
 		serve.Fatal("backend", errBackend(*backend))
 	}
 	opts := []loop.Option{loop.WithLoops(*loops), loop.WithBackend(b), loop.WithName("ringecho")}
+	if v := os.Getenv("RINGECHO_BLOCKED_THRESHOLD"); v != "" {
+		// For the harness's detector on/off comparison
+		// (-variant NAME=ringloop-uring:RINGECHO_BLOCKED_THRESHOLD=0).
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			serve.Fatal("RINGECHO_BLOCKED_THRESHOLD", err)
+		}
+		opts = append(opts, loop.WithBlockedThreshold(d))
+	}
 	if *network == "udp" {
 		// Buffers for any UDP datagram over IPv4 (65,507 bytes), as
 		// netecho reads into 64 KiB: the loop's default ones (4 KiB)
