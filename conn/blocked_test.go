@@ -1,11 +1,9 @@
 package conn_test
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,26 +11,9 @@ import (
 	"github.com/ringloop/ringloop/loop"
 )
 
-// blockLog keeps the records of the blocked-loop detector.
-type blockLog struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *blockLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *blockLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *blockLog) WithGroup(string) slog.Handler            { return h }
-func (h *blockLog) Handle(_ context.Context, r slog.Record) error {
-	if strings.HasPrefix(r.Message, "loop: blocked") || strings.HasPrefix(r.Message, "loop: unblocked") {
-		h.mu.Lock()
-		h.recs = append(h.recs, r.Clone())
-		h.mu.Unlock()
-	}
-	return nil
-}
-
-// attrs returns the records with message msg, each as its attributes.
-func (h *blockLog) attrs(msg string) []map[string]slog.Value {
+// recordAttrs returns the records of h with message msg, each as its
+// attributes by key.
+func recordAttrs(h *lgRecorder, msg string) []map[string]slog.Value {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []map[string]slog.Value
@@ -61,7 +42,7 @@ func (sleepyHandler) OnData(c *conn.Conn, data []byte) {
 // then reported unblocked, and counted once in the loop's Stats.
 func TestBlockedHandlerReported(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
-		log := &blockLog{}
+		log := &lgRecorder{}
 		g := ctGroup(t, b, 1, loop.WithLogger(slog.New(log)))
 		srv := ctListen(t, "tcp", "127.0.0.1:0", g, sleepyHandler{})
 		c, err := net.Dial("tcp", srv.Addr().String())
@@ -74,8 +55,8 @@ func TestBlockedHandlerReported(t *testing.T) {
 		if _, err := c.Read(make([]byte, 1)); err != nil {
 			t.Fatal(err)
 		}
-		ctWaitFor(t, 2*time.Second, "the unblocked record", func() bool { return len(log.attrs("loop: unblocked")) > 0 })
-		blocked := log.attrs("loop: blocked")
+		ctWaitFor(t, 2*time.Second, "the unblocked record", func() bool { return len(recordAttrs(log, "loop: unblocked")) > 0 })
+		blocked := recordAttrs(log, "loop: blocked")
 		if len(blocked) != 1 {
 			t.Fatalf("%d blocked records, want 1", len(blocked))
 		}

@@ -138,25 +138,23 @@ func (s Snapshot) Families() []Family {
 			fams = append(fams, f)
 		}
 	}
-	for _, m := range loopMetrics {
-		f := Family{Name: "ringloop_loop_" + m.name, Help: m.help, Type: m.typ}
+	perLoop := func(name, help string, typ Type, sample func(*loop.Stats) Sample) {
+		f := Family{Name: "ringloop_loop_" + name, Help: help, Type: typ}
 		for _, g := range s.Groups {
 			for i := range g.Loops {
 				l := &g.Loops[i]
-				f.Samples = append(f.Samples, Sample{Labels: []Label{{"group", g.Name}, {"loop", l.Name}}, Value: m.value(&l.Stats)})
+				smp := sample(&l.Stats)
+				smp.Labels = []Label{{"group", g.Name}, {"loop", l.Name}}
+				f.Samples = append(f.Samples, smp)
 			}
 		}
 		add(f)
 	}
+	for _, m := range loopMetrics {
+		perLoop(m.name, m.help, m.typ, func(st *loop.Stats) Sample { return Sample{Value: m.value(st)} })
+	}
 	for _, m := range loopHistograms {
-		f := Family{Name: "ringloop_loop_" + m.name, Help: m.help, Type: Histogram}
-		for _, g := range s.Groups {
-			for i := range g.Loops {
-				l := &g.Loops[i]
-				f.Samples = append(f.Samples, Sample{Labels: []Label{{"group", g.Name}, {"loop", l.Name}}, Hist: histogramValue(m.value(&l.Stats))})
-			}
-		}
-		add(f)
+		perLoop(m.name, m.help, Histogram, func(st *loop.Stats) Sample { return Sample{Hist: histogramValue(m.value(st))} })
 	}
 	server := func(name, help string, typ Type, v func(*Server) float64) {
 		f := Family{Name: "ringloop_server_" + name, Help: help, Type: typ}
