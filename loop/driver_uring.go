@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +106,7 @@ type uringDriver struct {
 	bundleBufIDs   []uint16      // TakeBundle's scratch
 	bundleLen      uint32        // provided-buffer receives' length with bundles (setRecvCap); 0: a buffer's
 	multishotTotal uint32        // bytes one multishot receive takes before it ends (setRecvCap); 0: no limit
+	multishotRecv  bool          // receives may be multishot (always, but on a shared thread with GOMAXPROCS > 1; poll)
 
 	faults uringFaults // fault injection (driver_uring_fault.go); empty in ordinary builds
 
@@ -217,6 +219,7 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	}
 	d.r = r
 	d.eventFd = efd
+	d.multishotRecv = !cfg.shared || sharedMultishot()
 	if cfg.shared {
 		// Made here, with the driver's other fds, and used from start.
 		d.waiter, d.waitErr = newNetWaiter(efd, cfg.name+"-wake", d.eventfdSignaled, cfg.park)
@@ -257,10 +260,14 @@ func setupFlags(k ring.Kernel, disabled, shared bool) uint32 {
 		flags |= ring.SetupNoSQArray
 	}
 	if shared {
-		// No single issuer, and completions run as task work on the
-		// submitting thread, signalled at once (no COOP_TASKRUN: that
-		// thread may be running other goroutines, or asleep).
-		return flags
+		// No single issuer: completions run as task work on the thread
+		// that submitted the op. COOP_TASKRUN spares that thread an
+		// interrupt while it runs: the work waits for its next entry
+		// into the kernel (a system call, the netpoller's wait, at the
+		// latest the next timer tick), and a thread asleep is still
+		// woken for it. Without it every completion interrupts the
+		// thread, which runs the loop's own goroutines meanwhile.
+		return flags | ring.SetupCoopTaskrun
 	}
 	if disabled {
 		flags |= ring.SetupRDisabled
@@ -488,16 +495,13 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 	case tagRecv:
 		sqe.PrepRecv(fd, o.buf, o.arg)
 	case tagRecvBuf:
-		// A shared-thread loop arms single shots: a multishot op's
-		// completions run as task work on the thread that armed it,
-		// which the loop may have left, and each would wake that
-		// thread. A single shot is re-armed from the thread the loop
-		// runs on. (Accepts stay multishot: one such wakeup per
-		// connection at most.)
-		// RecvProvidedOnce asks for single shots too (AF_UNIX).
-		limit := d.multishotTotal > 0 && !d.cfg.shared && o.limited()
+		// RecvProvidedOnce asks for single shots (AF_UNIX), and so
+		// does a shared-thread loop where it may change threads
+		// (multishotRecv).
+		multishot := o.multishot && d.multishotRecv
+		limit := d.multishotTotal > 0 && d.multishotRecv && o.limited()
 		switch {
-		case o.multishot && !d.cfg.shared:
+		case multishot:
 			sqe.PrepRecvMultishot(fd, o.arg)
 			switch {
 			case limit:
@@ -602,6 +606,9 @@ func (d *uringDriver) poll(timeout time.Duration, max int, sink completionSink) 
 		if err := d.armWake(); err != nil {
 			return res, err
 		}
+	}
+	if d.cfg.shared {
+		d.multishotRecv = sharedMultishot()
 	}
 	var err error
 	d.cancelQueued = false
@@ -874,19 +881,20 @@ const bundleBufs = 16
 // only the first of the buffers a single shot appends while the socket
 // holds more, as long as free buffers last: a rotated receive that asks for
 // a limit is therefore a multishot one limited to four bundles in all, and
-// a shared thread, all of whose receives are single shots, runs no
-// bundles). Features.RecvCap is that length, else 0.
+// a shared thread, whose receives are single shots on more than one P, runs
+// no bundles). Features.RecvCap is that length, else 0.
 func (d *uringDriver) setRecvCap() {
 	d.featureSet.RecvCap, d.bundleLen = 0, 0
 	if d.cfg.shared {
-		// A shared thread's receives are all single shots, and a single
-		// shot with bundles appends what else the socket holds to its
-		// one completion, past its length, up to the whole receive
-		// queue: a connection pausing on it would keep all that. One
-		// buffer bounds what a single shot takes.
+		// A shared thread's receives are single shots on more than one
+		// P (sharedMultishot), and a single shot with bundles appends
+		// what else the socket holds to its one completion, past its
+		// length, up to the whole receive queue: a connection pausing
+		// on it would keep all that. One buffer bounds what a single
+		// shot takes.
 		d.featureSet.RecvBundle = false
 	}
-	if !d.featureSet.RecvBundle {
+	if !d.featureSet.RecvBundle && !d.cfg.shared {
 		return
 	}
 	// The probe also stands for bundles' length: kernels before 6.17
@@ -896,13 +904,17 @@ func (d *uringDriver) setRecvCap() {
 	// cannot survive (TestBundleRotationOrder; docs/op-lifecycle.md,
 	// "Memory and the kernel's final word").
 	if !d.probeMultishotLen(false) {
-		d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles", "loop", d.cfg.name)
-		d.featureSet.RecvBundle = false
+		if d.featureSet.RecvBundle {
+			d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles", "loop", d.cfg.name)
+			d.featureSet.RecvBundle = false
+		}
 		return
 	}
-	d.bundleLen = bundleBufs * d.cfg.bufSize
-	d.featureSet.RecvCap = d.bundleLen
-	// A multishot receive ends after multishotTotal bytes (half that for one
+	if d.featureSet.RecvBundle {
+		d.bundleLen = bundleBufs * d.cfg.bufSize
+		d.featureSet.RecvCap = d.bundleLen
+	}
+	// A multishot receive (a shared thread's too, without bundles) ends after multishotTotal bytes (half that for one
 	// that asks for a limit) and is re-armed: a socket whose queue is full
 	// would otherwise fill buffer after buffer in one turn (the kernel
 	// requeues a capped receive and runs it again, and posts more as the
@@ -1001,3 +1013,16 @@ func (d *uringDriver) probeMultishotLen(total bool) bool {
 	}
 	return took
 }
+
+// sharedMultishot reports whether a shared-thread loop arms multishot
+// receives: only while the process runs on one P. A multishot receive's
+// completions run as task work on the thread that armed it, for as long as
+// it lasts. With one P, the thread that runs the loop goroutine is nearly
+// always the one that next waits in the netpoller, so the task work runs
+// where the loop's wakeup is delivered anyway. With more, the loop
+// goroutine moves between threads, and every completion would also wake
+// the thread that armed the receive, idle by then; a single shot is armed
+// again from the thread the loop runs on. Read once per poll (the runtime
+// may change GOMAXPROCS while the program runs); ops armed before a change
+// keep their kind until they end.
+func sharedMultishot() bool { return runtime.GOMAXPROCS(0) == 1 }

@@ -5,6 +5,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -303,5 +305,55 @@ func TestKernelProfileUringRefused(t *testing.T) {
 			!strings.Contains(err.Error(), "lacks "+c.lacks) || !strings.Contains(err.Error(), "io_uring needs 6.1 (BackendAuto uses epoll here)") {
 			t.Errorf("BackendUring under %s: %v; want ErrNotSupported naming the release and that it lacks %s", c.kernel, err, c.lacks)
 		}
+	}
+}
+
+// A shared-thread loop sets its ring up with COOP_TASKRUN (completions wait
+// for the submitting thread's next entry into the kernel instead of
+// interrupting it) and without SINGLE_ISSUER or DEFER_TASKRUN, and arms
+// multishot receives only while the process runs on one P: with more, the
+// loop goroutine moves between threads and its receives are single shots.
+// The kind is read from what the ring submitted.
+func TestSharedThreadReceiveKind(t *testing.T) {
+	testutil.SkipIfNoUring(t)
+	defer loop.CountSubmissions()()
+	for _, procs := range []int{1, 2} {
+		t.Run("GOMAXPROCS="+strconv.Itoa(procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			g, err := loop.NewGroup(loop.WithBackend(loop.BackendUring), loop.WithLogger(quietLogger),
+				loop.WithLoops(1), loop.WithSharedThread(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { shutdown(t, g) })
+			l := g.Loop(0)
+			runOn(t, l, func() {})
+			f := l.Features()
+			if !f.SharedThread {
+				t.Fatalf("features: %+v", f)
+			}
+			if f.SetupFlags&ring.SetupCoopTaskrun == 0 {
+				t.Errorf("setup flags %#x: no COOP_TASKRUN", f.SetupFlags)
+			}
+			if f.SetupFlags&(ring.SetupSingleIssuer|ring.SetupDeferTaskrun) != 0 {
+				t.Errorf("setup flags %#x: single issuer or deferred task run on a shared thread", f.SetupFlags)
+			}
+			// What start submitted (its probes of the kernel) is left out.
+			var before, c ring.SubmitCounts
+			runOn(t, l, func() { before = l.Submissions() })
+			profileWorkload(t, l)
+			runOn(t, l, func() { c = l.Submissions() })
+			multi := func(k ring.SQEKind) bool { return k.Multishot }
+			single := func(k ring.SQEKind) bool { return !k.Multishot && k.BufferSelect }
+			nMulti := c.Count(ring.OpRecv, multi) - before.Count(ring.OpRecv, multi)
+			nSingle := c.Count(ring.OpRecv, single) - before.Count(ring.OpRecv, single)
+			t.Logf("RECV: %d multishot, %d single shots", nMulti, nSingle)
+			if procs == 1 && (nMulti == 0 || nSingle != 0) {
+				t.Errorf("one P: %d multishot and %d single-shot receives, want multishot only", nMulti, nSingle)
+			}
+			if procs > 1 && (nMulti != 0 || nSingle == 0) {
+				t.Errorf("%d Ps: %d multishot and %d single-shot receives, want single shots only", procs, nMulti, nSingle)
+			}
+		})
 	}
 }
