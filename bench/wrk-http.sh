@@ -5,7 +5,10 @@
 # the client to the other; the servers take turns within each repetition,
 # so that the ratios compare runs made side by side.
 #
-#   bash wrk-http.sh [-c "1 64 1024"] [-r 3] [-d 5] [-o results.csv]
+#   bash wrk-http.sh [-c "1 64 1024"] [-r 3] [-d 5] [-o results.csv] [-s "servers"]
+#
+# The ringloop servers run the adapters' recommended configuration (loops
+# on a shared thread); the -locked ones run loops on locked threads.
 #
 # Prints one line per run and, at the end, each ringloop server's medians
 # divided by package net's: requests per server CPU-second, p50 and p99.
@@ -17,12 +20,14 @@ conns="1 64 1024"
 reps=3
 dur=5
 out=wrk-http.csv
-while getopts "c:r:d:o:" opt; do
+servers="http-net http-ringloop-uring http-ringloop-epoll"
+while getopts "c:r:d:o:s:" opt; do
 	case $opt in
 	c) conns=$OPTARG ;;
 	r) reps=$OPTARG ;;
 	d) dur=$OPTARG ;;
 	o) out=$OPTARG ;;
+	s) servers=$OPTARG ;;
 	*) exit 2 ;;
 	esac
 done
@@ -42,8 +47,12 @@ declare -A args=(
 	[http-net]="-impl net"
 	[http-ringloop-uring]="-impl ringloop -backend uring"
 	[http-ringloop-epoll]="-impl ringloop -backend epoll"
+	[http-ringloop-uring-locked]="-impl ringloop -backend uring -thread locked"
+	[http-ringloop-epoll-locked]="-impl ringloop -backend epoll -thread locked"
 )
-servers="http-net http-ringloop-uring http-ringloop-epoll"
+for s in $servers; do
+	[ -n "${args[$s]:-}" ] || { echo "wrk-http.sh: unknown server $s (${!args[*]})" >&2; exit 2; }
+done
 tick=$(getconf CLK_TCK)
 
 # cpu_ticks PID: the process's user and system time, in clock ticks.

@@ -523,7 +523,8 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			sqe.PrepRecv(fd, nil, o.arg)
 		}
 		sqe.SetBufferGroup(d.bufRing.Group())
-		if d.featureSet.RecvBundle {
+		// A shared thread's single shots take one buffer (setRecvCap).
+		if d.featureSet.RecvBundle && (multishot || !d.cfg.shared) {
 			sqe.IoPrio |= ring.RecvsendBundle
 			sqe.Len = d.bundleLen
 		}
@@ -880,21 +881,13 @@ const bundleBufs = 16
 // the length is bundleBufs buffers, on single shots as well (where it bounds
 // only the first of the buffers a single shot appends while the socket
 // holds more, as long as free buffers last: a rotated receive that asks for
-// a limit is therefore a multishot one limited to four bundles in all, and
-// a shared thread, whose receives are single shots on more than one P, runs
-// no bundles). Features.RecvCap is that length, else 0.
+// a limit is therefore a multishot one limited to four bundles in all; a
+// shared thread's receives are single shots on more than one P
+// (sharedMultishot), which prep keeps to one buffer each for the same
+// reason). Features.RecvCap is that length, else 0.
 func (d *uringDriver) setRecvCap() {
 	d.featureSet.RecvCap, d.bundleLen = 0, 0
-	if d.cfg.shared {
-		// A shared thread's receives are single shots on more than one
-		// P (sharedMultishot), and a single shot with bundles appends
-		// what else the socket holds to its one completion, past its
-		// length, up to the whole receive queue: a connection pausing
-		// on it would keep all that. One buffer bounds what a single
-		// shot takes.
-		d.featureSet.RecvBundle = false
-	}
-	if !d.featureSet.RecvBundle && !d.cfg.shared {
+	if !d.featureSet.RecvBundle {
 		return
 	}
 	// The probe also stands for bundles' length: kernels before 6.17
@@ -904,17 +897,13 @@ func (d *uringDriver) setRecvCap() {
 	// cannot survive (TestBundleRotationOrder; docs/op-lifecycle.md,
 	// "Memory and the kernel's final word").
 	if !d.probeMultishotLen(false) {
-		if d.featureSet.RecvBundle {
-			d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles", "loop", d.cfg.name)
-			d.featureSet.RecvBundle = false
-		}
+		d.cfg.logger.Debug("io_uring receives take no length on bundles or multishot: no bundles", "loop", d.cfg.name)
+		d.featureSet.RecvBundle = false
 		return
 	}
-	if d.featureSet.RecvBundle {
-		d.bundleLen = bundleBufs * d.cfg.bufSize
-		d.featureSet.RecvCap = d.bundleLen
-	}
-	// A multishot receive (a shared thread's too, without bundles) ends after multishotTotal bytes (half that for one
+	d.bundleLen = bundleBufs * d.cfg.bufSize
+	d.featureSet.RecvCap = d.bundleLen
+	// A multishot receive ends after multishotTotal bytes (half that for one
 	// that asks for a limit) and is re-armed: a socket whose queue is full
 	// would otherwise fill buffer after buffer in one turn (the kernel
 	// requeues a capped receive and runs it again, and posts more as the

@@ -88,9 +88,12 @@ func defaultConfig() config {
 // on the Go netpoller. Handing work to such a loop, or waking a goroutine
 // from it, is then a goroutine switch rather than a thread wakeup. Its ring
 // has no single issuer (no SINGLE_ISSUER or DEFER_TASKRUN, no registered
-// ring fd). The default, false (a loop locked to its own thread for life,
-// waiting in the kernel), comes from RINGLOOP=thread=shared|locked when no
-// option says otherwise. docs/loop.md, "Waiting", says when to pick which.
+// ring fd). It is the recommended configuration for groups that serve the
+// net.Conn adapters (conn.ListenNet, conn.DialNet), whose handlers run on
+// goroutines. The default, false (a loop locked to its own thread for life,
+// waiting in the kernel), suits work done in callbacks; it comes from
+// RINGLOOP=thread=shared|locked when no option says otherwise.
+// docs/loop.md, "Waiting", says when to pick which.
 func WithSharedThread(on bool) Option { return func(c *config) { c.sharedThread = on } }
 
 // WithLoops sets the number of event loops. 0 means runtime.GOMAXPROCS(0)

@@ -312,8 +312,8 @@ func TestKernelProfileUringRefused(t *testing.T) {
 // for the submitting thread's next entry into the kernel instead of
 // interrupting it) and without SINGLE_ISSUER or DEFER_TASKRUN, and arms
 // multishot receives only while the process runs on one P: with more, the
-// loop goroutine moves between threads and its receives are single shots.
-// The kind is read from what the ring submitted.
+// loop goroutine moves between threads and its receives are single shots,
+// of one buffer each. The kinds are read from what the ring submitted.
 func TestSharedThreadReceiveKind(t *testing.T) {
 	testutil.SkipIfNoUring(t)
 	defer loop.CountSubmissions()()
@@ -353,6 +353,12 @@ func TestSharedThreadReceiveKind(t *testing.T) {
 			}
 			if procs > 1 && (nMulti != 0 || nSingle == 0) {
 				t.Errorf("%d Ps: %d multishot and %d single-shot receives, want single shots only", procs, nMulti, nSingle)
+			}
+			// A single shot with bundles would append all the socket
+			// holds to its one completion: one buffer each.
+			bundle := func(k ring.SQEKind) bool { return k.Bundle && !k.Multishot }
+			if n := c.Count(ring.OpRecv, bundle) - before.Count(ring.OpRecv, bundle); n != 0 {
+				t.Errorf("%d single-shot receives with bundles", n)
 			}
 		})
 	}

@@ -91,7 +91,7 @@ func main() {
 	idleSettle := flag.Duration("idle-settle", 3*time.Second, "with -idle: wait between the last connection and the RSS reading")
 	where := flag.Bool("where", false, "one run per server and cell with perf attached: system calls, SQEs and context switches per request and a grouped CPU profile, into where.md (needs perf)")
 	var variants []variant
-	flag.Func("variant", "`NAME=SERVER:ENV=VALUE[:ENV=VALUE…][:bin=PATH]`: also run SERVER as NAME with this extra environment, or with the binary at PATH (a build of another commit), side by side with it (repeatable; e.g. shared=ringloop-uring:RINGLOOP=thread=shared, before=ringloop-uring:bin=/tmp/old/ringecho)", func(v string) error {
+	flag.Func("variant", "`NAME=SERVER:ENV=VALUE[:ENV=VALUE…][:arg=FLAG…][:bin=PATH]`: also run SERVER as NAME with this extra environment, extra command-line flags, or the binary at PATH (a build of another commit), side by side with it (repeatable; e.g. shared=ringloop-uring:RINGLOOP=thread=shared, locked=http-ringloop-uring:arg=-thread=locked, before=ringloop-uring:bin=/tmp/old/ringecho)", func(v string) error {
 		x, err := parseVariant(v)
 		variants = append(variants, x)
 		return err
@@ -419,7 +419,7 @@ func fatal(err error) {
 // measured side by side in one run.
 type variant struct {
 	name, base string
-	env        []string
+	env, args  []string
 	bin        string
 }
 
@@ -432,16 +432,20 @@ func parseVariant(v string) (variant, error) {
 	x := variant{name: name, base: parts[0]}
 	for _, e := range parts[1:] {
 		if !strings.Contains(e, "=") {
-			return variant{}, fmt.Errorf("variant %s: %q is not ENV=VALUE or bin=PATH", name, e)
+			return variant{}, fmt.Errorf("variant %s: %q is not ENV=VALUE, arg=FLAG or bin=PATH", name, e)
 		}
 		if path, ok := strings.CutPrefix(e, "bin="); ok {
 			x.bin = path
 			continue
 		}
+		if arg, ok := strings.CutPrefix(e, "arg="); ok {
+			x.args = append(x.args, arg)
+			continue
+		}
 		x.env = append(x.env, e)
 	}
-	if len(x.env) == 0 && x.bin == "" {
-		return variant{}, fmt.Errorf("variant %s: no ENV=VALUE or bin=PATH", name)
+	if len(x.env) == 0 && len(x.args) == 0 && x.bin == "" {
+		return variant{}, fmt.Errorf("variant %s: no ENV=VALUE, arg=FLAG or bin=PATH", name)
 	}
 	return x, nil
 }
@@ -459,6 +463,7 @@ func addVariants(servers map[string]server, variants []variant) {
 		if v.bin != "" {
 			sv.Argv = append([]string{v.bin}, sv.Argv[1:]...)
 		}
+		sv.Argv = append(append([]string(nil), sv.Argv...), v.args...)
 		servers[v.name] = sv
 		at := indexOf(serverOrder, v.base) + 1
 		serverOrder = append(serverOrder[:at], append([]string{v.name}, serverOrder[at:]...)...)

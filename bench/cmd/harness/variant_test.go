@@ -17,6 +17,10 @@ func TestParseVariant(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(v.env, []string{"RINGLOOP=thread=shared"}) || v.bin != "" {
 		t.Fatalf("got %+v, %v", v, err)
 	}
+	v, err = parseVariant("locked=http-ringloop-uring:arg=-thread=locked:RINGLOOP=kernel=6.1")
+	if err != nil || !reflect.DeepEqual(v.args, []string{"-thread=locked"}) || !reflect.DeepEqual(v.env, []string{"RINGLOOP=kernel=6.1"}) {
+		t.Fatalf("got %+v, %v", v, err)
+	}
 	for _, bad := range []string{"x", "=ringloop-uring:A=1", "x=ringloop-uring", "x=ringloop-uring:noequals"} {
 		if _, err := parseVariant(bad); err == nil {
 			t.Errorf("parseVariant(%q) accepted", bad)
@@ -31,7 +35,11 @@ func TestParseVariant(t *testing.T) {
 	if !reflect.DeepEqual(got.Argv, []string{"/tmp/old/ringecho", "-backend", "uring"}) {
 		t.Fatalf("variant argv %q", got.Argv)
 	}
-	if servers["ringloop-uring"].Argv[0] != "/bin/ringecho" {
+	addVariants(servers, []variant{{name: "locked", base: "ringloop-uring", args: []string{"-thread=locked"}}})
+	if got := servers["locked"].Argv; !reflect.DeepEqual(got, []string{"/bin/ringecho", "-backend", "uring", "-thread=locked"}) {
+		t.Fatalf("variant argv %q", got)
+	}
+	if !reflect.DeepEqual(servers["ringloop-uring"].Argv, []string{"/bin/ringecho", "-backend", "uring"}) {
 		t.Fatalf("base server changed: %q", servers["ringloop-uring"].Argv)
 	}
 }

@@ -28,6 +28,7 @@ func main() {
 	impl := flag.String("impl", "net", "net or ringloop")
 	backend := flag.String("backend", "uring", "uring or epoll (-impl ringloop)")
 	loops := flag.Int("loops", 1, "event loops (-impl ringloop)")
+	thread := flag.String("thread", "shared", "shared or locked: how the loops hold their threads (-impl ringloop; shared is the adapters' recommended configuration)")
 	stack := flag.String("stack", "nethttp", "nethttp or fasthttp")
 	flag.Parse()
 
@@ -47,8 +48,12 @@ func main() {
 		} else if *backend != "uring" {
 			serve.Fatal("backend", fmt.Errorf("unknown backend %q", *backend))
 		}
+		if *thread != "shared" && *thread != "locked" {
+			serve.Fatal("thread", fmt.Errorf("unknown thread mode %q", *thread))
+		}
 		var err error
-		g, err = loop.NewGroup(loop.WithLoops(*loops), loop.WithBackend(b), loop.WithName("httpserve"))
+		g, err = loop.NewGroup(loop.WithLoops(*loops), loop.WithBackend(b), loop.WithName("httpserve"),
+			loop.WithSharedThread(*thread == "shared"))
 		if err != nil {
 			serve.Fatal("loop group", err)
 		}
