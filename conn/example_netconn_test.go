@@ -15,7 +15,7 @@ import (
 // net/http served unchanged on the loops: ListenNet returns a
 // net.Listener, and a Transport dials with DialNet.
 func ExampleListenNet() {
-	// Client and server in one process: loops on the shared thread
+	// Loops on the shared thread, the adapters' configuration
 	// (docs/netconn.md, "Which thread for the adapters").
 	g, err := loop.NewGroup(loop.WithSharedThread(true))
 	if err != nil {

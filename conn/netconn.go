@@ -676,7 +676,9 @@ type NetListener struct {
 }
 
 // ListenNet listens on address as Listen does and returns a net.Listener
-// whose Accept returns the connections as *NetConn.
+// whose Accept returns the connections as *NetConn. Its handlers run on
+// goroutines: serve it from a group made with loop.WithSharedThread(true)
+// (docs/netconn.md, "Which thread for the adapters").
 func ListenNet(ctx context.Context, g *loop.Group, network, address string, opts ...Option) (*NetListener, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
