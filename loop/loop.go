@@ -48,6 +48,7 @@ type Loop struct {
 	wheel      *sched.Wheel // owned by the loop goroutine; NewTimer is concurrent-safe
 	done       chan struct{}
 	handOff    atomic.Bool            // the next wait gives the P back first (HandOffNextWait)
+	delivered  int                    // completions since a shared-thread loop last waited (sharedYieldAfter); loop goroutine only
 	what       atomic.Pointer[string] // what the loop runs, for the blocked-loop detector (Running)
 	goid       atomic.Uint64          // the loop goroutine's id, for the detector's stack dump
 

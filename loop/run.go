@@ -189,6 +189,15 @@ func (l *Loop) turn() {
 	}
 	l.stats.turnTime.observe(end - busySince)
 	l.stats.opsInFlight.Store(int64(l.io.ops.inFlight))
+	if l.cfg.sharedThread {
+		if sleeping {
+			l.delivered = 0
+		}
+		if l.delivered += res.completions; l.delivered > sharedYieldAfter {
+			l.delivered = 0
+			l.yieldThread(now)
+		}
+	}
 	l.maybeYield(now)
 	if l.tr.on {
 		l.tr.end()

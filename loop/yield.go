@@ -27,3 +27,27 @@ func (l *Loop) maybeYield(now int64) {
 
 // gosched is runtime.Gosched; a test replaces it to count yields.
 var gosched = runtime.Gosched
+
+// sharedYieldAfter is how many completions a shared-thread loop delivers
+// over the turns since it last waited before it yields the P: the size of a
+// P's local run queue. A loop that keeps finding completions turns again
+// at once, readying goroutine after goroutine (past that many, they
+// overflow to the global run queue), and once it parks it runs again only
+// after every one of them has run: the netpoller is asked when the P has
+// nothing left. The replies they queue, and the requests that arrive
+// meanwhile, then wait a whole round of handlers. A yield instead puts the
+// loop in the global queue, which the scheduler looks at every 61
+// goroutines, so it sends and receives again within the round (at 1,024
+// connections this took the HTTP adapter's p99 from 1.3× package net's to
+// below it; docs/netconn.md).
+const sharedYieldAfter = 256
+
+// yieldThread yields the P from a shared-thread loop, letting go of its
+// thread for the yield as it does before a wait: locked, the yield would
+// hand the P to another thread and back.
+func (l *Loop) yieldThread(now int64) {
+	l.lastYield = now
+	l.thread.park()
+	gosched()
+	l.thread.resume()
+}

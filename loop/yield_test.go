@@ -1,6 +1,7 @@
 package loop_test
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,6 +65,67 @@ func TestLoopYieldsItsP(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		if idle := yields.Load() - start; idle > 2 {
 			t.Errorf("idle loop yielded %d times in 300 ms, want at most 2", idle)
+		}
+	})
+}
+
+// TestSharedLoopYieldsAfterBurst checks that a shared-thread loop whose
+// turn delivered more completions than a P's local run queue holds yields
+// before its next turn, letting go of its thread for the yield (no goroutine
+// counts as the loop's meanwhile), and that a smaller turn does not. A
+// locked loop never yields for that. The clock stands still, so the
+// every-5-ms yield never comes into it.
+func TestSharedLoopYieldsAfterBurst(t *testing.T) {
+	var yields atomic.Int64
+	var claimed atomic.Pointer[loop.Loop]
+	restore := loop.CountYields(func() {
+		yields.Add(1)
+		claimed.Store(loop.Current())
+	})
+	defer restore()
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		for _, shared := range []bool{true, false} {
+			clk := sched.NewManualClock(int64(time.Hour))
+			l := newGroup(t, b, loop.WithLoops(1), loop.WithClock(clk), loop.WithSharedThread(shared)).Next()
+			// settle returns once the loop's current turn has ended: the
+			// poll that delivers a completion started in it comes after.
+			settle := func() {
+				next := make(chan struct{})
+				runOn(t, l, func() {
+					if _, err := l.Nop(completerFunc(func(*loop.Completion) { close(next) })); err != nil {
+						t.Error(err)
+						close(next)
+					}
+				})
+				<-next
+			}
+			// Past the first turn's every-5-ms yield (its last yield is
+			// at time 0).
+			settle()
+			for _, n := range []int{100, 600} {
+				var done sync.WaitGroup
+				done.Add(n)
+				nop := completerFunc(func(*loop.Completion) { done.Done() })
+				claimed.Store(l)
+				start := yields.Load()
+				runOn(t, l, func() {
+					for range n {
+						if _, err := l.Nop(nop); err != nil {
+							t.Error(err)
+							done.Done()
+						}
+					}
+				})
+				done.Wait()
+				settle() // past the turn that delivered them (and yielded)
+				got := yields.Load() - start
+				switch {
+				case shared && n > 256 && (got == 0 || claimed.Load() != nil):
+					t.Errorf("%v, shared, %d completions in a turn: %d yields, loop during the yield %p (want at least one, without the thread)", b, n, got, claimed.Load())
+				case (!shared || n <= 256) && got != 0:
+					t.Errorf("%v, shared %v, %d completions in a turn: %d yields, want none", b, shared, n, got)
+				}
+			}
 		}
 	})
 }
