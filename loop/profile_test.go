@@ -104,7 +104,7 @@ func TestKernelProfileOpCounts(t *testing.T) {
 			// A shared-thread loop on more than one P arms single shots
 			// of one buffer (TestSharedThreadReceiveKind).
 			multishotRecv := !f.SharedThread || runtime.GOMAXPROCS(0) == 1
-			if p.bundle && l.Features().RecvBundle && multishotRecv && c.Count(ring.OpRecv, bundle) == 0 {
+			if p.bundle && f.RecvBundle && multishotRecv && c.Count(ring.OpRecv, bundle) == 0 {
 				t.Errorf("%s: no bundled RECV, which the kernel has", p.kernel)
 			}
 		})
@@ -346,10 +346,12 @@ func TestSharedThreadReceiveKind(t *testing.T) {
 			runOn(t, l, func() { before = l.Submissions() })
 			profileWorkload(t, l)
 			runOn(t, l, func() { c = l.Submissions() })
-			multi := func(k ring.SQEKind) bool { return k.Multishot }
-			single := func(k ring.SQEKind) bool { return !k.Multishot && k.BufferSelect }
-			nMulti := c.Count(ring.OpRecv, multi) - before.Count(ring.OpRecv, multi)
-			nSingle := c.Count(ring.OpRecv, single) - before.Count(ring.OpRecv, single)
+			// RECV SQEs of a kind since start.
+			recvs := func(kind func(ring.SQEKind) bool) uint64 {
+				return c.Count(ring.OpRecv, kind) - before.Count(ring.OpRecv, kind)
+			}
+			nMulti := recvs(func(k ring.SQEKind) bool { return k.Multishot })
+			nSingle := recvs(func(k ring.SQEKind) bool { return !k.Multishot && k.BufferSelect })
 			t.Logf("RECV: %d multishot, %d single shots", nMulti, nSingle)
 			if procs == 1 && (nMulti == 0 || nSingle != 0) {
 				t.Errorf("one P: %d multishot and %d single-shot receives, want multishot only", nMulti, nSingle)
@@ -357,13 +359,12 @@ func TestSharedThreadReceiveKind(t *testing.T) {
 			if procs > 1 && (nMulti != 0 || nSingle == 0) {
 				t.Errorf("%d Ps: %d multishot and %d single-shot receives, want single shots only", procs, nMulti, nSingle)
 			}
-			if mb := c.Count(ring.OpRecv, func(k ring.SQEKind) bool { return k.Multishot && k.Bundle }) - before.Count(ring.OpRecv, func(k ring.SQEKind) bool { return k.Multishot && k.Bundle }); procs == 1 && f.RecvBundle && mb == 0 {
+			if procs == 1 && f.RecvBundle && recvs(func(k ring.SQEKind) bool { return k.Multishot && k.Bundle }) == 0 {
 				t.Errorf("one P, a kernel with bundles: no bundled multishot receive")
 			}
 			// A single shot with bundles would append all the socket
 			// holds to its one completion: one buffer each.
-			bundle := func(k ring.SQEKind) bool { return k.Bundle && !k.Multishot }
-			if n := c.Count(ring.OpRecv, bundle) - before.Count(ring.OpRecv, bundle); n != 0 {
+			if n := recvs(func(k ring.SQEKind) bool { return k.Bundle && !k.Multishot }); n != 0 {
 				t.Errorf("%d single-shot receives with bundles", n)
 			}
 		})
