@@ -64,12 +64,29 @@ type result struct {
 }
 
 // worker is one stream loop's counters, each its own so that no two
-// goroutines write one cache line.
+// goroutines write one cache line. The lock keeps requests and bytes a
+// consistent pair for the snapshots taken while the workers run.
 type worker struct {
-	requests atomic.Uint64
-	bytes    atomic.Uint64
+	mu       sync.Mutex
+	requests uint64
+	bytes    uint64
 	lat      hist.Hist // recorded while measuring; read after the workers stop
 	_        [64]byte
+}
+
+// add counts requests and bytes received.
+func (w *worker) add(requests, bytes uint64) {
+	w.mu.Lock()
+	w.requests += requests
+	w.bytes += bytes
+	w.mu.Unlock()
+}
+
+// load returns the requests and bytes counted so far.
+func (w *worker) load() (requests, bytes uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.requests, w.bytes
 }
 
 // runner is what a run's workers share.
@@ -215,8 +232,9 @@ func measure(cfg config) (result, error) {
 	}
 	sum := func() (n, b uint64) {
 		for _, w := range workers {
-			n += w.requests.Load()
-			b += w.bytes.Load()
+			wn, wb := w.load()
+			n += wn
+			b += wb
 		}
 		return n, b
 	}
@@ -304,8 +322,7 @@ func (r *runner) requests(ctx context.Context, c *quic.Conn, w *worker, id uint6
 		if r.measuring.Load() {
 			w.lat.Record(uint64(time.Since(start)))
 		}
-		w.requests.Add(1)
-		w.bytes.Add(uint64(n))
+		w.add(1, uint64(n))
 	}
 }
 
@@ -342,7 +359,7 @@ func (r *runner) download(ctx context.Context, c *quic.Conn, w *worker) error {
 				return fmt.Errorf("bulk stream differs from the pattern in the %d bytes at offset %d", n, off)
 			}
 			off += uint64(n)
-			w.bytes.Add(uint64(n))
+			w.add(0, uint64(n))
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
