@@ -39,8 +39,12 @@ func TestLostWakeupStress(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b loop.Backend) {
 		g := newGroup(t, b, loop.WithLoops(1))
 		l := g.Loop(0)
-		runOn(t, l, func() {})
-		before := l.Stats()
+		// Read on the loop, where no sleep is in progress: read from
+		// elsewhere, the snapshot could count a sleep whose eventfd write
+		// comes after it, and the differences below would show one write
+		// more than the sleeps.
+		var before loop.Stats
+		runOn(t, l, func() { before = l.Stats() })
 		base := time.Now()
 
 		// Loop-goroutine state (tasks run one at a time, on the loop).
@@ -142,10 +146,11 @@ func TestLostWakeupStress(t *testing.T) {
 		}
 		var got, bad, lateN int
 		var worstSeen time.Duration
+		var s loop.Stats
 		runOn(t, l, func() {
 			got, bad, lateN, worstSeen = ran, badSeq, late, worst
+			s = l.Stats()
 		})
-		s := l.Stats()
 		sleeps, writes := s.Sleeps-before.Sleeps, s.WakeWrites-before.WakeWrites
 		t.Logf("%d tasks in %d rounds from %d producers in %v: worst latency %v, loop slept %d times, %d eventfd writes",
 			submitted, rounds, producers, time.Since(started).Round(time.Millisecond), worstSeen, sleeps, writes)
