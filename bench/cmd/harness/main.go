@@ -256,7 +256,11 @@ func main() {
 					if rep > p.reps && !targetCell(conns, size) {
 						continue
 					}
-					for _, s := range order { // servers innermost: drift hits all alike
+					// Servers innermost, so that drift hits all alike, and
+					// each repetition starts one server further on, so that
+					// none always runs first after a change of cell.
+					for i := range order {
+						s := order[(i+rep-1)%len(order)]
 						spec := runSpec{Server: s, Conns: conns, Size: size, Depth: depth, Rep: rep,
 							Warmup: p.warmup, Duration: p.duration, Requests: *requests,
 							ServerCPU: *serverCPU, ClientCP: *clientCPU}
