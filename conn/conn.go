@@ -171,6 +171,8 @@ const (
 	sharedCloseRequested                    // Close was called, or the connection closed
 	sharedWritesClosed                      // no more writes: closed or CloseWrite; set under Conn.mu, read under it
 	sharedCloseReported                     // OnClose ran; set under Conn.mu, read under it
+	sharedWriteShut                         // CloseWrite was called; set under Conn.mu with sharedWritesClosed
+	sharedCloseCalled                       // Close was called (not set when the connection closed on its own)
 )
 
 // has reports whether bit is set.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,8 +125,11 @@ func TestHalfClose(t *testing.T) {
 		if err := c.CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Write(msg); !errorsIsClosed(err) {
-			t.Fatalf("Write after CloseWrite: %v, want net.ErrClosed", err)
+		if _, err := c.Write(msg); !errors.Is(err, syscall.EPIPE) {
+			t.Fatalf("Write after CloseWrite: %v, want EPIPE", err)
+		}
+		if err := c.CloseWrite(); err != nil {
+			t.Fatalf("second CloseWrite: %v", err)
 		}
 		if err := ce.wait(t); err != io.EOF {
 			t.Fatalf("client OnClose(%v), want io.EOF", err)

@@ -53,6 +53,18 @@ func (c *Conn) opError(op, call string, err error) error {
 	return opError(op, c.network(), call, c.laddr, c.raddr, err)
 }
 
+// writesClosed is the error of a write made once c's writes are closed:
+// after CloseWrite, unless Close was called since, the EPIPE the kernel
+// answers a write on a socket shut down for writing with (so
+// errors.Is(err, syscall.EPIPE) holds, as with package net); otherwise one
+// wrapping net.ErrClosed.
+func (c *Conn) writesClosed() error {
+	if c.shared.has(sharedWriteShut) && !c.shared.has(sharedCloseCalled) {
+		return c.opError("write", "write", unix.EPIPE)
+	}
+	return c.opError("write", "", net.ErrClosed)
+}
+
 // resultError maps the failed result of one of c's ops: -ECANCELED, which
 // only the loop's own shutdown causes while c is open, becomes net.ErrClosed
 // (a canceled op reports why it was canceled, not ECANCELED).

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -170,11 +171,15 @@ func TestOptionLimits(t *testing.T) {
 			t.Fatalf("SetKeepAlive(MaxKeepAlive): %v", err)
 		}
 		sc.CloseWrite()
-		if _, err := sc.Write(nil); !errors.Is(err, net.ErrClosed) {
+		if _, err := sc.Write(nil); !errors.Is(err, syscall.EPIPE) {
 			t.Fatalf("Write(nil) after CloseWrite: %v", err)
 		}
-		if _, err := sc.Writev(nil); !errors.Is(err, net.ErrClosed) {
+		if _, err := sc.Writev(nil); !errors.Is(err, syscall.EPIPE) {
 			t.Fatalf("Writev(nil) after CloseWrite: %v", err)
+		}
+		sc.Close()
+		if _, err := sc.Writev(nil); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Writev(nil) after Close: %v", err)
 		}
 		if err := srv.Shutdown(nil); err != nil {
 			t.Fatalf("Server.Shutdown(nil): %v", err)

@@ -254,6 +254,7 @@ func (c *lifecycle) onIdleTimer() {
 // Writes after Close, return an error wrapping net.ErrClosed. Safe for
 // concurrent use.
 func (c *Conn) Close() error {
+	c.shared.set(sharedCloseCalled)
 	if c.shared.set(sharedCloseRequested) {
 		return c.opError("close", "", net.ErrClosed)
 	}
@@ -329,14 +330,22 @@ func (c *lifecycle) onLingerTimer() {
 
 // CloseWrite shuts down the sending side (shutdown(2) with SHUT_WR) once
 // every byte queued before the call is sent; the peer then reads EOF while
-// this side keeps receiving. Later Writes fail with net.ErrClosed. Safe for
+// this side keeps receiving. Later Writes fail with EPIPE, as a write to a
+// socket shut down for writing does (errors.Is(err, syscall.EPIPE)), and a
+// second CloseWrite does nothing, as a second shutdown(2) does. Once the
+// connection is closed it returns an error wrapping net.ErrClosed. Safe for
 // concurrent use.
 func (c *Conn) CloseWrite() error {
 	c.mu.Lock()
 	if c.shared.set(sharedWritesClosed) {
+		again := c.shared.has(sharedWriteShut) && !c.shared.has(sharedCloseCalled)
 		c.mu.Unlock()
+		if again {
+			return nil
+		}
 		return c.opError("close", "", net.ErrClosed)
 	}
+	c.shared.set(sharedWriteShut)
 	c.mu.Unlock()
 	f := func() {
 		if c.state != stateOpen {

@@ -436,11 +436,16 @@ func (nc *NetConn) readEnd() error {
 	return nc.cause
 }
 
-// writeEnd is what ended the connection, for writes: an error wrapping
-// net.ErrClosed after a local close or the peer's FIN that followed a
-// CloseWrite here, else the cause. Caller holds nc.mu.
+// writeEnd is what ended the connection, for writes: EPIPE after a
+// CloseWrite here (the connection ended at the peer's FIN that followed it,
+// but the socket of a net.TCPConn would still answer EPIPE), an error
+// wrapping net.ErrClosed after a local close, else the cause. Caller holds
+// nc.mu and has checked nc.closed.
 func (nc *NetConn) writeEnd() error {
 	if nc.cause == nil || errors.Is(nc.cause, io.EOF) {
+		if nc.c.shared.has(sharedWriteShut) {
+			return nc.c.opError("write", "write", syscall.EPIPE)
+		}
 		return nc.c.opError("write", "", net.ErrClosed)
 	}
 	return nc.cause
@@ -478,8 +483,25 @@ func (nc *NetConn) Close() error {
 }
 
 // CloseWrite shuts down the sending side once the bytes written before it
-// are sent; Reads go on.
-func (nc *NetConn) CloseWrite() error { return nc.c.CloseWrite() }
+// are sent; Reads go on. Later Writes fail with EPIPE and a second
+// CloseWrite does nothing, as with package net. Once the connection has
+// ended (both sides' FINs, or a reset), a TCP connection's CloseWrite
+// fails with ENOTCONN, as shutdown(2) on its socket would; after Close,
+// with net.ErrClosed.
+func (nc *NetConn) CloseWrite() error {
+	nc.mu.Lock()
+	closed, ended := nc.closed, nc.ended
+	nc.mu.Unlock()
+	switch {
+	case closed:
+		return nc.c.opError("close", "", net.ErrClosed)
+	case ended && nc.c.network() == "tcp":
+		return nc.c.opError("close", "shutdown", syscall.ENOTCONN)
+	case ended:
+		return nil // a Unix socket's shutdown(2) succeeds after its peer closed
+	}
+	return nc.c.CloseWrite()
+}
 
 // LocalAddr returns the local address.
 func (nc *NetConn) LocalAddr() net.Addr { return nc.c.LocalAddr() }

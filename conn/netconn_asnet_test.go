@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,6 +88,7 @@ func TestStreamAsNet(t *testing.T) {
 			t.Run("ZeroReadAfterEOF", func(t *testing.T) { testZeroReadAfterEOF(t, impl) })
 			t.Run("AcceptWorkerPool", func(t *testing.T) { testAcceptWorkerPool(t, impl) })
 			t.Run("WriteBesideIdleReadFrom", func(t *testing.T) { testWriteBesideIdleReadFrom(t, impl) })
+			t.Run("WriteAfterCloseWrite", func(t *testing.T) { testWriteAfterCloseWrite(t, impl) })
 		})
 	}
 }
@@ -173,6 +175,52 @@ func testZeroReadAfterEOF(t *testing.T, impl asNetImpl) {
 	srv.Close()
 	if _, err := srv.Read(nil); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Read(nil) after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// testWriteAfterCloseWrite: after CloseWrite, Writes (empty ones too) fail
+// with a write *net.OpError wrapping EPIPE and a second CloseWrite
+// succeeds; so it stays once the peer has closed too, when CloseWrite
+// fails with ENOTCONN; after Close, both fail with net.ErrClosed.
+func testWriteAfterCloseWrite(t *testing.T, impl asNetImpl) {
+	srv, cli := impl.pipe(t)
+	cw := srv.(interface{ CloseWrite() error })
+	wantEPIPE := func(when string) {
+		t.Helper()
+		for _, p := range [][]byte{[]byte("x"), nil} {
+			n, err := srv.Write(p)
+			var oe *net.OpError
+			if n != 0 || !errors.Is(err, syscall.EPIPE) || !errors.As(err, &oe) || oe.Op != "write" {
+				t.Fatalf("Write(%q) %s = %d, %v; want 0 and a write error wrapping EPIPE", p, when, n, err)
+			}
+		}
+	}
+	if err := cw.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	wantEPIPE("after CloseWrite")
+	if err := cw.CloseWrite(); err != nil {
+		t.Fatalf("second CloseWrite: %v", err)
+	}
+	cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := cli.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("peer's Read = %d, %v; want io.EOF", n, err)
+	}
+	cli.Close()
+	srv.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := srv.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("Read after the peer's Close = %v, want io.EOF", err)
+	}
+	wantEPIPE("after the peer's Close")
+	if err := cw.CloseWrite(); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("CloseWrite after the peer's Close = %v, want ENOTCONN", err)
+	}
+	srv.Close()
+	if _, err := srv.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close = %v, want net.ErrClosed", err)
+	}
+	if err := cw.CloseWrite(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("CloseWrite after Close = %v, want net.ErrClosed", err)
 	}
 }
 

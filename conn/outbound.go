@@ -3,7 +3,6 @@ package conn
 import (
 	"fmt"
 	"io"
-	"net"
 
 	"github.com/ringloop/ringloop/internal/sock"
 	"github.com/ringloop/ringloop/loop"
@@ -89,7 +88,7 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 	c.mu.Lock()
 	if c.shared.has(sharedWritesClosed) {
 		c.mu.Unlock()
-		return 0, c.opError("write", "", net.ErrClosed)
+		return 0, c.writesClosed()
 	}
 	if n == 0 {
 		c.mu.Unlock()
@@ -158,7 +157,7 @@ func (c *outbound) queueChunks(filled []*chunk, n int) error {
 		for _, t := range filled {
 			putChunk(t)
 		}
-		return c.conn().opError("write", "", net.ErrClosed)
+		return c.conn().writesClosed()
 	}
 	if c.outQueue.n > c.cfg.outboundLimit {
 		err := c.overLimit()
