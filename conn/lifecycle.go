@@ -332,8 +332,9 @@ func (c *lifecycle) onLingerTimer() {
 // every byte queued before the call is sent; the peer then reads EOF while
 // this side keeps receiving. Later Writes fail with EPIPE, as a write to a
 // socket shut down for writing does (errors.Is(err, syscall.EPIPE)), and a
-// second CloseWrite does nothing, as a second shutdown(2) does. Once the
-// connection is closed it returns an error wrapping net.ErrClosed. Safe for
+// second CloseWrite does nothing, as a second shutdown(2) does (until
+// Close). After Close, or once the connection closed before any
+// CloseWrite, it returns an error wrapping net.ErrClosed. Safe for
 // concurrent use.
 func (c *Conn) CloseWrite() error {
 	c.mu.Lock()
