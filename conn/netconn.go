@@ -436,17 +436,17 @@ func (nc *NetConn) readEnd() error {
 	return nc.cause
 }
 
-// writeEnd is what ended the connection, for writes: EPIPE after a
-// CloseWrite here (the connection ended at the peer's FIN that followed it,
-// but the socket of a net.TCPConn would still answer EPIPE), an error
-// wrapping net.ErrClosed after a local close, else the cause. Caller holds
+// writeEnd is what ended the connection, for writes: EPIPE once both
+// sides' FINs ended it (this side's came from CloseWrite, after which the
+// socket of a net.TCPConn answers EPIPE), an error wrapping net.ErrClosed
+// when the server or the group closed it, else the cause. Caller holds
 // nc.mu and has checked nc.closed.
 func (nc *NetConn) writeEnd() error {
-	if nc.cause == nil || errors.Is(nc.cause, io.EOF) {
-		if nc.c.shared.has(sharedWriteShut) {
-			return nc.c.opError("write", "write", syscall.EPIPE)
-		}
+	switch {
+	case nc.cause == nil || errors.Is(nc.cause, net.ErrClosed):
 		return nc.c.opError("write", "", net.ErrClosed)
+	case errors.Is(nc.cause, io.EOF):
+		return nc.c.opError("write", "write", syscall.EPIPE)
 	}
 	return nc.cause
 }
@@ -487,13 +487,14 @@ func (nc *NetConn) Close() error {
 // CloseWrite does nothing, as with package net. Once the connection has
 // ended (both sides' FINs, or a reset), a TCP connection's CloseWrite
 // fails with ENOTCONN, as shutdown(2) on its socket would; after Close,
-// with net.ErrClosed.
+// or once the server or the group closed the connection, with
+// net.ErrClosed.
 func (nc *NetConn) CloseWrite() error {
 	nc.mu.Lock()
-	closed, ended := nc.closed, nc.ended
+	closed, ended, cause := nc.closed, nc.ended, nc.cause
 	nc.mu.Unlock()
 	switch {
-	case closed:
+	case closed || ended && (cause == nil || errors.Is(cause, net.ErrClosed)):
 		return nc.c.opError("close", "", net.ErrClosed)
 	case ended && nc.c.network() == "tcp":
 		return nc.c.opError("close", "shutdown", syscall.ENOTCONN)

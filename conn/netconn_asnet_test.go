@@ -367,6 +367,9 @@ func TestNetConnShutdownEndsBlockedCalls(t *testing.T) {
 						t.Fatalf("a blocked call still waits %v after the shutdown began (linger 1 min)", time.Since(begun).Round(time.Millisecond))
 					}
 				}
+				if err := nc.(*conn.NetConn).CloseWrite(); !errors.Is(err, net.ErrClosed) {
+					t.Errorf("CloseWrite after the shutdown closed the connection: %v, want net.ErrClosed", err)
+				}
 			})
 		})
 	}
