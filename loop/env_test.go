@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ringloop/ringloop/loop"
@@ -70,12 +72,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// envTestRuns numbers the runs of TestEnvProblemsLoggedOnce in this process.
+var envTestRuns atomic.Int32
+
 // A bad RINGLOOP is reported through the group's logger, at Warn, once
 // per process however many groups meet it, and never fails NewGroup; the
 // settings it gets right still apply.
 func TestEnvProblemsLoggedOnce(t *testing.T) {
-	// A value no other test uses: each problem is reported once per process.
-	bad, unknown := "kernel="+t.Name(), "x"+t.Name()+"=1"
+	// Values no other test, and no earlier run of this one (-count), uses:
+	// each problem is reported once per process.
+	run := strconv.Itoa(int(envTestRuns.Add(1)))
+	bad, unknown := "kernel="+t.Name()+run, "x"+t.Name()+run+"=1"
 	t.Setenv("RINGLOOP", "thread=shared,"+bad+","+unknown)
 	var out syncBuffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))

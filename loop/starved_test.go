@@ -565,16 +565,32 @@ func TestBundleRotationOrder(t *testing.T) {
 // A ring rebuild leaves parked receives parked; they go to the new ring
 // and nothing is lost.
 func TestParkedRecvRebuild(t *testing.T) {
-	// Enough bytes that receives stay parked for a while even when the
-	// machine is loaded and the polling goroutine runs late.
 	const pairs, size = 8, 4 << 20
 	r := newStarveRig(t, pairs)
+	// The rebuild is queued from a completion that finds receives parked,
+	// so it runs in that turn's task phase, while they still are: a
+	// goroutine polling for parked receives could miss every moment they
+	// were, the transfer being over first.
+	var queued, parkedThen int
+	var rebuildErr error
+	runOn(t, r.l, func() {
+		r.hook = func(int, *loop.Completion) {
+			if queued > 0 {
+				return
+			}
+			if parkedThen = len(r.l.ParkedOps()); parkedThen > 0 {
+				queued++
+				rebuildErr = testknobs.RebuildRing(r.l)
+			}
+		}
+	})
 	writes := r.sendAll(size)
-	r.waitParked()
-	if err := testknobs.RebuildRing(r.l); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, 10*time.Second, "the rebuild", func() bool { return r.l.Stats().Rebuilds > 0 })
+	runOn(t, r.l, func() { r.hook = nil })
+	if rebuildErr != nil {
+		t.Fatal(rebuildErr)
+	}
+	t.Logf("rebuilt with %d receives parked", parkedThen)
 	r.finish(writes, nil)
 	r.checkStreams(size, nil)
 	if st := r.l.Stats(); st.RebuildFailures != 0 || st.Quarantined != 0 {
