@@ -567,20 +567,31 @@ func TestBundleRotationOrder(t *testing.T) {
 func TestParkedRecvRebuild(t *testing.T) {
 	const pairs, size = 8, 4 << 20
 	r := newStarveRig(t, pairs)
-	// The rebuild is queued from a completion that finds receives parked,
-	// so it runs in that turn's task phase, while they still are: a
-	// goroutine polling for parked receives could miss every moment they
-	// were, the transfer being over first.
-	var queued, parkedThen int
+	// Every turn that delivers a completion checks, in its task phase
+	// (after the completions, before the turn's end resubmits parked
+	// receives), whether receives are parked, and if so queues the
+	// rebuild there, while they still are. A goroutine polling for parked
+	// receives from outside could miss every moment they were.
+	var checking, queued bool
+	var parkedThen int
 	var rebuildErr error
+	check := func() {
+		checking = false
+		if queued {
+			return
+		}
+		if parkedThen = len(r.l.ParkedOps()); parkedThen > 0 {
+			queued = true
+			rebuildErr = testknobs.RebuildRing(r.l)
+		}
+	}
 	runOn(t, r.l, func() {
 		r.hook = func(int, *loop.Completion) {
-			if queued > 0 {
-				return
-			}
-			if parkedThen = len(r.l.ParkedOps()); parkedThen > 0 {
-				queued++
-				rebuildErr = testknobs.RebuildRing(r.l)
+			if !queued && !checking {
+				checking = true
+				if err := r.l.Execute(check); err != nil {
+					t.Errorf("Execute: %v", err)
+				}
 			}
 		}
 	})
