@@ -59,10 +59,17 @@ func (c *Conn) opError(op, call string, err error) error {
 // errors.Is(err, syscall.EPIPE) holds, as with package net); otherwise one
 // wrapping net.ErrClosed.
 func (c *Conn) writesClosed() error {
-	if c.shared.has(sharedWriteShut) && !c.shared.has(sharedCloseCalled) {
+	if c.shutNotClosed() {
 		return c.opError("write", "write", unix.EPIPE)
 	}
 	return c.opError("write", "", net.ErrClosed)
+}
+
+// shutNotClosed reports whether CloseWrite was called and Close was not:
+// the state in which package net's socket answers writes with EPIPE and a
+// second shutdown(2) succeeds.
+func (c *Conn) shutNotClosed() bool {
+	return c.shared.has(sharedWriteShut) && !c.shared.has(sharedCloseCalled)
 }
 
 // resultError maps the failed result of one of c's ops: -ECANCELED, which

@@ -339,7 +339,7 @@ func (c *lifecycle) onLingerTimer() {
 func (c *Conn) CloseWrite() error {
 	c.mu.Lock()
 	if c.shared.set(sharedWritesClosed) {
-		again := c.shared.has(sharedWriteShut) && !c.shared.has(sharedCloseCalled)
+		again := c.shutNotClosed()
 		c.mu.Unlock()
 		if again {
 			return nil
