@@ -39,6 +39,8 @@ type config struct {
 	drainTimeout     time.Duration
 	sharedThread     bool
 	blockedThreshold time.Duration
+	keptBudget       int         // WithBufferBudget
+	queuedBudget     int         // WithBufferBudget
 	kernel           string      // RINGLOOP=kernel=
 	profile          ring.Kernel // kernel, parsed by validate
 	envProblems      []string    // what NewGroup reports of RINGLOOP (env.go)
@@ -59,6 +61,11 @@ const (
 	// DefaultDrainTimeout bounds how long a terminating loop waits for the
 	// final completions of the ops it canceled.
 	DefaultDrainTimeout = 5 * time.Second
+	// DefaultKeptBudget and DefaultQueuedBudget bound, per loop, the
+	// received bytes its connections keep and the bytes they queue for
+	// sending (WithBufferBudget).
+	DefaultKeptBudget   = 32 << 20
+	DefaultQueuedBudget = 16 << 20
 )
 
 func defaultConfig() config {
@@ -78,6 +85,8 @@ func defaultConfig() config {
 		drainTimeout:     DefaultDrainTimeout,
 		sharedThread:     env.shared,
 		blockedThreshold: DefaultBlockedThreshold,
+		keptBudget:       DefaultKeptBudget,
+		queuedBudget:     DefaultQueuedBudget,
 		kernel:           env.kernel,
 		envProblems:      env.problems,
 	}
@@ -166,6 +175,22 @@ func WithBufferRing(count, size uint32) Option {
 	return func(c *config) { c.bufCount, c.bufSize = count, size }
 }
 
+// WithBufferBudget bounds, per loop, the bytes the connections of the loop
+// keep received (input their handlers have not consumed, or read while
+// paused) and the bytes they queue for sending, each in all (defaults
+// DefaultKeptBudget, 32 MiB, and DefaultQueuedBudget, 16 MiB; 0 means the
+// default; negative values are rejected). The loop itself holds no such
+// bytes: package conn enforces the budget, by pausing reads on the
+// connections that cost the most for the least progress until the total
+// drains, never by resetting one (docs/security.md, "The model").
+func WithBufferBudget(kept, queued int) Option {
+	return func(c *config) { c.keptBudget, c.queuedBudget = kept, queued }
+}
+
+// BufferBudget returns the loop's budget of kept and queued bytes
+// (WithBufferBudget). Safe for concurrent use.
+func (l *Loop) BufferBudget() (kept, queued int) { return l.cfg.keptBudget, l.cfg.queuedBudget }
+
 // validate checks every setting and fills zero values with defaults.
 func (c *config) validate() error {
 	d := defaultConfig()
@@ -238,6 +263,15 @@ func (c *config) validate() error {
 	if total := uint64(c.bufCount) * uint64(c.bufSize); total > maxBufRingBytes {
 		return invalidOption("buffer ring of %d × %d bytes = %d bytes per loop (expected at most %d)",
 			c.bufCount, c.bufSize, total, maxBufRingBytes)
+	}
+	if c.keptBudget < 0 || c.queuedBudget < 0 {
+		return invalidOption("buffer budget kept %d, queued %d (expected >= 0; 0 means the default)", c.keptBudget, c.queuedBudget)
+	}
+	if c.keptBudget == 0 {
+		c.keptBudget = d.keptBudget
+	}
+	if c.queuedBudget == 0 {
+		c.queuedBudget = d.queuedBudget
 	}
 	if c.clock == nil {
 		c.clock = d.clock
