@@ -52,7 +52,9 @@ type Conn struct {
 	outQueue           chunkQueue                   // outbound bytes, appended by Write, consumed by sends; guarded by mu
 	flushQueued        bool                         // a flush tail task is queued on the loop; guarded by mu
 	sendBusy           bool                         // the loop has a send in flight; guarded by mu (outbound.sendDirect)
+	roomWait           chan struct{}                // closed when the connection turns writable or closes for writes (WriteWait); guarded by mu
 	traffic            connTraffic                  // Stats: written by the loop (and a NetConn's direct send), read anywhere
+	queuedTotal        atomic.Uint64                // bytes ever queued by Write and Writev (inbound.noteAnswers)
 
 	// Lifecycle, loop goroutine only.
 	state         connState
@@ -66,6 +68,7 @@ type Conn struct {
 	pauseReasons    uint8      // why reading is paused (pausedByUser, pausedUnwritable); 0: reading
 	resetSweepsLeft uint8      // reset sweeps left to check c: set by each received byte count (resetsweep_linux.go)
 	kept            *keptInput // bytes kept for the handler: made when bytes are first kept
+	gain            int64      // the handler's answers per input byte lately, in 1/gainOne (inbound.noteAnswers)
 
 	// Outbound, loop goroutine only.
 	sendID              loop.OpID // the send in flight, while flagSendArmed

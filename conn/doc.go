@@ -27,13 +27,24 @@
 // to OnData is valid only during the call (it is usually one of the loop's
 // provided buffers); Write and Writev copy their arguments before
 // returning. Write never blocks: a producer watches Writable or
-// OnWritabilityChanged (water marks, default 32 KiB / 64 KiB), and a Write
-// made while more than WithOutboundLimit (4 MiB) is queued fails with
-// ErrOutboundLimit. Reading pauses by default where replies pile up
+// OnWritabilityChanged (water marks, default 32 KiB / 64 KiB), goroutines
+// use WriteWait, which waits for room, and a Write made while more than
+// WithOutboundLimit (16 MiB) is queued fails with ErrOutboundLimit.
+// Reading pauses by default where replies pile up, within one receive
 // (WithPauseReadWhenUnwritable), so a peer that never reads stalls in its
 // own socket. PauseRead and ResumeRead stop and restart receiving; a
-// ReadHandler consumes its input in frames. docs/security.md lists every
-// default limit against hostile peers.
+// ReadHandler consumes its input in frames, and Wake hands it what it left
+// again.
+//
+// # Flow control
+//
+// One model bounds what peers cost (docs/security.md, "The model"):
+// backpressure first (past its marks a connection is not read, and its
+// peer waits in its own socket); the totals of each loop bounded by pausing
+// the connections that cost most for the least progress
+// (loop.WithBufferBudget), never by resetting anyone; resets only for a
+// connection's own declared limits (WithInboundLimit, WithOutboundLimit),
+// after a LimitHandler has heard and could answer.
 //
 // A callback must not wait for its own loop, which would never get to
 // what it waits for: the blocking calls return an error wrapping

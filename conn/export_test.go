@@ -39,8 +39,8 @@ func DeadlineQueueLen(l *loop.Loop) int {
 	return len(q.heap)
 }
 
-// KeptOnLoop returns the capacity of the kept input buffers of l's
-// connections and how many connections hold one, read on l.
+// KeptOnLoop returns the bytes the connections of l keep and how many
+// connections keep some, read on l.
 func KeptOnLoop(l *loop.Loop) (kept, keepers int) {
 	res := make(chan [2]int, 1)
 	if l.Execute(func() {
@@ -51,6 +51,20 @@ func KeptOnLoop(l *loop.Loop) (kept, keepers int) {
 	}
 	v := <-res
 	return v[0], v[1]
+}
+
+// KeptStallAge is how long a connection holding 64 KiB without progress
+// takes to stall.
+const KeptStallAge = keptStallAge
+
+// BudgetPausedOnLoop returns how many connections of l the loop's budget
+// of kept bytes has paused, read on l.
+func BudgetPausedOnLoop(l *loop.Loop) int {
+	res := make(chan int, 1)
+	if l.Execute(func() { res <- registryFor(l).budgetPaused }) != nil {
+		return -1
+	}
+	return <-res
 }
 
 // NetWaiters returns how many goroutines are blocked in nc's Read or

@@ -58,9 +58,21 @@ type WritabilityHandler interface {
 // front (0 to len(data)). The connection keeps the rest and passes it again,
 // followed by new bytes, on the next call. Bytes that arrive whole and are
 // consumed whole are never copied; the rest is copied once into a
-// per-connection buffer, bounded by WithInboundLimit (64 KiB by default)
-// and the group's WithInboundBudget. data is valid only during the call.
-// Bytes still unconsumed at the peer's FIN are dropped.
+// per-connection buffer. What the handler leaves unconsumed is bounded by
+// WithInboundLimit (1 MiB by default: a LimitHandler hears when it is
+// passed), and what all the connections of a loop keep by its budget
+// (loop.WithBufferBudget), which pauses reading, never resets. data is
+// valid only during the call. Bytes still unconsumed at the peer's FIN are
+// dropped.
+//
+// A handler may stop consuming for want of room, returning how much it
+// consumed so far when its connection is unwritable: the connection hands
+// it what it left again, without waiting for new bytes, once it is
+// writable again or reading resumes after a pause; Conn.Wake asks for that
+// at any time. A handler whose answers outgrow its input (a few bytes of
+// request, kilobytes of answer) may be given a receive in several calls,
+// each no larger than its answers fit before the connection pauses
+// (WithPauseReadWhenUnwritable).
 //
 // The next call's data starts with exactly the len(data)-consumed bytes
 // this call left, so a handler that searches for a delimiter should
@@ -69,6 +81,23 @@ type WritabilityHandler interface {
 // frame's length.
 type ReadHandler interface {
 	OnRead(c *Conn, data []byte) (consumed int)
+}
+
+// LimitHandler is optionally implemented by a Handler that wants to answer
+// before its connection ends for passing one of its declared limits: a
+// ReadHandler left more than WithInboundLimit bytes unconsumed (a frame
+// longer than the protocol allows), or a Write found more than
+// WithOutboundLimit bytes queued. err wraps ErrInboundLimit or
+// ErrOutboundLimit. OnLimit runs on the connection's loop, after reading
+// stopped and the kept input was dropped; past the inbound limit the
+// handler may still Write (a Redis "-ERR", an HTTP 413), and what it wrote
+// is sent before the connection closes, within WithLinger; then, or at
+// once with nothing written, the connection closes and OnClose reports
+// err. Past the outbound limit writes fail and the connection resets.
+// Nothing else ends a connection for a lack of memory: totals only pause
+// reading (docs/security.md).
+type LimitHandler interface {
+	OnLimit(c *Conn, err error)
 }
 
 // HalfCloseHandler is optionally implemented by a Handler of connections
@@ -97,7 +126,7 @@ func (NopHandler) OnClose(*Conn, error) {}
 // handler's callbacks panicked: the panic value and the stack it was
 // raised on.
 type PanicError struct {
-	Callback string // "OnOpen", "OnData", "OnRead", "OnWritabilityChanged", "OnHalfClose" or "OnClose"
+	Callback string // "OnOpen", "OnData", "OnRead", "OnWritabilityChanged", "OnHalfClose", "OnLimit" or "OnClose"
 	Value    any
 	Stack    []byte
 }
@@ -128,6 +157,7 @@ var (
 	runOnHalfClose          = "conn HalfCloseHandler.OnHalfClose"
 	runOnWritabilityChanged = "conn WritabilityHandler.OnWritabilityChanged"
 	runOnClose              = "conn Handler.OnClose"
+	runOnLimit              = "conn LimitHandler.OnLimit"
 	runNewHandler           = "conn ListenFunc handler factory"
 	runOnPacket             = "conn PacketHandler.OnPacket"
 	runOnPacketError        = "conn PacketErrorHandler.OnPacketError"

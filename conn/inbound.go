@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/ringloop/ringloop/loop"
 	"golang.org/x/sys/unix"
@@ -43,7 +45,9 @@ const deliverMax = 16 << 10
 // Why reading is paused (Conn.pauseReasons bits).
 const (
 	pausedByUser     = 1 << iota // PauseRead
-	pausedUnwritable             // WithPauseReadWhenUnwritable, while unwritable
+	pausedUnwritable             // its outbound queue passed the mark where reading pauses (syncWritePause)
+	pausedByBudget               // its loop keeps more than its budget, and c held bytes without progress (overKeptBudget)
+	pausedByLimit                // it passed a declared limit and is closing (lifecycle.failLimit)
 )
 
 // arm starts the connection's receive. Must be called on c's loop.
@@ -138,7 +142,7 @@ func (c *inbound) Complete(cp *loop.Completion) {
 // act.
 func (c *inbound) LimitRecv() bool {
 	return c.flags.has(flagPausedOnce) || c.cfg.pauseUnwritable == pauseAlways || c.outbound().unwritable() ||
-		registryFor(c.l).outboundQueued > outboundPressure/2
+		c.outbound().loopQueuedHalf()
 }
 
 // maxIdleInbuf is the largest inbound buffer a connection keeps once it
@@ -152,35 +156,33 @@ const maxIdleInbuf = 64 << 10
 var stashPool sync.Pool // of *[]byte
 
 // keptInput holds the bytes a connection keeps: those OnRead did not
-// consume, and those received while reading is paused. Most connections
-// never keep any, so it lives apart from Conn. Loop goroutine only.
+// consume, and those received while reading is paused or beyond what the
+// handler may answer at once. Most connections never keep any, so it lives
+// apart from Conn. Loop goroutine only.
 type keptInput struct {
-	buf     []byte // kept bytes from off on
-	off     int    // start of the kept bytes in buf
-	pending int    // bytes at the end of buf the handler has not seen
-	charged int    // cap(buf) as counted in the loop's kept total (chargeKept)
+	buf     []byte        // kept bytes from off on
+	off     int           // start of the kept bytes in buf
+	pending int           // bytes at the end of buf the handler has not seen
+	charged int           // the kept bytes as counted in the loop's kept total (chargeKept)
+	since   time.Duration // loop clock (Loop.Now) of the last progress: bytes first kept, or some consumed
 }
 
 // chargeKept brings the loop's count of kept bytes (loopConns.kept) in
-// line with the capacity of c's kept buffer. Must be called on c's loop
-// after every change of that buffer.
+// line with the bytes c keeps. Must be called on c's loop after every
+// change of them.
 func (c *inbound) chargeKept() {
 	if c.state >= stateClosing {
 		return // closed: unchargeKept takes out what was counted
 	}
 	k := c.kept
-	n := 0
-	if k != nil {
-		n = cap(k.buf)
+	if k == nil {
+		return
 	}
-	old := 0
-	if k != nil {
-		old = k.charged
-		k.charged = n
-	}
+	n, old := len(k.buf)-k.off, k.charged
 	if n == old {
 		return
 	}
+	k.charged = n
 	r := registryFor(c.l)
 	r.kept += n - old
 	switch {
@@ -189,75 +191,81 @@ func (c *inbound) chargeKept() {
 	case n == 0:
 		r.keepers--
 	}
+	if n < old {
+		r.resumeUnderBudget(c.l)
+	}
 }
 
 // unchargeKept takes c's kept buffer out of the loop's count as it goes.
 // Must be called on c's loop.
 func (c *inbound) unchargeKept() {
+	r := registryFor(c.l)
+	if c.pauseReasons&pausedByBudget != 0 {
+		c.pauseReasons &^= pausedByBudget
+		r.budgetPaused--
+	}
 	if k := c.kept; k != nil && k.charged > 0 {
-		r := registryFor(c.l)
 		r.kept -= k.charged
 		r.keepers--
 		k.charged = 0
+		r.resumeUnderBudget(c.l)
 	}
 }
 
-// overBudget enforces WithInboundBudget before c keeps grow more bytes:
-// past its loop's share of the group's budget, the connection of the loop
-// holding the most is closed (c itself if it holds at least the average of
-// the loop's keeping connections). It reports false when that closed c.
-// Must be called on c's loop.
-func (c *inbound) overBudget(grow int) bool {
-	if c.cfg.netConn {
-		return true // a NetConn's connection holds what is already on its way
-	}
-	self := c.conn()
+// keptStallAge and keptStallBytes say when a connection holds kept bytes
+// without progress (hard-coded): once the bytes it holds times the time
+// since it last consumed any (or first kept them) reach keptStallBytes ×
+// keptStallAge. A connection holding 64 KiB stalls after 100 ms without
+// progress, one holding 1 MiB after about 6 ms, while an honest frame
+// arriving at the speed of a local network completes first.
+const (
+	keptStallAge   = 100 * time.Millisecond
+	keptStallBytes = 64 << 10
+)
+
+// overKeptBudget applies the loop's budget of kept bytes
+// (loop.WithBufferBudget) to c as its kept bytes grow. Past the budget, c
+// pauses reading if it stalls (keptStallAge); past twice the budget, it
+// pauses unless it consumed bytes since it grew last, so that connections
+// filling their frames faster than they stall cannot take the total
+// further. Nobody is reset for the total: the paused connections resume
+// when the loop keeps less than three quarters of its budget
+// (resumeUnderBudget). Must be called on c's loop.
+func (c *inbound) overKeptBudget() {
 	r := registryFor(c.l)
-	share := c.cfg.inboundBudget / max(c.l.Group().Len(), 1)
-	for r.kept+grow > share {
-		mine := 0
-		if c.kept != nil {
-			mine = c.kept.charged
-		}
-		victim := self
-		if r.keepers > 0 && mine < r.kept/r.keepers {
-			victim = r.largestKeeper()
-		}
-		if victim == nil || victim.kept == nil || victim.kept.charged == 0 {
-			victim = self
-		}
-		err := fmt.Errorf("%w: the group's inbound budget of %d bytes is reached (%d kept on this loop, %d by this connection)",
-			ErrInboundLimit, c.cfg.inboundBudget, r.kept, victim.kept.chargedOrZero())
-		victim.lifecycle().closeWithReset(victim.opError("read", "", err))
-		if victim == self {
-			return false
-		}
+	budget, _ := c.l.BufferBudget()
+	if r.kept <= budget || c.pauseReasons&pausedByBudget != 0 || c.kept == nil {
+		return
 	}
-	return true
+	held := int64(len(c.keptBytes()))
+	age := c.l.Now() - c.kept.since
+	if held == 0 || r.kept <= 2*budget && held*int64(age) < keptStallBytes*int64(keptStallAge) {
+		return
+	}
+	r.budgetPaused++
+	c.applyPause(pausedByBudget, true)
 }
 
-func (k *keptInput) chargedOrZero() int {
-	if k == nil {
-		return 0
+// resumeUnderBudget resumes the connections of the loop that the budget of
+// kept bytes paused, once the loop keeps at most three quarters of it. It
+// scans the loop's connections only when some are paused so. Must be
+// called on the loop.
+func (r *loopConns) resumeUnderBudget(l *loop.Loop) {
+	if r.budgetPaused == 0 || r.resuming {
+		return
 	}
-	return k.charged
-}
-
-// largestKeeper returns the open connection of the loop whose kept bytes
-// take the most memory. It scans every connection: it runs only when the
-// loop is past its budget.
-func (r *loopConns) largestKeeper() *Conn {
-	var best *Conn
-	for i := range r.conns.n {
+	if budget, _ := l.BufferBudget(); r.kept > budget/4*3 {
+		return
+	}
+	r.resuming = true
+	defer func() { r.resuming = false }()
+	for i := 0; i < r.conns.n && r.budgetPaused > 0; i++ {
 		x := *r.conns.at(i)
-		if x.state != stateOpen || x.kept == nil {
-			continue
-		}
-		if best == nil || x.kept.charged > best.kept.charged {
-			best = x
+		if x.pauseReasons&pausedByBudget != 0 {
+			r.budgetPaused--
+			x.inbound().applyPause(pausedByBudget, false)
 		}
 	}
-	return best
 }
 
 // ensureKept returns c's kept input, making it on first use.
@@ -284,11 +292,15 @@ func (c *inbound) keptBytes() []byte {
 	return c.kept.buf[c.kept.off:]
 }
 
-// consume drops the first n kept bytes.
+// consume drops the first n kept bytes: progress, for the budget of kept
+// bytes.
 func (c *inbound) consume(n int) {
 	k := c.kept
 	if k == nil {
 		return // closed inside the handler: the buffer is gone
+	}
+	if n > 0 {
+		k.since = c.l.Now()
 	}
 	k.off += n
 	if k.off == len(k.buf) {
@@ -297,129 +309,169 @@ func (c *inbound) consume(n int) {
 			b := k.buf
 			stashPool.Put(&b)
 			k.buf = nil
-			c.chargeKept()
 		}
+	}
+	c.chargeKept()
+}
+
+// deliverChunks hands the bytes of a receive to the handler, in pieces
+// where that matters, and keeps what the handler may not take now:
+//
+//   - A receive longer than one receive buffer (a bundle) goes in pieces of
+//     deliverMax, or of the loop's buffer size if larger, so that a pause
+//     stops it within one buffer.
+//   - Where a handler's answers outgrow its input (answerRoom), pieces are
+//     no larger than what its answers may take before the connection
+//     reaches the mark where reading pauses, so answering a pipelined
+//     receive stops there.
+//
+// Once reading pauses, or when the handler has bytes kept from before, the
+// rest is kept: for the resume, or to follow the kept bytes. Must be called
+// on c's loop.
+func (c *inbound) deliverChunks(data []byte) {
+	for len(data) > 0 && c.state == stateOpen {
+		if c.pauseReasons != 0 || len(c.keptBytes()) > 0 {
+			if c.keep(data) && c.pauseReasons == 0 {
+				c.feed(false)
+			}
+			return
+		}
+		n := c.pieceLen(len(data))
+		c.handleFresh(data[:n])
+		data = data[n:]
 	}
 }
 
-// deliverChunks delivers data in pieces of one receive buffer when it is
-// longer (a bundle receive fills several buffers at once): deliverMax, as
-// the resume of kept bytes delivers, or the loop's buffer size if larger.
-// A handler that pauses reading, or a connection that does on becoming
-// unwritable, stops the bytes after the piece it was given, and the rest is
-// kept for the resume, as bytes arriving while paused are. So what a paused
-// connection takes in stays within one receive buffer of what it had when
-// it paused. Must be called on c's loop.
-func (c *inbound) deliverChunks(data []byte) {
-	if len(data) > deliverMax {
-		chunk := max(int(c.l.Features().BufSize), deliverMax)
-		for len(data) > chunk && c.pauseReasons == 0 && c.pending() == 0 && c.state == stateOpen {
-			c.deliver(data[:chunk])
-			data = data[chunk:]
+// pieceLen returns how many of n received bytes the handler gets in one
+// call: all of them, but for a bundle's pieces (deliverChunks) and a
+// handler whose answers outgrow its input (answerRoom). Must be called on
+// c's loop.
+func (c *inbound) pieceLen(n int) int {
+	if n > deliverMax {
+		n = max(int(c.l.Features().BufSize), deliverMax)
+	}
+	return min(n, c.answerRoom(n))
+}
+
+// handleFresh gives newly received bytes, with nothing kept before them,
+// to the handler, keeping what a ReadHandler leaves unconsumed. Must be
+// called on c's loop.
+func (c *inbound) handleFresh(data []byte) {
+	if !c.flags.has(flagReadHandler) {
+		c.callData(data)
+		return
+	}
+	n, ok := c.callRead(data, len(data))
+	if !ok || c.state != stateOpen || n == len(data) {
+		return
+	}
+	if c.keep(data[n:]) {
+		c.kept.pending = 0 // the handler saw them
+		c.checkInboundLimit()
+	}
+}
+
+// feed hands kept bytes to the handler while reading is not paused: for
+// OnData the unseen ones, a piece at a time; for OnRead every kept byte
+// with the unseen ones a piece at a time, until it has seen them all.
+// force runs OnRead once even with nothing unseen (a resume or Wake: the
+// handler may now consume what it left). Must be called on c's loop.
+func (c *inbound) feed(force bool) {
+	for c.state == stateOpen && c.pauseReasons == 0 && c.kept != nil && (c.kept.pending > 0 || force) {
+		k := c.kept
+		seen := len(c.keptBytes()) - k.pending
+		piece := c.pieceLen(k.pending)
+		if !c.flags.has(flagReadHandler) {
+			if force && piece == 0 {
+				return
+			}
+			k.pending -= piece
+			c.callData(c.keptBytes()[seen : seen+piece])
+			c.consume(piece)
+			force = false
+			continue
 		}
-		if c.state != stateOpen {
+		force = false
+		k.pending -= piece
+		n, ok := c.callRead(c.keptBytes()[:seen+piece], piece)
+		if !ok || c.state != stateOpen {
+			return
+		}
+		c.consume(n)
+		if !c.checkInboundLimit() {
 			return
 		}
 	}
-	c.deliver(data)
 }
 
-// deliver hands received bytes to the handler, or keeps them
-// while reading is paused. Must be called on c's loop.
-func (c *inbound) deliver(data []byte) {
-	if c.pauseReasons != 0 || c.pending() > 0 {
-		// Paused, or resumed with kept bytes the resume task has yet to
-		// deliver: these go after them.
-		c.keep(data, true)
-		return
-	}
-	if len(c.keptBytes()) == 0 {
-		c.handle(data, false)
-		return
-	}
-	if c.keep(data, false) {
-		c.handle(c.keptBytes(), true)
-	}
-}
-
-// keep appends data to the kept bytes; unseen marks bytes the handler has
-// not been given yet. Past the inbound limit the connection fails. Must be
-// called on c's loop. It reports false when the limit closed the
-// connection.
-func (c *inbound) keep(data []byte, unseen bool) bool {
-	// The limit is on what the handler left unconsumed: the bytes kept
-	// while paused are at most a receive or two (the receive stops at
-	// once), and the budget counts them.
-	n := len(c.keptBytes()) - c.pending()
-	if !unseen {
-		n += len(data)
-	}
-	if n > c.cfg.inboundLimit {
-		c.lifecycle().closeWithReset(c.conn().opError("read", "", fmt.Errorf("%w: %d bytes kept, limit %d",
-			ErrInboundLimit, n, c.cfg.inboundLimit)))
-		return false
-	}
-	if !c.overBudget(len(data)) || c.state != stateOpen {
-		return false
+// keep appends received bytes, not yet seen by the handler, to the kept
+// bytes. Must be called on c's loop. It reports false when the connection
+// closed.
+func (c *inbound) keep(data []byte) bool {
+	if c.state != stateOpen {
+		return false // closed inside the handler: nobody will take them
 	}
 	k := c.ensureKept()
-	defer c.chargeKept()
+	if len(c.keptBytes()) == 0 {
+		k.since = c.l.Now()
+	}
 	switch {
-	case k.buf == nil && unseen:
-		if p, _ := stashPool.Get().(*[]byte); p != nil {
+	case k.buf == nil:
+		if p, _ := stashPool.Get().(*[]byte); p != nil && cap(*p) >= len(data) {
 			k.buf = (*p)[:0]
 		} else {
-			k.buf = make([]byte, 0, max(len(data), 4096))
+			k.buf = make([]byte, 0, max(len(data), 512))
 		}
-	case k.buf == nil:
-		k.buf = make([]byte, 0, max(len(data), 512))
 	case k.off > 0 && len(k.buf)+len(data) > cap(k.buf):
 		// Move the kept bytes to the front before growing.
 		k.buf = k.buf[:copy(k.buf, c.keptBytes())]
 		k.off = 0
 	}
 	k.buf = append(k.buf, data...)
-	if unseen {
-		k.pending += len(data)
-	}
+	k.pending += len(data)
+	c.chargeKept()
+	c.overKeptBudget()
 	return true
 }
 
-// handle gives data to the handler: all of it to OnData, or to a
-// ReadHandler's OnRead, keeping what it did not consume. fromBuf says
-// data is c.keptBytes() itself. Must be called on c's loop.
-func (c *inbound) handle(data []byte, fromBuf bool) {
-	if c.kept != nil {
-		c.kept.pending = 0
+// checkInboundLimit ends the connection when the bytes its handler has
+// seen and left unconsumed pass its inbound limit: a frame longer than the
+// protocol allows (LimitHandler hears first). It reports false when it did.
+// Must be called on c's loop.
+func (c *inbound) checkInboundLimit() bool {
+	n := len(c.keptBytes()) - c.pending()
+	if n <= c.cfg.inboundLimit {
+		return true
 	}
-	if !c.flags.has(flagReadHandler) {
-		c.callData(data)
-		if fromBuf {
-			c.consume(len(data))
-		}
-		return
-	}
-	n, ok := c.callRead(data)
-	if !ok {
-		return // closed
-	}
-	if fromBuf {
-		c.consume(n)
-	} else if n < len(data) {
-		c.keep(data[n:], false)
-	}
+	c.lifecycle().failLimit(c.conn().opError("read", "", fmt.Errorf("%w: %d bytes kept, limit %d",
+		ErrInboundLimit, n, c.cfg.inboundLimit)))
+	return false
 }
 
 // callData runs OnData under recover; a panic closes the connection.
 func (c *inbound) callData(data []byte) {
+	before := c.queuedTotal.Load()
+	c.callDataOnly(data)
+	c.noteAnswers(len(data), c.queuedTotal.Load()-before)
+}
+
+func (c *inbound) callDataOnly(data []byte) {
 	defer c.lifecycle().failOnPanic("OnData")
 	c.l.Running(&runOnData)
 	c.h.OnData(c.conn(), data)
 }
 
-// callRead runs OnRead under recover and checks its count; ok is false
-// when the connection failed instead (a panic leaves the zero results).
-func (c *inbound) callRead(data []byte) (n int, ok bool) {
+// callRead runs OnRead under recover and checks its count; fresh is how
+// many bytes at the end of data it had not seen before. ok is false when
+// the connection failed instead (a panic leaves the zero results).
+func (c *inbound) callRead(data []byte, fresh int) (n int, ok bool) {
+	before := c.queuedTotal.Load()
+	n, ok = c.callReadOnly(data)
+	c.noteAnswers(fresh, c.queuedTotal.Load()-before)
+	return n, ok
+}
+
+func (c *inbound) callReadOnly(data []byte) (n int, ok bool) {
 	defer c.lifecycle().failOnPanic("OnRead")
 	c.l.Running(&runOnRead)
 	n = c.h.(ReadHandler).OnRead(c.conn(), data)
@@ -428,6 +480,76 @@ func (c *inbound) callRead(data []byte) (n int, ok bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// How answers outgrow input. A handler that answers a request of a few
+// bytes with kilobytes (a line server, a GET) can queue, for one receive
+// of pipelined requests, far more than the mark where reading pauses; the
+// pause acts only after the call. So each connection keeps the ratio of
+// the bytes its handler's callbacks queued to the bytes they were given
+// (gain, in 1/gainOne), and the connections of one Listen or Dial share the
+// largest ratio seen lately (flowShared.gain, halved every second), so that
+// a new connection's first receive is cut as well. answerRoom cuts the
+// input handed to the handler at once to what its answers may take before
+// the pause.
+const gainOne = 16
+
+// flowShared is what the connections of one Listen or Dial share for flow
+// control. Safe for concurrent use.
+type flowShared struct {
+	gain   atomic.Int64 // the largest answer-to-input ratio seen lately, in 1/gainOne
+	gainAt atomic.Int64 // loop clock (Loop.Now) when gain was set
+}
+
+// sharedGain returns s's ratio, halved for every second since it was set
+// (on l's clock).
+func (s *flowShared) sharedGain(l *loop.Loop) int64 {
+	g := s.gain.Load()
+	if g <= gainOne {
+		return g
+	}
+	age := (l.Now() - time.Duration(s.gainAt.Load())) / time.Second
+	if age >= 32 {
+		return 0
+	}
+	return g >> max(age, 0)
+}
+
+// noteAnswers records that a callback given in fresh bytes queued out.
+// Must be called on c's loop.
+func (c *inbound) noteAnswers(in int, out uint64) {
+	if in <= 0 {
+		return
+	}
+	g := int64(min(out, 1<<40)) * gainOne / int64(in)
+	c.gain = max(g, c.gain/2)
+	if g <= gainOne {
+		return
+	}
+	s := c.cfg.flow
+	if g > s.sharedGain(c.l) {
+		s.gain.Store(g)
+		s.gainAt.Store(int64(c.l.Now()))
+	}
+}
+
+// answerRoom returns how many of n input bytes the handler may be given at
+// once: n, unless its answers outgrow its input, then what its answers may
+// take before the connection reaches the outbound mark where reading
+// pauses (at least 1). Must be called on c's loop.
+func (c *inbound) answerRoom(n int) int {
+	if n <= 1 || c.cfg.pauseUnwritable == pauseNever {
+		return n
+	}
+	g := c.gain
+	if g <= gainOne {
+		g = max(g, c.cfg.flow.sharedGain(c.l))
+		if g <= gainOne {
+			return n
+		}
+	}
+	room := int64(c.outbound().pauseMark() - c.conn().Buffered())
+	return int(min(int64(n), max(1, room*gainOne/g)))
 }
 
 // callHalfClose runs OnHalfClose, if the handler has it, under recover.
@@ -513,40 +635,37 @@ func (c *inbound) applyPause(reason uint8, on bool) {
 	if c.extras != nil && c.extras.readTimeout > 0 {
 		c.extras.lastRead = c.l.Now() // the pause did not count against the timeout
 	}
-	if c.pending() > 0 || c.flags.has(flagEOFHeld) {
-		if !c.flags.has(flagResumeQueued) {
-			c.flags.set(flagResumeQueued)
-			// A task (not a tail task, which queued from the tail phase
-			// would wait for the loop's next wakeup); a full bounded
-			// queue is retried.
-			if executeRetrying(c.l, c.resume) != nil {
-				c.flags.clear(flagResumeQueued)
-			}
-		}
+	if len(c.keptBytes()) > 0 || c.flags.has(flagEOFHeld) {
+		c.queueResume()
 		return
 	}
 	c.arm()
 }
 
-// resume delivers what was kept while paused, then the held FIN, then
-// re-arms. Must be called on c's loop.
+// queueResume queues the task that hands the kept bytes to the handler
+// before reading resumes (resume), once. Must be called on c's loop.
+func (c *inbound) queueResume() {
+	if c.flags.has(flagResumeQueued) {
+		return
+	}
+	c.flags.set(flagResumeQueued)
+	// A task (not a tail task, which queued from the tail phase would wait
+	// for the loop's next wakeup); a full bounded queue is retried.
+	if executeRetrying(c.l, c.resume) != nil {
+		c.flags.clear(flagResumeQueued)
+	}
+}
+
+// resume hands the kept bytes to the handler: the unseen ones, and to a
+// ReadHandler once more those it left, since it may take them now (it
+// stopped, say, because its connection was unwritable). Then the held FIN,
+// then it re-arms. Must be called on c's loop.
 func (c *inbound) resume() {
 	c.flags.clear(flagResumeQueued)
 	if c.state != stateOpen || c.pauseReasons != 0 {
 		return
 	}
-	if c.pending() > 0 && c.flags.has(flagReadHandler) {
-		c.handle(c.keptBytes(), true)
-	}
-	// OnData gets the kept bytes a receive buffer's worth at a time, so a
-	// handler whose writes pause reading again (WithPauseReadWhenUnwritable)
-	// stops them within one buffer.
-	for c.pending() > 0 && c.state == stateOpen && c.pauseReasons == 0 {
-		n := min(c.pending(), deliverMax)
-		c.kept.pending -= n
-		c.callData(c.keptBytes()[:n])
-		c.consume(n)
-	}
+	c.feed(c.flags.has(flagReadHandler))
 	if c.state != stateOpen || c.pauseReasons != 0 {
 		return
 	}
@@ -556,6 +675,36 @@ func (c *inbound) resume() {
 		return
 	}
 	c.arm()
+}
+
+// Wake runs the handler's OnRead again on the bytes the connection keeps
+// for it (possibly none), as a task on the connection's loop, unless
+// reading is paused then: for a ReadHandler that left input unconsumed and
+// can now take it (gnet's Wake). It returns an error wrapping
+// ErrInvalidOption when the handler has no OnRead, and one wrapping
+// net.ErrClosed once the connection is closed. Safe for concurrent use.
+func (c *Conn) Wake() error {
+	if !isReadHandler(c.h) {
+		return c.opError("read", "", invalidOption("Wake needs a ReadHandler"))
+	}
+	if c.shared.has(sharedCloseRequested) {
+		return c.opError("read", "", net.ErrClosed)
+	}
+	f := func() {
+		if c.state == stateOpen && c.pauseReasons == 0 && !c.flags.has(flagResumeQueued) {
+			c.inbound().feed(true)
+			c.inbound().arm()
+		}
+	}
+	if err := executeRetrying(c.l, f); err != nil {
+		return c.opError("read", "", net.ErrClosed)
+	}
+	return nil
+}
+
+func isReadHandler(h Handler) bool {
+	_, ok := h.(ReadHandler)
+	return ok
 }
 
 // syncWritePause pauses or resumes reading with the connection's

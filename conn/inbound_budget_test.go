@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,9 +37,11 @@ func (h *lineKeeper) OnRead(c *conn.Conn, data []byte) int {
 
 func (h *lineKeeper) OnClose(c *conn.Conn, err error) { h.closed <- err }
 
-// TestInboundLimitDefault: with default options a line one byte longer
-// than DefaultInboundLimit closes its connection with ErrInboundLimit; with
-// the limit raised the same line is answered.
+// TestInboundLimitDefault: with default options a line twice as long as
+// DefaultInboundLimit closes its connection with ErrInboundLimit; with the
+// limit raised the same line is answered. (The limit is on what the handler
+// leaves unconsumed: a line a little longer than it may be answered if its
+// end arrives in the same receive.)
 func TestInboundLimitDefault(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 1)
@@ -48,7 +49,7 @@ func TestInboundLimitDefault(t *testing.T) {
 			h := &lineKeeper{closed: make(chan error, 1)}
 			var opts []conn.Option
 			if raised {
-				opts = append(opts, conn.WithInboundLimit(1<<20))
+				opts = append(opts, conn.WithInboundLimit(4*conn.DefaultInboundLimit))
 			}
 			srv, err := conn.ListenFunc(t.Context(), g, "tcp", "127.0.0.1:0", func(*conn.Conn) conn.Handler { return h }, opts...)
 			if err != nil {
@@ -58,7 +59,7 @@ func TestInboundLimitDefault(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			line := append(bytes.Repeat([]byte("x"), conn.DefaultInboundLimit+1), '\n')
+			line := append(bytes.Repeat([]byte("x"), 2*conn.DefaultInboundLimit), '\n')
 			go nc.Write(line)
 			nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 			buf := make([]byte, 16)
@@ -83,81 +84,114 @@ func TestInboundLimitDefault(t *testing.T) {
 	})
 }
 
-// TestInboundBudget: connections that each stay under their own limit but
-// together pass the group's budget are closed, the largest first, while a
-// connection keeping a few bytes goes on; the loop's count of kept bytes
-// goes back to zero once they are all gone.
-func TestInboundBudget(t *testing.T) {
+// TestKeptBudgetPausesStalledKeepers: connections that each hold part of a
+// line and make no progress, together past their loop's budget of kept
+// bytes, are paused when they send more, not reset; a connection sending
+// a long line meanwhile is answered; once the stalled peers leave, the
+// paused count and the loop's kept bytes go back to zero.
+func TestKeptBudgetPausesStalledKeepers(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
-		g := ctGroup(t, b, 1)
-		const budget = 512 << 10
+		const budget = 1 << 20
+		g := ctGroup(t, b, 1, loop.WithBufferBudget(budget, 0))
 		closed := make(chan error, 16)
 		srv, err := conn.ListenFunc(t.Context(), g, "tcp", "127.0.0.1:0", func(*conn.Conn) conn.Handler {
 			return &lineKeeper{closed: closed}
-		}, conn.WithInboundLimit(1<<20), conn.WithInboundBudget(budget))
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer srv.Close()
-		small, err := net.Dial("tcp", srv.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer small.Close()
-		small.Write([]byte("short, no newline yet"))
-		// Four peers of 200 KiB each, without a newline: 800 KiB in all,
-		// each under its own limit.
-		var wg sync.WaitGroup
+		// Four peers of 300 KiB each, without a newline: 1,200 KiB in all,
+		// each under its own limit, the loop past its budget but under
+		// twice it.
 		var peers []net.Conn
 		for range 4 {
 			nc, err := net.Dial("tcp", srv.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer nc.Close()
 			peers = append(peers, nc)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 50 {
-					if _, err := nc.Write(bytes.Repeat([]byte("y"), 4<<10)); err != nil {
-						return // reset by the budget
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		var errs []error
-		for len(errs) == 0 || len(closed) > 0 {
-			select {
-			case err := <-closed:
-				errs = append(errs, err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("no connection was closed past the budget")
+			if _, err := nc.Write(bytes.Repeat([]byte("y"), 300<<10)); err != nil {
+				t.Fatal(err)
 			}
 		}
-		for _, err := range errs {
-			if !errors.Is(err, conn.ErrInboundLimit) {
-				t.Errorf("OnClose %v, want ErrInboundLimit", err)
-			}
+		ctWaitFor(t, 10*time.Second, "1,200 KiB kept on the loop", func() bool {
+			kept, _ := conn.KeptOnLoop(g.Loop(0))
+			return kept >= 1200<<10
+		})
+		// Each holds 300 KiB: a stall after about 21 ms without progress.
+		time.Sleep(conn.KeptStallAge)
+		for _, nc := range peers {
+			nc.Write([]byte("y"))
 		}
-		if kept, _ := conn.KeptOnLoop(g.Loop(0)); kept > budget+256<<10 {
-			t.Errorf("%d bytes kept on the loop, budget %d", kept, budget)
+		ctWaitFor(t, 10*time.Second, "the four stalled peers paused", func() bool {
+			return conn.BudgetPausedOnLoop(g.Loop(0)) == 4
+		})
+		// A long line from a new client goes through meanwhile.
+		legit, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
 		}
-		// The small connection still works.
-		small.Write([]byte("\n"))
-		small.SetReadDeadline(time.Now().Add(5 * time.Second))
+		defer legit.Close()
+		go legit.Write(append(bytes.Repeat([]byte("z"), 100<<10), '\n'))
+		legit.SetReadDeadline(time.Now().Add(10 * time.Second))
 		buf := make([]byte, 8)
-		if n, err := small.Read(buf); err != nil || string(buf[:n]) != "ok\n" {
-			t.Errorf("the small connection: read %q, %v; want its answer", buf[:n], err)
+		if n, err := legit.Read(buf); err != nil || string(buf[:n]) != "ok\n" {
+			kept, keepers := conn.KeptOnLoop(g.Loop(0))
+			t.Errorf("a long line past the budget: read %q, %v; want its answer (kept %d by %d, %d paused)", buf[:n], err, kept, keepers, conn.BudgetPausedOnLoop(g.Loop(0)))
 		}
-		t.Logf("%d connections closed past the budget", len(errs))
-		small.Close()
+		select {
+		case err := <-closed:
+			t.Fatalf("a connection closed past the budget: %v", err)
+		default:
+		}
 		for _, nc := range peers {
 			nc.Close()
 		}
-		ctWaitFor(t, 10*time.Second, "the loop's kept bytes back to 0", func() bool {
+		ctWaitFor(t, 10*time.Second, "nothing paused and no byte kept once the peers left", func() bool {
 			kept, keepers := conn.KeptOnLoop(g.Loop(0))
-			return kept == 0 && keepers == 0
+			return kept == 0 && keepers == 0 && conn.BudgetPausedOnLoop(g.Loop(0)) == 0
 		})
+	})
+}
+
+// TestKeptBudgetCeiling: peers filling long frames as fast as they can,
+// faster than they stall, pause once their loop keeps twice its budget,
+// and none is reset.
+func TestKeptBudgetCeiling(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		const budget = 256 << 10
+		g := ctGroup(t, b, 1, loop.WithBufferBudget(budget, 0))
+		closed := make(chan error, 16)
+		srv, err := conn.ListenFunc(t.Context(), g, "tcp", "127.0.0.1:0", func(*conn.Conn) conn.Handler {
+			return &lineKeeper{closed: closed}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		const peers, each = 8, 900 << 10
+		for range peers {
+			nc, err := net.Dial("tcp", srv.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			go nc.Write(bytes.Repeat([]byte("y"), each)) // blocks where the server stops reading
+		}
+		ctWaitFor(t, 10*time.Second, "peers paused past twice the budget", func() bool {
+			return conn.BudgetPausedOnLoop(g.Loop(0)) > 0
+		})
+		kept, _ := conn.KeptOnLoop(g.Loop(0))
+		t.Logf("kept %d KiB of the %d KiB sent; %d connections paused", kept>>10, peers*each>>10, conn.BudgetPausedOnLoop(g.Loop(0)))
+		if kept > peers*each/2 {
+			t.Errorf("kept %d bytes of %d sent: the budget of %d did not stop them", kept, peers*each, budget)
+		}
+		select {
+		case err := <-closed:
+			t.Fatalf("a connection closed past the budget: %v", err)
+		default:
+		}
 	})
 }

@@ -260,6 +260,7 @@ func (c *Conn) Close() error {
 	}
 	c.mu.Lock()
 	c.shared.set(sharedWritesClosed)
+	c.wakeRoomWaiters()
 	c.mu.Unlock()
 	lc := c.lifecycle()
 	if c.l.InLoop() {
@@ -275,9 +276,12 @@ func (c *Conn) Close() error {
 // closeLinger is a local Close on the loop: stop receiving, then close once
 // the outbound queue has drained (outbound.drained) or the linger timer
 // fires, whichever comes first. Must be called on c's loop.
-func (c *lifecycle) closeLinger() {
+func (c *lifecycle) closeLinger() { c.closeLingerCause(nil) }
+
+// closeLingerCause is closeLinger with the cause OnClose reports.
+func (c *lifecycle) closeLingerCause(cause error) {
 	if c.state != stateOpen || c.cfg.linger == 0 {
-		c.closeNow(nil)
+		c.closeNow(cause)
 		return
 	}
 	if c.flags.has(flagLingering) {
@@ -287,7 +291,7 @@ func (c *lifecycle) closeLinger() {
 	empty := c.outQueue.n == 0
 	c.mu.Unlock()
 	if empty {
-		c.closeNow(nil)
+		c.closeNow(cause)
 		return
 	}
 	t, err := c.l.Schedule(c.cfg.linger, c.onLingerTimer)
@@ -300,15 +304,15 @@ func (c *lifecycle) closeLinger() {
 		// shutdown's timeout passes (then its drain cancels the send).
 		c.ensureExtras().terminationHold = c.l.DelayTermination(c.cfg.linger)
 	default:
-		c.closeNow(nil) // the loop is terminating
+		c.closeNow(cause) // the loop is terminating
 		return
 	}
 	c.flags.set(flagLingering)
 	c.mu.Lock()
-	c.extras.closeErr = nil
+	c.extras.closeErr = cause
 	c.mu.Unlock()
 	if nc, ok := c.h.(*NetConn); ok {
-		nc.end(nil) // its Reads and Writes end now, not with the linger
+		nc.end(cause) // its Reads and Writes end now, not with the linger
 	}
 	c.stopTimeouts()
 	if c.flags.has(flagRecvArmed) {
@@ -338,6 +342,7 @@ func (c *lifecycle) onLingerTimer() {
 // concurrent use.
 func (c *Conn) CloseWrite() error {
 	c.mu.Lock()
+	c.wakeRoomWaiters()
 	if c.shared.set(sharedWritesClosed) {
 		again := c.shutNotClosed()
 		c.mu.Unlock()
@@ -379,6 +384,47 @@ func (c *lifecycle) startShutdown() {
 	c.opsInFlight++
 }
 
+// failLimit ends c for passing one of its declared limits (its inbound
+// limit, its outbound limit), with err as the cause: reading stops and the
+// kept input is dropped; a LimitHandler hears err in OnLimit and may
+// write an answer, which goes out before the close, as Close lets queued
+// bytes go (WithLinger); with nothing queued, or past the outbound limit,
+// the connection resets. Must be called on c's loop.
+func (c *lifecycle) failLimit(err error) {
+	if c.state != stateOpen || c.flags.has(flagLingering) {
+		c.closeWithReset(err)
+		return
+	}
+	in := c.inbound()
+	in.applyPause(pausedByLimit, true)
+	in.unchargeKept()
+	c.kept = nil
+	if lh, ok := c.h.(LimitHandler); ok {
+		c.callLimit(lh, err)
+	}
+	if c.state != stateOpen {
+		return
+	}
+	c.shared.set(sharedCloseRequested)
+	c.mu.Lock()
+	wasClosed := c.shared.set(sharedWritesClosed)
+	c.conn().wakeRoomWaiters()
+	queued := c.outQueue.n
+	c.mu.Unlock()
+	if queued == 0 || wasClosed && errors.Is(err, ErrOutboundLimit) {
+		c.closeWithReset(err)
+		return
+	}
+	c.closeLingerCause(err)
+}
+
+// callLimit runs OnLimit under recover.
+func (c *lifecycle) callLimit(lh LimitHandler, err error) {
+	defer c.failOnPanic("OnLimit")
+	c.l.Running(&runOnLimit)
+	lh.OnLimit(c.conn(), err)
+}
+
 // closeWithReset starts the close protocol with cause err and a reset
 // instead of an orderly FIN: the stream broke. Must be called on c's loop.
 func (c *lifecycle) closeWithReset(err error) {
@@ -393,7 +439,7 @@ func (c *lifecycle) closeNow(err error) {
 		return
 	}
 	if c.flags.has(flagLingering) {
-		err = nil // Close came first: OnClose reports the local close
+		err = c.extras.closeErr // the close that lingers came first: OnClose reports its cause
 	}
 	c.state = stateClosing
 	c.shared.set(sharedCloseRequested)
@@ -406,6 +452,7 @@ func (c *lifecycle) closeNow(err error) {
 	c.mu.Lock()
 	x.closeErr = err
 	c.shared.set(sharedWritesClosed)
+	c.conn().wakeRoomWaiters()
 	if c.outQueue.n > 0 {
 		// Bytes the handler wrote are dropped: reset, so the peer sees
 		// the stream fail instead of an orderly end after a gap.

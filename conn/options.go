@@ -28,21 +28,23 @@ const (
 	// DefaultLinger bounds how long Close waits for queued outbound bytes
 	// to reach the kernel before it closes the fd anyway (see WithLinger).
 	DefaultLinger = 2 * time.Second
-	// DefaultInboundLimit caps the bytes a connection keeps for its
-	// handler (WithInboundLimit): 64 KiB, the longest token a
-	// bufio.Scanner takes by default.
-	DefaultInboundLimit = 64 << 10
-	// DefaultInboundBudget caps the bytes all the connections of a group
-	// keep for their handlers together (WithInboundBudget).
-	DefaultInboundBudget = 64 << 20
+	// DefaultInboundLimit caps the bytes a ReadHandler leaves unconsumed
+	// (WithInboundLimit): 1 MiB, a frame as long as real protocols send
+	// in one piece (a Redis value of 512 KiB, an HTTP body of 1 MiB). The
+	// loop's budget of kept bytes (loop.WithBufferBudget) bounds what
+	// many connections keep together.
+	DefaultInboundLimit = 1 << 20
 	// netInflightLimit is the limit of the connection under a NetConn: it
 	// holds only the bytes already on their way when the NetConn pauses
 	// at its own bound (hard-coded).
 	netInflightLimit = 4 << 20
 	// DefaultOutboundLimit caps the bytes a connection queues for sending
 	// (WithOutboundLimit): a Write made while more is queued fails with
-	// ErrOutboundLimit and resets the connection.
-	DefaultOutboundLimit = 4 << 20
+	// ErrOutboundLimit and ends the connection. 16 MiB: the answers to
+	// one pipelined batch (16 values of 600 KB) fit; reading pauses long
+	// before (at 2 MiB queued, or the high-water mark when the loop
+	// queues more than its budget).
+	DefaultOutboundLimit = 16 << 20
 	// MaxKeepAlive is the longest keepalive idle time and interval the
 	// kernel takes (TCP_KEEPIDLE and TCP_KEEPINTVL: 32,767 s).
 	MaxKeepAlive = 32767 * time.Second
@@ -71,12 +73,12 @@ type config struct {
 	pauseUnwritable pauseMode // WithPauseReadWhenUnwritable
 	outboundLimit   int       // bytes queued above which a Write fails (WithOutboundLimit)
 	inboundLimit    int
-	inboundBudget   int          // a group's kept bytes in all (WithInboundBudget)
 	netInbound      int          // WithInboundLimit as given (0: each kind's default), for the adapters
 	datagramQueue   int          // datagrams a PacketConn queues (WithDatagramQueue)
 	udpSegment      int          // UDP_SEGMENT size (WithUDPSegment)
 	netListener     *NetListener // ListenNet's listener, which its NetConns join on open
 	netConn         bool         // the connection under a NetConn (asNetConn)
+	flow            *flowShared  // what the connections of this Listen or Dial share for flow control
 }
 
 func defaultConfig() config {
@@ -88,7 +90,6 @@ func defaultConfig() config {
 		linger:        DefaultLinger,
 
 		outboundLimit: DefaultOutboundLimit,
-		inboundBudget: DefaultInboundBudget,
 	}
 }
 
@@ -176,18 +177,21 @@ func WithHalfClose(on bool) Option { return func(c *config) { c.halfClose = on }
 // high-water mark and resumes when it drains to the low mark, so a peer
 // that sends requests and never reads the replies stalls in its own socket
 // instead of growing this process's memory, as a server blocked in a
-// net.Conn's Write stops reading. A Write on the connection's loop pauses
-// at once, so Buffered stays within the high-water mark plus what one
-// OnData call wrote. It is independent of PauseRead.
+// net.Conn's Write stops reading. The pause acts within one receive: the
+// handler is given no more of the received bytes than its answers may take
+// before the mark (judged by how much it answered lately), the rest is
+// kept and handed to it first when the connection drains. It is
+// independent of PauseRead.
 //
 // Without the option, reading pauses the same way only where a backlog
 // builds up: while the connection is unwritable and either its loop's
-// connections queue more than 16 MiB for sending in all, or the
-// connection itself queues more than half its outbound limit
-// (WithOutboundLimit; 2 MiB by default). Pipelined transfers to peers
-// that read then never pause, while a peer that never reads holds at most
-// 2 MiB and a receive, and many such peers at most the high-water mark
-// and a receive each once their loop holds 16 MiB.
+// connections queue more than their budget for sending in all
+// (loop.WithBufferBudget, 16 MiB by default), or the connection itself
+// queues more than 2 MiB (or half its outbound limit, if less). Pipelined
+// transfers to peers that read then never pause, while a peer that never
+// reads holds at most 2 MiB and what one answer adds, and many such peers
+// at most the high-water mark and one answer each once their loop is past
+// its budget.
 //
 // WithPauseReadWhenUnwritable(false) never pauses: use it only for a
 // handler that watches writability itself (OnWritabilityChanged,
@@ -213,34 +217,32 @@ const (
 	pauseNever
 )
 
-// outboundPressure is how many bytes a loop's connections queue for
-// sending before an unwritable connection pauses reading by default
-// (hard-coded: 16 MiB; WithPauseReadWhenUnwritable).
-const outboundPressure = 16 << 20
-
 // WithOutboundLimit bounds the bytes a connection queues for sending
-// (default DefaultOutboundLimit, 4 MiB; 0 means the default; negative
-// values are rejected). Write never blocks; a Write (or Writev) made while
-// more than n bytes are already queued fails with an error wrapping
-// ErrOutboundLimit, queues nothing, and closes the connection with a reset
-// (OnClose reports that error). So a connection holds at most n plus one
-// write, even for a handler that answers many pipelined requests in one
-// call to a peer that never reads. Raise it for a handler that queues
-// large responses at once; a producer that watches Writable or
-// OnWritabilityChanged never comes near it. A NetConn is not limited: its
-// Write blocks while the connection is unwritable.
+// (default DefaultOutboundLimit, 16 MiB; 0 means the default; negative
+// values are rejected): a declared limit, like WithInboundLimit. Write
+// never blocks; a Write (or Writev) made while more than n bytes are
+// already queued fails with an error wrapping ErrOutboundLimit and queues
+// nothing; a LimitHandler hears it in OnLimit, and the connection closes
+// with a reset (OnClose reports that error). Reading pauses long before
+// (WithPauseReadWhenUnwritable), so only a handler that writes without
+// looking at Writable, or goroutines writing faster than the peer reads
+// (WriteWait waits for room instead), come near it. A NetConn is not
+// limited: its Write blocks while the connection is unwritable.
 func WithOutboundLimit(n int) Option { return func(c *config) { c.outboundLimit = n } }
 
 // WithInboundLimit bounds the received bytes a connection holds that its
 // reader has not taken yet, so a peer can never make memory grow without
 // bound. 0 means each kind's default:
 //
-//   - A callback connection (Listen, Dial): a ReadHandler's unconsumed
-//     bytes plus those received while reading was paused. A connection
-//     past n closes with a reset and an error wrapping ErrInboundLimit (a
-//     frame longer than the protocol allows, or a handler that never
-//     consumes). Default DefaultInboundLimit (64 KiB, as bufio.Scanner's
-//     longest token): a protocol whose frames are longer raises it.
+//   - A callback connection (Listen, Dial): the bytes a ReadHandler has
+//     seen and left unconsumed. A connection past n stops reading, a
+//     LimitHandler hears it (OnLimit, where it may write an answer), and
+//     it closes with an error wrapping ErrInboundLimit (a frame longer than
+//     the protocol allows, or a handler that never consumes). Default
+//     DefaultInboundLimit (1 MiB): a protocol whose frames are longer
+//     raises it. Bytes kept while reading is paused are not counted here:
+//     a paused connection stops receiving within a receive, and its loop's
+//     budget (loop.WithBufferBudget) counts them.
 //   - A NetConn (ListenNet, DialNet): the bytes no Read has taken. At n
 //     the connection stops receiving, so the peer stalls in its own socket,
 //     until Read brings the buffer down to n/2. Default DefaultNetInbound
@@ -253,20 +255,6 @@ func WithOutboundLimit(n int) Option { return func(c *config) { c.outboundLimit 
 //     datagram that finds the queue full is dropped and counted (Dropped).
 //     Default DefaultNetPacketInbound (1 MiB: 481 datagrams of up to 2 KiB).
 func WithInboundLimit(n int) Option { return func(c *config) { c.inboundLimit = n } }
-
-// WithInboundBudget bounds the bytes the connections of a group keep for
-// their handlers together (default DefaultInboundBudget, 64 MiB; 0 means
-// the default; negative values are rejected): the bytes a ReadHandler left
-// unconsumed and those received while reading was paused, counted at the
-// memory they take. Each loop of the group holds its share, n divided by
-// the number of loops. A connection whose bytes would take its loop past
-// its share closes the connection of the loop holding the most (itself, if
-// it holds at least the loop's average) with a reset and an error wrapping
-// ErrInboundLimit, so many peers that each stay under WithInboundLimit
-// cannot add up to more than the budget, while connections keeping little
-// go on. The budget a connection checks is the one its own Listen or Dial
-// gave.
-func WithInboundBudget(n int) Option { return func(c *config) { c.inboundBudget = n } }
 
 // WithDatagramQueue bounds how many datagrams a PacketConn queues before
 // the kernel has taken them (default DefaultDatagramQueue; 0 means the
@@ -288,6 +276,7 @@ const maxUDPPayload = 65507
 // newConfig applies opts over the defaults and validates the result.
 func newConfig(opts []Option) (*config, error) {
 	c := defaultConfig()
+	c.flow = new(flowShared)
 	for _, o := range opts {
 		if o == nil {
 			return nil, invalidOption("nil Option")
@@ -319,8 +308,6 @@ func (c *config) validate() error {
 		return invalidOption("outbound limit %d (expected >= 0; 0 means the default)", c.outboundLimit)
 	case c.inboundLimit < 0:
 		return invalidOption("inbound limit %d (expected >= 0)", c.inboundLimit)
-	case c.inboundBudget < 0:
-		return invalidOption("inbound budget %d (expected >= 0; 0 means the default)", c.inboundBudget)
 	case c.connectTimeout < 0:
 		return invalidOption("connect timeout %v (expected >= 0)", c.connectTimeout)
 	case c.linger < 0:
@@ -341,9 +328,6 @@ func (c *config) validate() error {
 		c.inboundLimit = max(c.inboundLimit, netInflightLimit)
 	case c.inboundLimit == 0:
 		c.inboundLimit = DefaultInboundLimit
-	}
-	if c.inboundBudget == 0 {
-		c.inboundBudget = d.inboundBudget
 	}
 	if c.datagramQueue == 0 {
 		c.datagramQueue = d.datagramQueue

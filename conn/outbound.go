@@ -1,6 +1,7 @@
 package conn
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -68,6 +69,49 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return int(n), err
 }
 
+// WriteWait writes p as Write does, after waiting while the connection is
+// unwritable (above its high-water mark, until it drains to the low mark),
+// so that goroutines producing faster than the peer reads slow down to its
+// pace instead of filling the outbound queue to its limit. Goroutines that
+// wait together are let through together when the connection turns
+// writable, so the queue may pass the high-water mark by one write each.
+// It returns ctx's error (wrapped) if ctx ends first, with nothing queued,
+// and Write's errors otherwise. It must not be called on a loop goroutine,
+// where it returns an error wrapping loop.ErrInLoop at once: a handler uses
+// Write with Writable and OnWritabilityChanged instead. Safe for
+// concurrent use.
+func (c *Conn) WriteWait(ctx context.Context, p []byte) (int, error) {
+	if loop.Current() != nil {
+		return 0, c.opError("write", "", loop.ErrInLoop)
+	}
+	for {
+		c.mu.Lock()
+		if c.shared.has(sharedWritesClosed) || !c.outbound().unwritable() {
+			c.mu.Unlock()
+			return c.Write(p)
+		}
+		if c.roomWait == nil {
+			c.roomWait = make(chan struct{})
+		}
+		wait := c.roomWait
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return 0, c.opError("write", "", ctx.Err())
+		}
+	}
+}
+
+// wakeRoomWaiters lets the goroutines waiting in WriteWait look again.
+// Caller holds c.mu.
+func (c *Conn) wakeRoomWaiters() {
+	if c.roomWait != nil {
+		close(c.roomWait)
+		c.roomWait = nil
+	}
+}
+
 // Writev queues a copy of every buffer of bufs, in order and contiguous, as
 // one Write of their concatenation would, under the same outbound limit.
 // Safe for concurrent use.
@@ -100,6 +144,7 @@ func (c *Conn) Writev(bufs [][]byte) (int64, error) {
 	for _, b := range bufs {
 		c.outQueue.push(b, false)
 	}
+	c.queuedTotal.Add(uint64(n))
 	c.outbound().afterAppend()
 	return n, nil
 }
@@ -167,6 +212,7 @@ func (c *outbound) queueChunks(filled []*chunk, n int) error {
 		return err
 	}
 	c.outQueue.splice(filled, n)
+	c.queuedTotal.Add(uint64(n))
 	c.afterAppend()
 	return nil
 }
@@ -180,10 +226,11 @@ func (c *outbound) overLimit() error {
 	err := c.conn().opError("write", "", fmt.Errorf("%w: %d bytes queued, limit %d",
 		ErrOutboundLimit, c.outQueue.n, c.cfg.outboundLimit))
 	c.shared.set(sharedWritesClosed)
+	c.conn().wakeRoomWaiters()
 	c.mu.Unlock()
 	abort := func() {
 		if c.state == stateOpen {
-			c.lifecycle().closeWithReset(err)
+			c.lifecycle().failLimit(err)
 		}
 	}
 	if c.l.InLoop() {
@@ -330,8 +377,14 @@ func (c *outbound) notifyWritability() {
 			return
 		}
 		c.writabilityReported++
+		writable := c.writabilityReported&1 == 0
 		if c.flags.has(flagWritabilityHandler) {
-			c.callWritability(c.writabilityReported&1 == 0)
+			c.callWritability(writable)
+		}
+		if writable && c.flags.has(flagReadHandler) && c.pauseReasons == 0 && len(c.inbound().keptBytes()) > 0 {
+			// A ReadHandler may have stopped consuming for want of room:
+			// offer it what it left (inbound.resume).
+			c.inbound().queueResume()
 		}
 	}
 }
@@ -344,11 +397,47 @@ func (c *outbound) callWritability(writable bool) {
 }
 
 // backlogged reports whether bytes pile up where the default pause acts
-// (WithPauseReadWhenUnwritable): c queues more than half its outbound
-// limit, or its loop's connections more than outboundPressure in all.
-// Must be called on c's loop.
+// (WithPauseReadWhenUnwritable): c queues more than its own pause mark, or
+// its loop's connections more than the loop's budget of queued bytes
+// (loop.WithBufferBudget). Must be called on c's loop.
 func (c *outbound) backlogged() bool {
-	return c.outboundCharged > c.cfg.outboundLimit/2 || registryFor(c.l).outboundQueued > outboundPressure
+	return c.outboundCharged > c.ownPauseMark() || c.loopOverQueued()
+}
+
+// loopOverQueued reports whether c's loop queues more than its budget.
+// Must be called on c's loop.
+func (c *outbound) loopOverQueued() bool {
+	_, budget := c.l.BufferBudget()
+	return registryFor(c.l).outboundQueued > budget
+}
+
+// loopQueuedHalf reports whether c's loop queues more than half its
+// budget. Must be called on c's loop.
+func (c *outbound) loopQueuedHalf() bool {
+	_, budget := c.l.BufferBudget()
+	return registryFor(c.l).outboundQueued > budget/2
+}
+
+// outboundPauseMark is the most a connection queues before its reading
+// pauses by default, while its loop is under its budget of queued bytes
+// (hard-coded; half the outbound limit where that is less).
+const outboundPauseMark = 2 << 20
+
+// ownPauseMark returns how much c may queue, by default, before reading
+// pauses while its loop is under budget.
+func (c *outbound) ownPauseMark() int {
+	return max(min(c.cfg.outboundLimit/2, outboundPauseMark), c.cfg.highWater)
+}
+
+// pauseMark returns how much c may queue before its reading pauses now:
+// the high-water mark under WithPauseReadWhenUnwritable(true) or while its
+// loop queues more than its budget, else its own pause mark. Must be
+// called on c's loop.
+func (c *outbound) pauseMark() int {
+	if c.cfg.pauseUnwritable == pauseAlways || c.loopOverQueued() {
+		return c.cfg.highWater
+	}
+	return c.ownPauseMark()
 }
 
 // chargeOutbound brings the loop's count of queued outbound bytes in line
@@ -403,6 +492,7 @@ func (c *outbound) Complete(cp *loop.Completion) {
 	c.outQueue.consume(int(res))
 	if c.unwritable() && c.outQueue.n <= c.cfg.lowWater {
 		c.writabilityChanges.Add(1) // unwritable → writable
+		c.conn().wakeRoomWaiters()
 	}
 	n := c.outQueue.n
 	c.mu.Unlock()

@@ -19,6 +19,8 @@ type loopConns struct {
 	kept           int     // capacity of its connections' kept input buffers (inbound.chargeKept)
 	keepers        int     // connections with a kept input buffer
 	outboundQueued int     // bytes its connections queue for sending, as of their last outbound.chargeOutbound
+	budgetPaused   int     // connections paused by the loop's budget of kept bytes (inbound.overKeptBudget)
+	resuming       bool    // resumeUnderBudget is running
 
 	// A NetConn Write sent from its goroutine since the loop last
 	// delivered input to a NetConn (outbound.sendDirect): later Writes
@@ -146,6 +148,7 @@ func (c *lifecycle) closeForShutdown() {
 	c.shared.set(sharedCloseRequested)
 	c.mu.Lock()
 	c.shared.set(sharedWritesClosed)
+	c.conn().wakeRoomWaiters()
 	c.mu.Unlock()
 	c.closeLinger()
 	if c.flags.has(flagLingering) && c.ensureExtras().terminationHold == nil {

@@ -1,6 +1,7 @@
 package conn
 
 import (
+	"io"
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
@@ -22,6 +23,14 @@ import (
 // do. A receive that was merely about to complete loses nothing: the
 // single shot takes the bytes and the end in order.
 //
+// The same sweep, on both backends, looks at every paused TCP connection:
+// with no receive armed, nothing would tell it that its peer is gone. One
+// whose socket is closed (a reset, or keepalive probes that went
+// unanswered) closes with the socket's error; one paused for its loop's
+// budget of kept bytes whose peer sent its FIN closes too, since the frame
+// it holds can no longer complete. Other paused connections keep waiting
+// for their resume after a FIN: their peer may still read.
+//
 // The hot path pays one byte store per receive completion
 // (resetSweepsLeft); the clock is not read. A sweep walks the loop's
 // connections once and makes one getsockopt per connection that received
@@ -31,11 +40,10 @@ import (
 // whose receive missed a reset is closed within two of them.
 const resetSweepEvery = 2 * time.Second
 
-// startResetSweep starts the reset sweep of r, l's registry, on an io_uring
-// loop (epoll reads until EAGAIN and sees every reset); a shutdown hook
-// stops it. Called once per loop, on it.
+// startResetSweep starts the reset sweep of r, l's registry; a shutdown
+// hook stops it. Called once per loop, on it.
 func (r *loopConns) startResetSweep(l *loop.Loop) {
-	if l.Backend() != loop.BackendUring || r.closing {
+	if r.closing {
 		return
 	}
 	t, err := l.ScheduleWithFixedDelay(resetSweepEvery, resetSweepEvery, r.resetSweep)
@@ -51,6 +59,10 @@ func (r *loopConns) startResetSweep(l *loop.Loop) {
 func (r *loopConns) resetSweep() {
 	for i := range r.conns.n {
 		c := *r.conns.at(i)
+		if c.pauseReasons != 0 && c.state == stateOpen {
+			c.inbound().checkPausedPeer()
+			continue
+		}
 		if c.resetSweepsLeft == 0 {
 			continue
 		}
@@ -74,6 +86,30 @@ func (c *inbound) checkReset() {
 	// The ECANCELED completion re-arms (inbound.Complete), now single.
 	c.flags.set(flagRecvSingleShot | flagRecvCanceled)
 	cancelOp(c.l, c.recvID)
+}
+
+// checkPausedPeer closes c, whose reading is paused, if its peer is gone:
+// its socket is closed (a reset, unanswered keepalive probes), or its peer
+// sent its FIN while c is paused for the loop's budget of kept bytes. Must
+// be called on c's loop.
+func (c *inbound) checkPausedPeer() {
+	if c.shared.has(sharedUnix) {
+		return
+	}
+	state, err := unix.GetsockoptByte(int(c.fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	switch {
+	case err != nil:
+	case state == tcpClose:
+		serr, _ := unix.GetsockoptInt(int(c.fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		errno := unix.Errno(serr)
+		if serr == 0 {
+			errno = unix.ECONNRESET
+		}
+		c.flags.set(flagResetOnClose)
+		c.lifecycle().closeNow(c.conn().opError("read", "recv", errno))
+	case state == tcpCloseWait && c.pauseReasons&pausedByBudget != 0:
+		c.lifecycle().closeNow(io.EOF)
+	}
 }
 
 // TCP states of tcp_info.tcpi_state (include/net/tcp_states.h).
