@@ -176,6 +176,7 @@ const (
 	sharedCloseReported                     // OnClose ran; set under Conn.mu, read under it
 	sharedWriteShut                         // CloseWrite was called; set under Conn.mu with sharedWritesClosed
 	sharedCloseCalled                       // Close was called (not set when the connection closed on its own)
+	sharedBudgetPaused                      // reading is paused for the loop's budget of kept bytes (pausedByBudget); set and cleared on the loop
 )
 
 // has reports whether bit is set.

@@ -45,7 +45,7 @@ func KeptOnLoop(l *loop.Loop) (kept, keepers int) {
 	res := make(chan [2]int, 1)
 	if l.Execute(func() {
 		r := registryFor(l)
-		res <- [2]int{r.kept, r.keepers}
+		res <- [2]int{r.keptTotal(), r.keepers}
 	}) != nil {
 		return -1, -1
 	}
@@ -61,7 +61,7 @@ const KeptStallAge = keptStallAge
 // of kept bytes has paused, read on l.
 func BudgetPausedOnLoop(l *loop.Loop) int {
 	res := make(chan int, 1)
-	if l.Execute(func() { res <- registryFor(l).budgetPaused }) != nil {
+	if l.Execute(func() { res <- int(registryFor(l).budgetPaused.Load()) }) != nil {
 		return -1
 	}
 	return <-res

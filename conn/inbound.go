@@ -202,7 +202,8 @@ func (c *inbound) unchargeKept() {
 	r := registryFor(c.l)
 	if c.pauseReasons&pausedByBudget != 0 {
 		c.pauseReasons &^= pausedByBudget
-		r.budgetPaused--
+		c.shared.clear(sharedBudgetPaused)
+		r.budgetPaused.Add(-1)
 	}
 	if k := c.kept; k != nil && k.charged > 0 {
 		r.kept -= k.charged
@@ -223,27 +224,54 @@ const (
 	keptStallBytes = 64 << 10
 )
 
+// keptTotal returns the bytes the connections of r's loop keep: their kept
+// input and their NetConns' unread bytes.
+func (r *loopConns) keptTotal() int { return r.kept + int(r.netKept.Load()) }
+
 // overKeptBudget applies the loop's budget of kept bytes
-// (loop.WithBufferBudget) to c as its kept bytes grow. Past the budget, c
-// pauses reading if it stalls (keptStallAge); past twice the budget, it
-// pauses unless it consumed bytes since it grew last, so that connections
-// filling their frames faster than they stall cannot take the total
-// further. Nobody is reset for the total: the paused connections resume
-// when the loop keeps less than three quarters of its budget
-// (resumeUnderBudget). Must be called on c's loop.
+// (loop.WithBufferBudget) to c as its kept bytes grow (overKeptBudgetHeld).
+// Must be called on c's loop.
 func (c *inbound) overKeptBudget() {
+	if c.kept != nil {
+		c.overKeptBudgetHeld(len(c.keptBytes()), c.kept.since)
+	}
+}
+
+// overKeptBudgetHeld applies the loop's budget of kept bytes to c, which
+// holds held bytes without progress since since (its kept input, or a
+// NetConn's unread bytes). Past the budget, c pauses reading if it stalls
+// (keptStallAge); past twice the budget, it pauses if it holds bytes at
+// all without having made progress since, so that connections filling
+// their frames faster than they stall cannot take the total further.
+// Nobody is reset for the total: the paused connections resume when the
+// loop keeps less than three quarters of its budget (resumeUnderBudget).
+// Must be called on c's loop.
+func (c *inbound) overKeptBudgetHeld(held int, since time.Duration) {
 	r := registryFor(c.l)
 	budget, _ := c.l.BufferBudget()
-	if r.kept <= budget || c.pauseReasons&pausedByBudget != 0 || c.kept == nil {
+	total := r.keptTotal()
+	if total <= budget || held == 0 || c.pauseReasons&pausedByBudget != 0 || c.state != stateOpen {
 		return
 	}
-	held := int64(len(c.keptBytes()))
-	age := c.l.Now() - c.kept.since
-	if held == 0 || r.kept <= 2*budget && held*int64(age) < keptStallBytes*int64(keptStallAge) {
+	age := c.l.Now() - since
+	if total <= 2*budget && int64(held)*int64(age) < keptStallBytes*int64(keptStallAge) {
 		return
 	}
-	r.budgetPaused++
+	r.budgetPaused.Add(1)
+	c.shared.set(sharedBudgetPaused)
 	c.applyPause(pausedByBudget, true)
+}
+
+// progressed resumes c if the loop's budget of kept bytes paused it: it
+// consumed, so it no longer holds bytes without progress (its clock
+// started again). Must be called on c's loop.
+func (c *inbound) progressed() {
+	if c.pauseReasons&pausedByBudget == 0 {
+		return
+	}
+	registryFor(c.l).budgetPaused.Add(-1)
+	c.shared.clear(sharedBudgetPaused)
+	c.applyPause(pausedByBudget, false)
 }
 
 // resumeUnderBudget resumes the connections of the loop that the budget of
@@ -251,20 +279,16 @@ func (c *inbound) overKeptBudget() {
 // scans the loop's connections only when some are paused so. Must be
 // called on the loop.
 func (r *loopConns) resumeUnderBudget(l *loop.Loop) {
-	if r.budgetPaused == 0 || r.resuming {
+	if r.budgetPaused.Load() == 0 || r.resuming {
 		return
 	}
-	if budget, _ := l.BufferBudget(); r.kept > budget/4*3 {
+	if budget, _ := l.BufferBudget(); r.keptTotal() > budget/4*3 {
 		return
 	}
 	r.resuming = true
 	defer func() { r.resuming = false }()
-	for i := 0; i < r.conns.n && r.budgetPaused > 0; i++ {
-		x := *r.conns.at(i)
-		if x.pauseReasons&pausedByBudget != 0 {
-			r.budgetPaused--
-			x.inbound().applyPause(pausedByBudget, false)
-		}
+	for i := 0; i < r.conns.n && r.budgetPaused.Load() > 0; i++ {
+		(*r.conns.at(i)).inbound().progressed()
 	}
 }
 
@@ -301,6 +325,7 @@ func (c *inbound) consume(n int) {
 	}
 	if n > 0 {
 		k.since = c.l.Now()
+		defer c.progressed()
 	}
 	k.off += n
 	if k.off == len(k.buf) {

@@ -64,9 +64,10 @@ type NetConn struct {
 	writeWakeup wakeup       // writable, an error, Close or the write deadline
 
 	// Under mu.
-	received  chunkQueue // received, not yet read
-	cause     error      // what OnClose reported (see readEnd, writeEnd)
-	deadlines deadlines  // read and write deadlines
+	since     time.Duration // loop clock (Loop.Now) of the last Read progress, or of the first byte received since (the loop's budget of kept bytes)
+	received  chunkQueue    // received, not yet read; counted in its loop's netKept
+	cause     error         // what OnClose reported (see readEnd, writeEnd)
+	deadlines deadlines     // read and write deadlines
 }
 
 func newNetConn() *NetConn {
@@ -182,16 +183,40 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 		nc.mu.Unlock()
 		return
 	}
+	if nc.received.n == 0 {
+		nc.since = c.l.Now()
+	}
 	nc.received.push(data, true)
+	registryFor(c.l).netKept.Add(int64(len(data)))
 	pause := nc.received.n >= nc.limit() && !nc.paused
 	if pause {
 		nc.paused = true
 	}
+	held, since := nc.received.n, nc.since
 	nc.mu.Unlock()
 	if pause {
 		_ = c.PauseRead()
 	}
+	c.inbound().overKeptBudgetHeld(held, since)
 	nc.wake(&nc.readWakeup)
+}
+
+// took accounts for n received bytes a Read or WriteTo took (or Close
+// dropped): progress, for the loop's budget of kept bytes. Caller holds
+// nc.mu.
+func (nc *NetConn) took(n int) {
+	if n <= 0 {
+		return
+	}
+	c := nc.c
+	nc.since = c.l.Now()
+	r := registryFor(c.l)
+	r.netKept.Add(-int64(n))
+	if c.shared.has(sharedBudgetPaused) {
+		_ = c.l.Execute(c.inbound().progressed)
+	} else if r.budgetPaused.Load() > 0 {
+		_ = c.l.Execute(func() { r.resumeUnderBudget(c.l) })
+	}
 }
 
 // OnHalfClose implements HalfCloseHandler: the peer sends nothing more.
@@ -243,6 +268,7 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 		return 0, nc.c.opError("read", "", net.ErrClosed)
 	case nc.received.n > 0 && len(p) > 0:
 		n := nc.received.read(p)
+		nc.took(n)
 		more := nc.received.n > 0 || nc.readEnded()
 		nc.unlockResuming()
 		if more {
@@ -471,6 +497,7 @@ func (nc *NetConn) Close() error {
 		return nc.c.opError("close", "", net.ErrClosed)
 	}
 	nc.closed = true
+	nc.took(nc.received.n)
 	nc.received.release()
 	nc.mu.Unlock()
 	nc.readWakeup.signal()
@@ -613,6 +640,7 @@ func (nc *NetConn) WriteTo(w io.Writer) (int64, error) {
 		nc.received.q[nc.received.head] = nil
 		nc.received.head++
 		nc.received.n -= t.w - t.r
+		nc.took(t.w - t.r)
 		if nc.received.head == len(nc.received.q) {
 			nc.received.q, nc.received.head = nc.received.q[:0], 0
 		}

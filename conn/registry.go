@@ -14,13 +14,15 @@ import (
 // loopConns is one loop's open connections. Loop goroutine only, but for
 // deadlines.
 type loopConns struct {
-	conns          connSet // indexed by Conn.registryIndex
-	closing        bool    // the loop's shutdown began: no connection joins
-	kept           int     // capacity of its connections' kept input buffers (inbound.chargeKept)
-	keepers        int     // connections with a kept input buffer
-	outboundQueued int     // bytes its connections queue for sending, as of their last outbound.chargeOutbound
-	budgetPaused   int     // connections paused by the loop's budget of kept bytes (inbound.overKeptBudget)
-	resuming       bool    // resumeUnderBudget is running
+	conns          connSet      // indexed by Conn.registryIndex
+	closing        bool         // the loop's shutdown began: no connection joins
+	kept           int          // bytes its connections keep as input (inbound.chargeKept)
+	keepers        int          // connections keeping input
+	outboundQueued int          // bytes its connections queue for sending, as of their last outbound.chargeOutbound
+	budgetPaused   atomic.Int32 // connections paused by the loop's budget of kept bytes (inbound.overKeptBudget); written on the loop
+	netKept        atomic.Int64 // bytes its NetConns received and no Read took yet (NetConn.took)
+	resuming       bool         // resumeUnderBudget is running
+	loop           *loop.Loop
 
 	// A NetConn Write sent from its goroutine since the loop last
 	// delivered input to a NetConn (outbound.sendDirect): later Writes
@@ -97,7 +99,7 @@ func init() { loopState = loop.NewLocal(newLoopConns) }
 // newLoopConns makes l's registry, with the shutdown hook that closes its
 // connections.
 func newLoopConns(l *loop.Loop) *loopConns {
-	r := &loopConns{deadlines: deadlineQueue{l: l}}
+	r := &loopConns{deadlines: deadlineQueue{l: l}, loop: l}
 	if _, err := l.AddShutdownHook(func() { r.closeAll() }); err != nil {
 		r.closing = true // shutting down already: nothing joins
 	}
