@@ -46,6 +46,12 @@ const (
 	// MaxKeepAlive is the longest keepalive idle time and interval the
 	// kernel takes (TCP_KEEPIDLE and TCP_KEEPINTVL: 32,767 s).
 	MaxKeepAlive = 32767 * time.Second
+	// DefaultKeepAlive is the keepalive idle time and probe interval of
+	// a TCP connection (WithKeepAlive), and DefaultKeepAliveCount the
+	// probes that go unanswered before the kernel drops it: package net's
+	// defaults.
+	DefaultKeepAlive      = 15 * time.Second
+	DefaultKeepAliveCount = 9
 	// maxBufferOption caps WithReadBuffer and WithWriteBuffer (hard-coded:
 	// 1 GiB is far above any kernel's wmem_max/rmem_max default).
 	maxBufferOption = 1 << 30
@@ -111,10 +117,22 @@ func WithBacklog(n int) Option { return func(c *config) { c.backlog = n } }
 // writes go out as soon as the loop flushes them). Ignored for Unix sockets.
 func WithNoDelay(on bool) Option { return func(c *config) { c.nagle = !on } }
 
-// WithKeepAlive enables TCP keepalive probes with d as both the idle time
-// and the probe interval (whole seconds, rounded up). 0 (the default) leaves
-// the kernel's setting (off unless a sysctl says otherwise); negative
-// disables keepalive explicitly.
+// WithKeepAlive sets the TCP keepalive of accepted and dialed
+// connections, so that one whose peer vanished without a FIN or a reset
+// (a crashed host, a dropped NAT mapping, a pulled cable) is closed
+// instead of holding its fd for good. After d without traffic the kernel
+// probes the peer every d (whole seconds, rounded up, at most
+// MaxKeepAlive); a peer whose host answers with a reset closes the
+// connection at the first probe (OnClose reports ECONNRESET), one that
+// leaves DefaultKeepAliveCount (9) probes unanswered at the last
+// (ETIMEDOUT). 0, the default, means DefaultKeepAlive (15 s), as package
+// net's dialers and listeners do: a vanished peer is found within 15 s of
+// silence when its host is up, 150 s when it is gone. Negative disables
+// keepalive. Ignored for Unix sockets.
+//
+// Keepalive probes only a connection with nothing unacknowledged in
+// flight, and only finds peers that are gone: for live peers that stay
+// silent, see WithReadTimeout and WithIdleTimeout.
 func WithKeepAlive(d time.Duration) Option { return func(c *config) { c.keepAlive = d } }
 
 // WithReadBuffer sets SO_RCVBUF (bytes). 0 (the default) keeps the
