@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -56,8 +58,9 @@ func ctNetKeepAlive(tb testing.TB, c net.Conn) ctKeepAlive {
 
 // TestKeepAliveDefaults checks the keepalive that accepted and dialed TCP
 // connections get, read back with getsockopt: package net's by default (on,
-// 15 s idle, 15 s interval, 9 probes), the idle time and interval
-// WithKeepAlive gives, and none with WithKeepAlive(-1) or on a Unix socket.
+// 15 s idle, 15 s interval, 9 probes), what WithKeepAlive and
+// WithKeepAliveConfig give, and none with WithKeepAlive(-1) or on a Unix
+// socket.
 // An accepted socket gets it from its listener, where Linux copies it
 // from: this also checks that the kernel does.
 func TestKeepAliveDefaults(t *testing.T) {
@@ -65,6 +68,7 @@ func TestKeepAliveDefaults(t *testing.T) {
 		g := ctGroup(t, b, 2)
 		ctx := context.Background()
 		def := ctKeepAlive{1, 15, 15, 9}
+		kernel := ctKeepAlive{1, ctSysctl(t, "tcp_keepalive_time"), ctSysctl(t, "tcp_keepalive_intvl"), ctSysctl(t, "tcp_keepalive_probes")}
 		for _, tc := range []struct {
 			name string
 			opts []conn.Option
@@ -75,6 +79,10 @@ func TestKeepAliveDefaults(t *testing.T) {
 			{"1500ms", []conn.Option{conn.WithKeepAlive(1500 * time.Millisecond)}, ctKeepAlive{1, 2, 2, 9}},
 			{"reuse-port", []conn.Option{conn.WithReusePort(true), conn.WithKeepAlive(time.Minute)}, ctKeepAlive{1, 60, 60, 9}},
 			{"off", []conn.Option{conn.WithKeepAlive(-1)}, ctKeepAlive{on: 0}},
+			{"config", []conn.Option{conn.WithKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3})}, ctKeepAlive{1, 30, 5, 3}},
+			{"config-zero", []conn.Option{conn.WithKeepAliveConfig(net.KeepAliveConfig{Enable: true})}, def},
+			{"config-kernel", []conn.Option{conn.WithKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: -1, Interval: -1, Count: -1})}, kernel},
+			{"config-off", []conn.Option{conn.WithKeepAliveConfig(net.KeepAliveConfig{Idle: time.Second})}, ctKeepAlive{on: 0}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				h := ctNewServerHandler(t, nil)
@@ -140,6 +148,43 @@ func TestKeepAliveDefaults(t *testing.T) {
 			}
 		})
 	})
+}
+
+// ctSysctl reads the integer sysctl net.ipv4.name.
+func ctSysctl(tb testing.TB, name string) int {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/sys/net/ipv4/" + name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		tb.Fatalf("%s: %v", name, err)
+	}
+	return n
+}
+
+// TestKeepAliveLimits checks that keepalive settings past the kernel's
+// limits are refused, and that the limits themselves are taken.
+func TestKeepAliveLimits(t *testing.T) {
+	g := ctGroup(t, loop.BackendEpoll, 1)
+	for _, tc := range []struct {
+		k  net.KeepAliveConfig
+		ok bool
+	}{
+		{net.KeepAliveConfig{Enable: true, Idle: conn.MaxKeepAlive, Interval: conn.MaxKeepAlive, Count: 127}, true},
+		{net.KeepAliveConfig{Enable: true, Idle: conn.MaxKeepAlive + time.Second}, false},
+		{net.KeepAliveConfig{Enable: true, Interval: 10 * time.Hour}, false},
+		{net.KeepAliveConfig{Enable: true, Count: 128}, false},
+	} {
+		srv, err := conn.Listen(context.Background(), g, "tcp", "127.0.0.1:0", conn.NopHandler{}, conn.WithKeepAliveConfig(tc.k))
+		if err == nil {
+			srv.Close()
+		}
+		if tc.ok != (err == nil) || err != nil && !errors.Is(err, conn.ErrInvalidOption) {
+			t.Errorf("Listen with %+v: %v", tc.k, err)
+		}
+	}
 }
 
 // ctVanishingClient connects a blocking raw TCP socket to addr and sends

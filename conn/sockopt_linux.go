@@ -70,7 +70,7 @@ func setSockopts(fd int, opts []sockopt) error {
 // Linux copies to every socket it accepts (TestKeepAliveDefaults reads it
 // back), so the accept path sets none; a listener that refuses it fails
 // Listen, rather than serve connections that outlive their peers.
-func listenSocket(family int, sa unix.Sockaddr, v6only, reusePort bool, backlog int, keepAlive time.Duration) (int, error) {
+func listenSocket(family int, sa unix.Sockaddr, v6only, reusePort bool, backlog int, keepAlive keepAlive) (int, error) {
 	fd, err := newSocket(family)
 	if err != nil {
 		return -1, err
@@ -113,20 +113,27 @@ func setNoDelay(fd int, network string, on bool) error {
 	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(on))
 }
 
-// keepAliveOpts are the socket options that turn keepalive on, as package
-// net does: d as idle time and interval (whole seconds, rounded up; 0
-// means DefaultKeepAlive) and DefaultKeepAliveCount probes. For d < 0, or
-// when tcp is false, none is on: a new socket has keepalive off.
-func keepAliveOpts(d time.Duration, tcp bool) [4]sockopt {
-	if d == 0 {
-		d = DefaultKeepAlive
+// keepAliveOpts are the socket options that turn keepalive on as k asks,
+// as package net sets them: idle time and interval in whole seconds,
+// rounded up, and the probe count, each left to the kernel when negative.
+// When k is off, or tcp is false, none is on: a new socket has keepalive
+// off.
+func keepAliveOpts(k keepAlive, tcp bool) [4]sockopt {
+	on := tcp && !k.off
+	secs := func(d time.Duration) int {
+		if d == 0 {
+			d = DefaultKeepAlive
+		}
+		return int((d + time.Second - 1) / time.Second)
 	}
-	on := tcp && d > 0
-	secs := int((d + time.Second - 1) / time.Second)
+	count := k.count
+	if count == 0 {
+		count = DefaultKeepAliveCount
+	}
 	return [4]sockopt{
-		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs, on},
-		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs, on},
-		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, DefaultKeepAliveCount, on},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs(k.idle), on && k.idle >= 0},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs(k.interval), on && k.interval >= 0},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, count, on && count > 0},
 		{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, on},
 	}
 }
@@ -141,7 +148,7 @@ func setKeepAlive(fd int, network string, d time.Duration) error {
 	if d <= 0 {
 		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 0)
 	}
-	ka := keepAliveOpts(d, true)
+	ka := keepAliveOpts(keepAlive{idle: d, interval: d}, true)
 	return setSockopts(fd, ka[:])
 }
 

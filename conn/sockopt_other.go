@@ -15,7 +15,7 @@ import (
 
 func newSocket(int) (int, error) { return -1, ring.ErrNotSupported }
 
-func listenSocket(int, unix.Sockaddr, bool, bool, int, time.Duration) (int, error) {
+func listenSocket(int, unix.Sockaddr, bool, bool, int, keepAlive) (int, error) {
 	return -1, ring.ErrNotSupported
 }
 
