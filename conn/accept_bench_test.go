@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringloop/ringloop/conn"
 	"github.com/ringloop/ringloop/internal/testutil"
 	"github.com/ringloop/ringloop/loop"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkEcho measures echo round trips over loopback. One op is one
@@ -146,3 +148,73 @@ func accNetEchoServer(tb testing.TB) string {
 	})
 	return ln.Addr().String()
 }
+
+// BenchmarkAccept measures the accept path: one op is one TCP connection
+// that a client connects, the server accepts and opens on a worker loop
+// (socket options, addresses, OnOpen), and the client then resets. The
+// client connects accBatch connections before it waits for them to open,
+// so that the server accepts several per loop turn, and uses raw blocking
+// system calls that set no option on its side, so that the server's
+// per-connection work weighs as much as it can.
+//
+//	go test ./conn/ -run '^$' -bench BenchmarkAccept -count 5
+func BenchmarkAccept(b *testing.B) {
+	for _, lb := range accBackends {
+		b.Run("backend="+lb.String(), func(b *testing.B) {
+			if lb == loop.BackendUring {
+				testutil.SkipIfNoUring(b)
+			}
+			opened := make(chan struct{}, accBatch)
+			srv := accListen(b, accGroup(b, lb), accOpened{opened: opened})
+			sa := &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: srv.Addr().(*net.TCPAddr).Port}
+			fds := make([]int, 0, accBatch)
+			reset := func() {
+				for _, fd := range fds {
+					// A reset leaves no TIME_WAIT socket behind to run
+					// the client out of ports.
+					unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+					unix.Close(fd)
+				}
+				fds = fds[:0]
+			}
+			defer reset()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				n := min(accBatch, b.N-done)
+				for range n {
+					fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					fds = append(fds, fd)
+					if err := unix.Connect(fd, sa); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for range n {
+					select {
+					case <-opened:
+					case <-time.After(10 * time.Second):
+						b.Fatal("no connection opened within 10s")
+					}
+				}
+				reset()
+				done += n
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conns/s")
+		})
+	}
+}
+
+// accBatch is how many connections BenchmarkAccept connects at once.
+const accBatch = 16
+
+// accOpened signals every connection it opens.
+type accOpened struct {
+	conn.NopHandler
+	opened chan<- struct{}
+}
+
+func (h accOpened) OnOpen(*conn.Conn) { h.opened <- struct{}{} }

@@ -409,7 +409,9 @@ func (c *Conn) SetNoDelay(on bool) error {
 }
 
 // SetKeepAlive enables keepalive probes with d as idle time and interval
-// (whole seconds, rounded up), or disables them for d <= 0. A no-op for Unix
+// (whole seconds, rounded up) and DefaultKeepAliveCount probes, or
+// disables them for d <= 0 (WithKeepAlive sets the keepalive a connection
+// starts with: DefaultKeepAlive unless told otherwise). A no-op for Unix
 // sockets. Safe for concurrent use.
 func (c *Conn) SetKeepAlive(d time.Duration) error {
 	if d > MaxKeepAlive {

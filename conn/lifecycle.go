@@ -100,7 +100,7 @@ func (c *lifecycle) newHandler() (h Handler, err error) {
 // reports it; nothing stays armed) and is returned, for Dial.
 func (c *lifecycle) open() (err error) {
 	network := c.conn().network()
-	applySockopts(int(c.fd), network, c.cfg)
+	applySockopts(int(c.fd), network, c.cfg, c.srv != nil)
 	c.laddr, c.raddr = connAddrs(int(c.fd), network, c.srv)
 	if !c.track() {
 		// The loop is shutting down: the connection closes at once,

@@ -118,12 +118,12 @@ func listen(ctx context.Context, workers *loop.Group, network, address string, h
 		n = workers.Len()
 	}
 	for i := range n {
-		fd, err := listenSocket(t.family, t.sa, t.v6only, cfg.reusePort, cfg.backlog)
+		fd, err := listenSocket(t.family, t.sa, t.v6only, cfg.reusePort, cfg.backlog, cfg.keepAlive)
 		if err != nil && i == 0 {
 			if t4, ok := ipv4Fallback(network, t); ok {
 				// No IPv6 on this host: "tcp" on every address falls back to IPv4.
 				t = t4
-				fd, err = listenSocket(t.family, t.sa, t.v6only, cfg.reusePort, cfg.backlog)
+				fd, err = listenSocket(t.family, t.sa, t.v6only, cfg.reusePort, cfg.backlog, cfg.keepAlive)
 			}
 		}
 		if err != nil {

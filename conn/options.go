@@ -3,6 +3,7 @@ package conn
 import (
 	"fmt"
 	"math"
+	"net"
 	"time"
 
 	"github.com/ringloop/ringloop/loop"
@@ -48,6 +49,15 @@ const (
 	// MaxKeepAlive is the longest keepalive idle time and interval the
 	// kernel takes (TCP_KEEPIDLE and TCP_KEEPINTVL: 32,767 s).
 	MaxKeepAlive = 32767 * time.Second
+	// DefaultKeepAlive is the keepalive idle time and probe interval of
+	// a TCP connection (WithKeepAlive), and DefaultKeepAliveCount the
+	// probes that go unanswered before the kernel drops it: package net's
+	// defaults.
+	DefaultKeepAlive      = 15 * time.Second
+	DefaultKeepAliveCount = 9
+	// maxKeepAliveCount is the most keepalive probes the kernel takes
+	// (TCP_KEEPCNT).
+	maxKeepAliveCount = 127
 	// maxBufferOption caps WithReadBuffer and WithWriteBuffer (hard-coded:
 	// 1 GiB is far above any kernel's wmem_max/rmem_max default).
 	maxBufferOption = 1 << 30
@@ -61,7 +71,7 @@ type config struct {
 	reusePort       bool
 	backlog         int
 	nagle           bool // Nagle's algorithm on: TCP_NODELAY off (the zero value keeps it off)
-	keepAlive       time.Duration
+	keepAlive       keepAlive
 	readBuf         int
 	writeBuf        int
 	lowWater        int
@@ -112,11 +122,47 @@ func WithBacklog(n int) Option { return func(c *config) { c.backlog = n } }
 // writes go out as soon as the loop flushes them). Ignored for Unix sockets.
 func WithNoDelay(on bool) Option { return func(c *config) { c.nagle = !on } }
 
-// WithKeepAlive enables TCP keepalive probes with d as both the idle time
-// and the probe interval (whole seconds, rounded up). 0 (the default) leaves
-// the kernel's setting (off unless a sysctl says otherwise); negative
-// disables keepalive explicitly.
-func WithKeepAlive(d time.Duration) Option { return func(c *config) { c.keepAlive = d } }
+// WithKeepAlive sets the TCP keepalive of accepted and dialed
+// connections, so that one whose peer vanished without a FIN or a reset
+// (a crashed host, a dropped NAT mapping, a pulled cable) is closed
+// instead of holding its fd for good. After d without traffic the kernel
+// probes the peer every d (whole seconds, rounded up, at most
+// MaxKeepAlive); a peer whose host answers with a reset closes the
+// connection at the first probe (OnClose reports ECONNRESET), one that
+// leaves DefaultKeepAliveCount (9) probes unanswered at the last
+// (ETIMEDOUT). 0, the default, means DefaultKeepAlive (15 s), as package
+// net's dialers and listeners do: a vanished peer is found within 15 s of
+// silence when its host is up, 150 s when it is gone. Negative disables
+// keepalive. Ignored for Unix sockets. WithKeepAliveConfig sets the probe
+// count too.
+//
+// Keepalive probes only a connection with nothing unacknowledged in
+// flight, and only finds peers that are gone: for live peers that stay
+// silent, see WithReadTimeout and WithIdleTimeout.
+func WithKeepAlive(d time.Duration) Option {
+	return func(c *config) { c.keepAlive = keepAlive{off: d < 0, idle: max(d, 0), interval: max(d, 0)} }
+}
+
+// WithKeepAliveConfig sets the TCP keepalive as package net's
+// KeepAliveConfig describes it: off unless k.Enable; k.Idle and
+// k.Interval (whole seconds, rounded up, at most MaxKeepAlive) and k.Count
+// (at most 127) mean DefaultKeepAlive and DefaultKeepAliveCount when 0,
+// and leave the kernel's setting (its net.ipv4.tcp_keepalive_* sysctls)
+// when negative. WithKeepAlive(d) is the same as Enable: d >= 0, Idle
+// and Interval: d. Ignored for Unix sockets.
+func WithKeepAliveConfig(k net.KeepAliveConfig) Option {
+	return func(c *config) {
+		c.keepAlive = keepAlive{off: !k.Enable, idle: k.Idle, interval: k.Interval, count: k.Count}
+	}
+}
+
+// keepAlive is the TCP keepalive a connection starts with
+// (WithKeepAlive, WithKeepAliveConfig). The zero value is the default.
+type keepAlive struct {
+	off            bool
+	idle, interval time.Duration // 0: DefaultKeepAlive; negative: the kernel's
+	count          int           // 0: DefaultKeepAliveCount; negative: the kernel's
+}
 
 // WithReadBuffer sets SO_RCVBUF (bytes). 0 (the default) keeps the
 // kernel's autotuned size; negative values are rejected.
@@ -294,8 +340,10 @@ func (c *config) validate() error {
 	switch {
 	case c.backlog < 0 || c.backlog > math.MaxInt32:
 		return invalidOption("backlog %d (expected 0..%d; the kernel caps it at net.core.somaxconn)", c.backlog, math.MaxInt32)
-	case c.keepAlive > MaxKeepAlive:
-		return invalidOption("keepalive %v (expected at most %v, the kernel's limit)", c.keepAlive, MaxKeepAlive)
+	case c.keepAlive.idle > MaxKeepAlive || c.keepAlive.interval > MaxKeepAlive:
+		return invalidOption("keepalive idle %v, interval %v (expected at most %v, the kernel's limit)", c.keepAlive.idle, c.keepAlive.interval, MaxKeepAlive)
+	case c.keepAlive.count > maxKeepAliveCount:
+		return invalidOption("keepalive count %d (expected at most %d, the kernel's limit)", c.keepAlive.count, maxKeepAliveCount)
 	case c.readBuf < 0 || c.readBuf > maxBufferOption:
 		return invalidOption("read buffer %d (expected 0..%d)", c.readBuf, maxBufferOption)
 	case c.writeBuf < 0 || c.writeBuf > maxBufferOption:

@@ -35,12 +35,8 @@ func setup(fd int, opts []sockopt, sa unix.Sockaddr, last func() (string, error)
 		unix.Close(fd)
 		return -1, os.NewSyscallError(call, err)
 	}
-	for _, o := range opts {
-		if o.on {
-			if err := unix.SetsockoptInt(fd, o.level, o.opt, o.val); err != nil {
-				return fail("setsockopt", err)
-			}
-		}
+	if err := setSockopts(fd, opts); err != nil {
+		return fail("setsockopt", err)
 	}
 	if sa != nil {
 		if err := unix.Bind(fd, sa); err != nil {
@@ -55,29 +51,51 @@ func setup(fd int, opts []sockopt, sa unix.Sockaddr, last func() (string, error)
 	return fd, nil
 }
 
+// setSockopts sets those of opts that are on, in order, and stops at the
+// first error.
+func setSockopts(fd int, opts []sockopt) error {
+	for _, o := range opts {
+		if o.on {
+			if err := unix.SetsockoptInt(fd, o.level, o.opt, o.val); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // listenSocket creates, binds and listens a socket for sa. v6only applies
-// to AF_INET6 (false: dual stack). reusePort sets SO_REUSEPORT.
-func listenSocket(family int, sa unix.Sockaddr, v6only, reusePort bool, backlog int) (int, error) {
+// to AF_INET6 (false: dual stack). reusePort sets SO_REUSEPORT. A TCP
+// listener gets the keepalive keepAlive asks for (WithKeepAlive), which
+// Linux copies to every socket it accepts (TestKeepAliveDefaults reads it
+// back), so the accept path sets none; a listener that refuses it fails
+// Listen, rather than serve connections that outlive their peers.
+func listenSocket(family int, sa unix.Sockaddr, v6only, reusePort bool, backlog int, keepAlive keepAlive) (int, error) {
 	fd, err := newSocket(family)
 	if err != nil {
 		return -1, err
 	}
 	inet := family != unix.AF_UNIX
+	ka := keepAliveOpts(keepAlive, inet)
 	return setup(fd, []sockopt{
 		{unix.SOL_SOCKET, unix.SO_REUSEADDR, 1, inet},
 		{unix.SOL_SOCKET, unix.SO_REUSEPORT, 1, inet && reusePort},
 		{unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(v6only), family == unix.AF_INET6},
+		ka[0], ka[1], ka[2], ka[3],
 	}, sa, func() (string, error) { return "listen", unix.Listen(fd, backlog) })
 }
 
-// applySockopts sets the options cfg asks for on a new connection. Errors
-// are ignored, as package net ignores them for its defaults: an option the
-// socket refuses must not fail the connection.
-func applySockopts(fd int, network string, cfg *config) {
+// applySockopts sets the options cfg asks for on a new connection;
+// accepted tells one accepted by a listener, which inherited the
+// listener's keepalive. Errors are ignored, as package net ignores them
+// for its defaults: an option the socket refuses must not fail the
+// connection.
+func applySockopts(fd int, network string, cfg *config, accepted bool) {
 	if network == "tcp" {
 		_ = setNoDelay(fd, network, !cfg.nagle)
-		if cfg.keepAlive != 0 {
-			_ = setKeepAlive(fd, network, cfg.keepAlive)
+		if !accepted {
+			ka := keepAliveOpts(cfg.keepAlive, true)
+			_ = setSockopts(fd, ka[:])
 		}
 	}
 	if cfg.readBuf > 0 {
@@ -95,8 +113,34 @@ func setNoDelay(fd int, network string, on bool) error {
 	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(on))
 }
 
+// keepAliveOpts are the socket options that turn keepalive on as k asks,
+// as package net sets them: idle time and interval in whole seconds,
+// rounded up, and the probe count, each left to the kernel when negative.
+// When k is off, or tcp is false, none is on: a new socket has keepalive
+// off.
+func keepAliveOpts(k keepAlive, tcp bool) [4]sockopt {
+	on := tcp && !k.off
+	secs := func(d time.Duration) int {
+		if d == 0 {
+			d = DefaultKeepAlive
+		}
+		return int((d + time.Second - 1) / time.Second)
+	}
+	count := k.count
+	if count == 0 {
+		count = DefaultKeepAliveCount
+	}
+	return [4]sockopt{
+		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs(k.idle), on && k.idle >= 0},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs(k.interval), on && k.interval >= 0},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, count, on && count > 0},
+		{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, on},
+	}
+}
+
 // setKeepAlive turns keepalive on with d as idle time and interval (whole
-// seconds, rounded up), or off for d <= 0.
+// seconds, rounded up) and DefaultKeepAliveCount probes, or off for
+// d <= 0.
 func setKeepAlive(fd int, network string, d time.Duration) error {
 	if network != "tcp" {
 		return nil
@@ -104,14 +148,8 @@ func setKeepAlive(fd int, network string, d time.Duration) error {
 	if d <= 0 {
 		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 0)
 	}
-	secs := int((d + time.Second - 1) / time.Second)
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs); err != nil {
-		return err
-	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs); err != nil {
-		return err
-	}
-	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	ka := keepAliveOpts(keepAlive{idle: d, interval: d}, true)
+	return setSockopts(fd, ka[:])
 }
 
 func setBuffer(fd int, write bool, n int) error {

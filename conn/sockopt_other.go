@@ -15,11 +15,11 @@ import (
 
 func newSocket(int) (int, error) { return -1, ring.ErrNotSupported }
 
-func listenSocket(int, unix.Sockaddr, bool, bool, int) (int, error) {
+func listenSocket(int, unix.Sockaddr, bool, bool, int, keepAlive) (int, error) {
 	return -1, ring.ErrNotSupported
 }
 
-func applySockopts(int, string, *config) {}
+func applySockopts(int, string, *config, bool) {}
 
 func setNoDelay(int, string, bool) error { return ring.ErrNotSupported }
 
