@@ -400,11 +400,13 @@ func (closer) OnRead(c *conn.Conn, data []byte) int { c.Close(); return 0 }
 
 // TestKeptAccounting: the loop's count of kept bytes holds the bytes kept,
 // not the buffers' room: a ReadHandler that consumed its partial line
-// counts nothing while its buffer stays; one that closes inside OnRead
-// leaves nothing counted.
+// counts nothing while its buffer stays. A connection that closes inside
+// OnRead leaves nothing counted and, its loop past its budget, pauses or
+// closes nobody else for the bytes it left.
 func TestKeptAccounting(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
-		g := ctGroup(t, b, 1)
+		const budget = 64 << 10
+		g := ctGroup(t, b, 1, loop.WithBufferBudget(budget, 0))
 		lk := &lineKeeper{closed: make(chan error, 1)}
 		srv := ctListen(t, "tcp", "127.0.0.1:0", g, lk)
 		defer srv.Close()
@@ -426,21 +428,39 @@ func TestKeptAccounting(t *testing.T) {
 		if kept, keepers := conn.KeptOnLoop(g.Loop(0)); kept != 0 || keepers != 0 {
 			t.Errorf("after the line was consumed: %d bytes kept by %d connections, want none", kept, keepers)
 		}
+		// A keeper holding 60 KiB for long, just under the budget.
+		nc.Write(bytes.Repeat([]byte("k"), 60<<10))
+		ctWaitFor(t, 10*time.Second, "60 KiB kept", func() bool {
+			kept, _ := conn.KeptOnLoop(g.Loop(0))
+			return kept == 60<<10
+		})
+		time.Sleep(2 * conn.KeptStallAge)
 
 		srv2 := ctListen(t, "tcp", "127.0.0.1:0", g, closer{})
 		defer srv2.Close()
-		nc2, err := net.Dial("tcp", srv2.Addr().String())
-		if err != nil {
-			t.Fatal(err)
+		for range 4 {
+			nc2, err := net.Dial("tcp", srv2.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc2.Write(bytes.Repeat([]byte("q"), 32<<10))
+			nc2.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := nc2.Read(make([]byte, 1)); err == nil {
+				t.Fatal("the connection that closed itself answered")
+			}
+			nc2.Close()
 		}
-		defer nc2.Close()
-		nc2.Write(bytes.Repeat([]byte("q"), 32<<10))
-		nc2.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := nc2.Read(make([]byte, 1)); err == nil {
-			t.Fatal("the connection that closed itself answered")
+		ctTurnPasses(t, g.Loop(0))
+		if kept, keepers := conn.KeptOnLoop(g.Loop(0)); kept != 60<<10 || keepers != 1 {
+			t.Errorf("after connections closed inside OnRead: %d bytes kept by %d connections, want only the keeper's 60 KiB", kept, keepers)
 		}
-		if kept, keepers := conn.KeptOnLoop(g.Loop(0)); kept != 0 || keepers != 0 {
-			t.Errorf("after a connection closed inside OnRead: %d bytes kept by %d connections, want none", kept, keepers)
+		if n := conn.BudgetPausedOnLoop(g.Loop(0)); n != 0 {
+			t.Errorf("%d connections paused for bytes nobody keeps", n)
+		}
+		select {
+		case err := <-lk.closed:
+			t.Errorf("the keeper closed: %v", err)
+		default:
 		}
 	})
 }
