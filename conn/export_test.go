@@ -57,6 +57,9 @@ func KeptOnLoop(l *loop.Loop) (kept, keepers int) {
 // takes to stall.
 const KeptStallAge = keptStallAge
 
+// OverloadedLoop reports whether l is past twice its buffer budget.
+func OverloadedLoop(l *loop.Loop) bool { return registryFor(l).overloaded.Load() }
+
 // BudgetPausedOnLoop returns how many connections of l the loop's budget
 // of kept bytes has paused, read on l.
 func BudgetPausedOnLoop(l *loop.Loop) int {

@@ -536,3 +536,68 @@ func TestNetConnsInKeptBudget(t *testing.T) {
 		}
 	})
 }
+
+// TestOverloadStopsAccepting: when pausing does not hold a loop's kept bytes
+// under twice its budget, its server stops accepting, and the connections
+// that arrive meanwhile wait in the kernel's accept queue; once the total
+// drains they are accepted and served, and no connection was reset.
+func TestOverloadStopsAccepting(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		const budget = 64 << 10
+		g := ctGroup(t, b, 1, loop.WithBufferBudget(budget, 0))
+		closed := make(chan error, 16)
+		srv, err := conn.ListenFunc(t.Context(), g, "tcp", "127.0.0.1:0", func(*conn.Conn) conn.Handler {
+			return &lineKeeper{closed: closed}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		// Two peers hold 100 KiB each, without progress: past twice the
+		// budget.
+		var peers []net.Conn
+		for range 2 {
+			nc, err := net.Dial("tcp", srv.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			peers = append(peers, nc)
+			nc.Write(bytes.Repeat([]byte("y"), 100<<10))
+		}
+		ctWaitFor(t, 10*time.Second, "the loop overloaded", func() bool { return conn.OverloadedLoop(g.Loop(0)) })
+		// An accept armed before the overload may take one more
+		// connection; then accepting pauses.
+		first, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer first.Close()
+		ctWaitFor(t, 10*time.Second, "accepting paused", func() bool { return srv.Stats().Overloads >= 1 })
+		accepted := srv.Stats().Accepted
+		late, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer late.Close()
+		late.Write([]byte("late\n"))
+		overloads := srv.Stats().Overloads
+		ctWaitFor(t, 10*time.Second, "accepting still paused", func() bool { return srv.Stats().Overloads >= overloads+2 })
+		if n := srv.Stats().Accepted; n != accepted {
+			t.Fatalf("accepted %d connections while overloaded", n-accepted)
+		}
+		for _, nc := range peers {
+			nc.Close()
+		}
+		late.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 8)
+		if n, err := late.Read(buf); err != nil || string(buf[:n]) != "ok\n" {
+			t.Fatalf("the connection that waited: read %q, %v; want its answer", buf[:n], err)
+		}
+		for range 2 {
+			if err := <-closed; err != nil && !errors.Is(err, io.EOF) {
+				t.Errorf("a peer's connection closed with %v", err)
+			}
+		}
+	})
+}

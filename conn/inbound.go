@@ -194,6 +194,7 @@ func (c *inbound) chargeKept() {
 	if n < old {
 		r.resumeUnderBudget(c.l)
 	}
+	r.checkOverload(c.l)
 }
 
 // unchargeKept takes c's kept buffer out of the loop's count as it goes.
@@ -210,6 +211,7 @@ func (c *inbound) unchargeKept() {
 		r.keepers--
 		k.charged = 0
 		r.resumeUnderBudget(c.l)
+		r.checkOverload(c.l)
 	}
 }
 
@@ -227,6 +229,22 @@ const (
 // keptTotal returns the bytes the connections of r's loop keep: their kept
 // input and their NetConns' unread bytes.
 func (r *loopConns) keptTotal() int { return r.kept + int(r.netKept.Load()) }
+
+// checkOverload updates r.overloaded: set once the loop keeps or queues
+// more than twice its budget (pausing the connections that cost most did
+// not hold the total), cleared once both are back under the budget. While
+// every worker loop of a server is overloaded, the server stops accepting
+// (listener.overloaded). Must be called on l, after a change of a total.
+func (r *loopConns) checkOverload(l *loop.Loop) {
+	kept, queued := l.BufferBudget()
+	k, q := r.keptTotal(), r.outboundQueued
+	switch over := r.overloaded.Load(); {
+	case !over && (k > 2*kept || q > 2*queued):
+		r.overloaded.Store(true)
+	case over && k <= kept && q <= queued:
+		r.overloaded.Store(false)
+	}
+}
 
 // overKeptBudget applies the loop's budget of kept bytes
 // (loop.WithBufferBudget) to c as its kept bytes grow (overKeptBudgetHeld).
@@ -279,6 +297,7 @@ func (c *inbound) progressed() {
 // scans the loop's connections only when some are paused so. Must be
 // called on the loop.
 func (r *loopConns) resumeUnderBudget(l *loop.Loop) {
+	r.checkOverload(l)
 	if r.budgetPaused.Load() == 0 || r.resuming {
 		return
 	}

@@ -35,6 +35,7 @@ type Server struct {
 	refused        atomic.Uint64 // accepted connections closed unserved (Shutdown began, or the worker loop refused them)
 	outOfResources atomic.Uint64 // accepts that failed for lack of resources (EMFILE, ENFILE, …), each a backoff
 	acceptErrors   atomic.Uint64 // other failed accepts
+	overloads      atomic.Uint64 // pauses of accepting because every worker loop was overloaded
 	openListeners  atomic.Int32  // listeners whose socket is not closed yet (listener.closed)
 	mu             sync.Mutex
 }
@@ -190,6 +191,13 @@ type ServerStats struct {
 	// before the accept (ECONNABORTED), a transient error, or an
 	// unexpected one (which pauses accepting as OutOfResources does).
 	AcceptErrors uint64
+	// Overloads counts the pauses of accepting because every worker
+	// loop kept or queued more than twice its buffer budget
+	// (loop.WithBufferBudget): pausing reads on the connections that cost
+	// most did not hold the totals, so new connections wait in the
+	// kernel's accept queue (10 ms to 1 s, doubling while it lasts)
+	// rather than adding to them.
+	Overloads uint64
 	// Backlog is the number of connections waiting in the kernel's accept
 	// queues of the server's TCP sockets, read when Stats is called, and
 	// BacklogMax the queues' size (the listen backlog, capped by
@@ -208,6 +216,7 @@ func (s *Server) Stats() ServerStats {
 		Refused:        s.refused.Load(),
 		OutOfResources: s.outOfResources.Load(),
 		AcceptErrors:   s.acceptErrors.Load(),
+		Overloads:      s.overloads.Load(),
 	}
 	if s.network == "tcp" {
 		for _, ln := range s.listeners {
@@ -382,10 +391,17 @@ func (ln *listener) open() {
 	ln.arm()
 }
 
-// arm starts the multishot accept. Must be called on ln's loop.
+// arm starts the multishot accept, unless every worker loop is
+// overloaded: then it tries again after a pause. Must be called on ln's
+// loop.
 func (ln *listener) arm() {
 	ln.timer = nil
 	if ln.closing || ln.active {
+		return
+	}
+	if ln.overloaded() {
+		ln.srv.overloads.Add(1)
+		ln.backOff()
 		return
 	}
 	id, err := ln.l.IO().Accept(ln.fd, true, ln)
@@ -431,6 +447,11 @@ func (ln *listener) Complete(cp *loop.Completion) {
 		ln.backoff = 0
 		ln.srv.accepted.Add(1)
 		ln.srv.handoff(ln, int(res))
+		if !final && ln.overloaded() {
+			// Stop accepting until the workers' totals drain (arm).
+			ln.backOffNext = true
+			cancelOp(ln.l, ln.id)
+		}
 	} else {
 		switch errnoOf(res) {
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
@@ -461,6 +482,20 @@ func (ln *listener) Complete(cp *loop.Completion) {
 	if final {
 		ln.next()
 	}
+}
+
+// overloaded reports whether every loop ln hands connections to keeps or
+// queues more than twice its buffer budget (loopConns.checkOverload).
+func (ln *listener) overloaded() bool {
+	if ln.srv.cfg.reusePort {
+		return registryFor(ln.l).overloaded.Load()
+	}
+	for i := range ln.srv.workers.Len() {
+		if !registryFor(ln.srv.workers.Loop(i)).overloaded.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // next follows the accept op's final completion: re-arm at once, or after a
@@ -547,7 +582,14 @@ func (lc listenerClose) Complete(*loop.Completion) { lc.ln.closed() }
 func (s *Server) handoff(ln *listener, fd int) {
 	w := ln.l
 	if !s.cfg.reusePort {
+		// The next worker that is not overloaded, if any.
 		w = s.workers.Next()
+		for range s.workers.Len() - 1 {
+			if !registryFor(w).overloaded.Load() {
+				break
+			}
+			w = s.workers.Next()
+		}
 	}
 	c := newConn(w, fd, s.network, s.h, s.cfg, s)
 	if w == ln.l {

@@ -187,7 +187,9 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 		nc.since = c.l.Now()
 	}
 	nc.received.push(data, true)
-	registryFor(c.l).netKept.Add(int64(len(data)))
+	r := registryFor(c.l)
+	r.netKept.Add(int64(len(data)))
+	r.checkOverload(c.l)
 	pause := nc.received.n >= nc.limit() && !nc.paused
 	if pause {
 		nc.paused = true

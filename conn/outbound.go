@@ -445,8 +445,13 @@ func (c *outbound) pauseMark() int {
 // on c's loop after every change of that queue; a Write from another
 // goroutine is counted by the flush it queues.
 func (c *outbound) chargeOutbound(n int) {
-	registryFor(c.l).outboundQueued += n - c.outboundCharged
+	if n == c.outboundCharged {
+		return
+	}
+	r := registryFor(c.l)
+	r.outboundQueued += n - c.outboundCharged
 	c.outboundCharged = n
+	r.checkOverload(c.l)
 }
 
 // Complete handles the send's completions. Must be called on c's loop.

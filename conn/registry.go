@@ -22,6 +22,7 @@ type loopConns struct {
 	budgetPaused   atomic.Int32 // connections paused by the loop's budget of kept bytes (inbound.overKeptBudget); written on the loop
 	netKept        atomic.Int64 // bytes its NetConns received and no Read took yet (NetConn.took)
 	resuming       bool         // resumeUnderBudget is running
+	overloaded     atomic.Bool  // past twice its budget of kept or queued bytes, until back under the budget (checkOverload); read by acceptors
 	loop           *loop.Loop
 
 	// A NetConn Write sent from its goroutine since the loop last
