@@ -197,7 +197,7 @@ func runFaultPacketCase(t *testing.T, b loop.Backend, seed uint64, opts []loop.O
 	})
 	before := loop.InjectedFaults()
 	g, err := loop.NewGroup(append([]loop.Option{loop.WithBackend(b), loop.WithLoops(1), loop.WithLogger(ctLogger),
-		loop.WithRingEntries(16), loop.WithBufferRing(64, 2048)}, opts...)...)
+		loop.WithRingEntries(16), loop.WithDatagramBuffers(64, 2048)}, opts...)...)
 	if err != nil {
 		restore()
 		t.Fatal(err)

@@ -36,7 +36,8 @@ func FuzzLimits(f *testing.F) {
 		g, err := loop.NewGroup(loop.WithLoops(1), loop.WithLogger(ctLogger),
 			testknobs.Tick(dur(d1)%(2*time.Second)).(loop.Option), testknobs.DrainTimeout(dur(d2)).(loop.Option),
 			loop.WithMaxPendingTasks(int(n1)), loop.WithStallThreshold(int(n2)),
-			loop.WithBufferRing(uint32(n1), uint32(n2)), testknobs.MaxOps(uint32(n3)).(loop.Option),
+			loop.WithBufferRing(uint32(n1), uint32(n2)), loop.WithDatagramBuffers(uint32(n3), uint32(n1)),
+			testknobs.MaxOps(uint32(n3)).(loop.Option),
 			loop.WithRingEntries(uint32(n3)), loop.WithIORatio(int(n3%200)))
 		if err != nil {
 			// Refused options: the rest runs on a default group.

@@ -126,10 +126,12 @@ func netLimit(n int) int {
 // PacketConn returns the underlying socket (its loop and counters).
 func (np *NetPacketConn) PacketConn() *PacketConn { return np.pc }
 
-// Dropped counts the datagrams dropped because the inbound queue was full,
-// and those longer than the loop's buffers hold (PacketConn.MaxDatagram:
-// give the group larger buffers with loop.WithBufferRing to take them).
-func (np *NetPacketConn) Dropped() uint64 { return np.dropped.Load() }
+// Dropped counts the datagrams that arrived and will never be read: those
+// dropped because the inbound queue was full (PacketConn().Stats().Dropped)
+// and those longer than the loop's datagram buffers hold
+// (PacketConn().Stats().Truncated; PacketConn.MaxDatagram, more than any
+// UDP datagram by default). Each is counted once.
+func (np *NetPacketConn) Dropped() uint64 { return np.dropped.Load() + np.pc.truncated.Load() }
 
 // OnPacket implements PacketHandler: the datagram is copied into the
 // inbound queue (or dropped when it is full) and a blocked reader woken.
@@ -168,7 +170,8 @@ func (np *NetPacketConn) onPacketControl(pc *PacketConn, data []byte, from Addr,
 }
 
 // OnPacketError implements PacketErrorHandler. A datagram too long for the
-// loop's buffers (ErrTruncated) is dropped and counted in Dropped; an
+// loop's datagram buffers (ErrTruncated) is dropped: the socket counted it
+// (Truncated, part of Dropped) and logged the first; an
 // error the kernel reports on a connected socket (ECONNREFUSED after an
 // ICMP port unreachable, …) fails the next Read that finds no datagram
 // waiting, as package net's Read does. Send errors are only counted
@@ -185,8 +188,7 @@ func (np *NetPacketConn) OnPacketError(pc *PacketConn, err error) {
 		return
 	}
 	if errors.Is(err, ErrTruncated) {
-		np.dropped.Add(1)
-		return
+		return // counted by the socket (Truncated), which Dropped adds in
 	}
 	var errno syscall.Errno
 	if !pc.connected || !errors.As(err, &errno) {

@@ -84,6 +84,7 @@ func testPacketConn(t *testing.T, mk makePacketPair) {
 		{"Concurrent", packetConcurrent},
 		{"WriteFlood", packetWriteFlood},
 		{"Oversized", packetOversized},
+		{"Large", packetLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := mk(t)
@@ -463,6 +464,41 @@ func packetOversized(t *testing.T, a, b net.PacketConn) {
 	if _, err := a.WriteTo(make([]byte, 65507), b.LocalAddr()); err != nil {
 		t.Fatalf("WriteTo of 65,507 bytes: %v", err)
 	}
+}
+
+// packetLarge: datagrams of 10 KB, 32 KiB and the longest UDP/IPv4
+// carries (65,507 bytes) arrive whole: a read with a 64 KiB buffer gets
+// all of each, byte for byte, from its source.
+func packetLarge(t *testing.T, a, b net.PacketConn) {
+	buf := make([]byte, 64<<10)
+	for i, n := range largeDgramSizes {
+		msg := largeDgram(i, n)
+		if w, err := a.WriteTo(msg, b.LocalAddr()); err != nil || w != n {
+			t.Fatalf("WriteTo of %d bytes: %d, %v", n, w, err)
+		}
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, from, err := b.ReadFrom(buf)
+		if err != nil || got != n || !bytes.Equal(buf[:got], msg) {
+			t.Fatalf("ReadFrom: %d B, %v; want the %d B sent", got, err, n)
+		}
+		if from.String() != a.LocalAddr().String() {
+			t.Fatalf("source %v, want %v", from, a.LocalAddr())
+		}
+	}
+}
+
+// largeDgramSizes are the sizes packetLarge sends: 10 KB, 32 KiB, and the
+// longest UDP datagram over IPv4.
+var largeDgramSizes = []int{10_000, 32 << 10, 65_507}
+
+// largeDgram returns a datagram of n bytes whose every byte depends on its
+// place and on i, so that a cut, a shift or a mix-up shows.
+func largeDgram(i, n int) []byte {
+	msg := make([]byte, n)
+	for j := range msg {
+		msg[j] = byte(j*7 + j>>8 + i*31)
+	}
+	return msg
 }
 
 // The blocking side of writes, in the manner of the contract above: a

@@ -32,8 +32,11 @@ import (
 type PacketHandler interface {
 	// OnPacket delivers one datagram: data is its payload, valid only
 	// during the call (it is one of the loop's provided buffers), and
-	// from its source. A datagram may be empty. A datagram longer than
-	// the loop's buffers hold (MaxDatagram) is never delivered: it is
+	// from its source. A datagram may be empty. Any UDP datagram fits
+	// the loop's default datagram buffers; one longer than they hold
+	// (MaxDatagram: a Unix datagram past 69,504 bytes, or smaller
+	// buffers set with loop.WithDatagramBuffers) is never delivered: it
+	// is counted (PacketStats.Truncated), logged once per socket, and
 	// reported to OnPacketError as truncated.
 	OnPacket(pc *PacketConn, data []byte, from Addr)
 }
@@ -67,10 +70,10 @@ func (f PacketHandlerFunc) OnPacket(pc *PacketConn, data []byte, from Addr) { f(
 
 var (
 	// ErrTruncated is the cause a *DatagramError reports for a datagram
-	// longer than the loop's provided buffers hold (MaxDatagram; raise it
-	// with loop.WithBufferRing): its first bytes arrived, the rest was
+	// longer than the loop's datagram buffers hold (MaxDatagram; set with
+	// loop.WithDatagramBuffers): its first bytes arrived, the rest was
 	// cut off by the kernel, so it is not delivered.
-	ErrTruncated = errors.New("conn: datagram truncated: longer than the loop's buffers hold")
+	ErrTruncated = errors.New("conn: datagram truncated: longer than the loop's datagram buffers hold")
 	// ErrQueueFull is returned by a PacketConn's write when the socket's
 	// queue of datagrams not yet handed to the kernel is full
 	// (WithDatagramQueue): the datagram was not queued. A NetPacketConn's
@@ -164,12 +167,14 @@ type PacketStats struct {
 	Sent          uint64 // sends the kernel took: datagrams, or GSO batches of them (a batch of segments counts once)
 	BytesReceived uint64 // payload bytes of the datagrams counted in Received
 	BytesSent     uint64 // payload bytes of the sends counted in Sent
-	Truncated     uint64 // datagrams too long for the loop's buffers, not delivered
+	Truncated     uint64 // datagrams too long for the loop's datagram buffers (MaxDatagram), not delivered
 	ReadErrors    uint64 // receive errors that did not close the socket (ICMP errors on a connected socket)
 	WriteErrors   uint64 // datagrams the kernel refused (EMSGSIZE, ENOBUFS, an ICMP error, …), and those dropped at close (see Close)
 	QueueFull     uint64 // writes refused with ErrQueueFull
 	// Dropped counts the datagrams a NetPacketConn over the socket
-	// dropped (NetPacketConn.Dropped); 0 under a handler of your own.
+	// dropped because its inbound queue was full; 0 under a handler of
+	// your own. Those too long to receive are in Truncated only
+	// (NetPacketConn.Dropped is the sum of both).
 	Dropped uint64
 	// KernelDrops counts the datagrams the kernel dropped before the
 	// socket could receive them (its receive buffer was full: raise it
@@ -231,6 +236,7 @@ type PacketConn struct {
 	closeErr        error
 	fdClosed        bool
 	unhook          func()
+	truncLogged     bool   // a datagram too long for the loop's buffers was logged (once per socket)
 	lastSrcName     []byte // the last Unix source name seen, whether it is abstract, and its string
 	lastSrcAbstract bool
 	lastSrc         string
@@ -361,7 +367,7 @@ func openPacket(ctx context.Context, workers *loop.Group, op, network, address s
 	pc.direct = pc.l.Backend() == loop.BackendUring
 	if pc.l.IO().MaxDatagram() <= 0 {
 		pc.closeFd()
-		return fail(fmt.Errorf("%w: the loop's provided buffers hold no datagram (loop.WithBufferRing)", ErrInvalidOption))
+		return fail(fmt.Errorf("%w: the loop's datagram buffers hold no datagram (loop.WithDatagramBuffers)", ErrInvalidOption))
 	}
 	track(live.packets, pc) // before it can close: its close untracks
 	if err := pc.l.Execute(pc.open); err != nil {
@@ -395,9 +401,11 @@ func (pc *PacketConn) LocalAddr() net.Addr { return pc.laddr }
 func (pc *PacketConn) RemoteAddr() net.Addr { return pc.raddr }
 
 // MaxDatagram is the longest datagram the socket receives whole: the size
-// of its loop's provided buffers less 128 bytes (loop.IO.MaxDatagram),
-// and less the room its receive reserves for control messages while
-// receive options set through SyscallConn ask for them.
+// of its loop's datagram buffers less 128 bytes (loop.IO.MaxDatagram:
+// 69,504 bytes by default, more than any UDP datagram carries; set with
+// loop.WithDatagramBuffers), and less the room its receive reserves for
+// control messages while receive options set through SyscallConn ask for
+// them (at most 1 KiB).
 func (pc *PacketConn) MaxDatagram() int { return pc.l.IO().MaxDatagram() - pc.receiveRoom() }
 
 // Done is closed once the socket is closed and OnPacketClose has run.
@@ -410,7 +418,7 @@ func (pc *PacketConn) Stats() PacketStats {
 		ReadErrors: pc.readErrs.Load(), WriteErrors: pc.writeErrs.Load(), QueueFull: pc.queueFull.Load(),
 		KernelDrops: pc.drops.Load()}
 	if np, ok := pc.h.(*NetPacketConn); ok {
-		st.Dropped = np.Dropped()
+		st.Dropped = np.dropped.Load()
 	}
 	pc.mu.Lock()
 	if !pc.fdGone {
@@ -549,7 +557,9 @@ func (r *packetRecv) Complete(c *loop.Completion) {
 		// Closed: the datagrams still arriving are not delivered.
 	case c.Res >= 0 && c.MsgFlags&unix.MSG_TRUNC != 0:
 		pc.truncated.Add(1)
-		pc.report(&DatagramError{Op: "read", Addr: pc.source(c.Name), Len: int(c.Res), Err: ErrTruncated})
+		from := pc.source(c.Name)
+		pc.logTruncated(from, int(c.Res))
+		pc.report(&DatagramError{Op: "read", Addr: from, Len: int(c.Res), Err: ErrTruncated})
 	case c.Res >= 0:
 		pc.received.Add(1)
 		pc.bytesReceived.Add(uint64(c.Res))
@@ -581,6 +591,19 @@ func (r *packetRecv) Complete(c *loop.Completion) {
 		}
 		pc.arm()
 	}
+}
+
+// logTruncated logs the first datagram of the socket that was too long
+// for the loop's datagram buffers: a warning, once per socket, since the
+// next ones likely come from the same sender and are counted
+// (PacketStats.Truncated). Runs on the loop.
+func (pc *PacketConn) logTruncated(from Addr, n int) {
+	if pc.truncLogged {
+		return
+	}
+	pc.truncLogged = true
+	pc.l.Logger().Warn("conn: datagram dropped: longer than the loop's datagram buffers hold (loop.WithDatagramBuffers); later ones are only counted in Truncated",
+		"loop", pc.l.String(), "local", pc.laddr, "from", from, "len", n, "max", pc.MaxDatagram())
 }
 
 // softDatagramErr reports whether a receive or send error leaves the

@@ -329,8 +329,10 @@ func TestNetPacketConnErrors(t *testing.T) {
 			t.Fatalf("WriteTo on a connected socket: %v, want net.ErrWriteToConnected", err)
 		}
 
-		// Too long for the loop's buffers: dropped and counted.
-		srv, err := conn.ListenPacketNet(context.Background(), g, "udp4", "127.0.0.1:0")
+		// Too long for the loop's datagram buffers (made small here):
+		// dropped and counted once, in Truncated, which Dropped adds in.
+		small := ctGroup(t, b, 1, append([]loop.Option{loop.WithDatagramBuffers(16, 4096)}, opts...)...)
+		srv, err := conn.ListenPacketNet(context.Background(), small, "udp4", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,6 +342,9 @@ func TestNetPacketConnErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctWaitFor(t, 5*time.Second, "the long datagram counted", func() bool { return srv.Dropped() == 1 })
+		if st := srv.PacketConn().Stats(); st.Truncated != 1 || st.Dropped != 0 {
+			t.Fatalf("Truncated %d, Dropped %d; want 1, 0 (the inbound queue dropped nothing)", st.Truncated, st.Dropped)
+		}
 
 		// No IP: this host, as package net sends it.
 		port := back.LocalAddr().(*net.UDPAddr).Port

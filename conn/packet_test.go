@@ -130,7 +130,7 @@ func ctListenPacket(t *testing.T, g *loop.Group, network, addr string, h conn.Pa
 func TestPacketEcho(t *testing.T) {
 	ctDgramModes(t, func(t *testing.T, b loop.Backend, opts ...loop.Option) {
 		testutil.CheckLeaks(t)
-		g := ctGroup(t, b, 2, append([]loop.Option{loop.WithBufferRing(64, 4096)}, opts...)...)
+		g := ctGroup(t, b, 2, append([]loop.Option{loop.WithDatagramBuffers(64, 4096)}, opts...)...)
 		srvH := newPacketRecorder(true)
 		srv := ctListenPacket(t, g, "udp4", "127.0.0.1:0", srvH)
 		if srv.MaxDatagram() != 4096-128 {
@@ -378,7 +378,7 @@ func TestPacketBadInput(t *testing.T) {
 	if _, err := conn.ListenPacket(context.Background(), g, "udp", "127.0.0.1:0", nil); err == nil {
 		t.Error("ListenPacket with a nil handler succeeded")
 	}
-	small := ctGroup(t, loop.BackendEpoll, 1, loop.WithBufferRing(16, 64))
+	small := ctGroup(t, loop.BackendEpoll, 1, loop.WithDatagramBuffers(16, 64))
 	if _, err := conn.ListenPacket(context.Background(), small, "udp", "127.0.0.1:0", h); !errors.Is(err, conn.ErrInvalidOption) {
 		t.Errorf("ListenPacket on 64-byte buffers: %v, want ErrInvalidOption", err)
 	}

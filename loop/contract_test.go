@@ -115,6 +115,8 @@ func contractConfig(tb testing.TB, k ring.Kernel) driverConfig {
 		ringEntries: 64,
 		bufCount:    16,
 		bufSize:     4096,
+		dgramCount:  16,
+		dgramSize:   4096,
 		logger:      slog.New(slog.NewTextHandler(logWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		kernel:      k,
 	}

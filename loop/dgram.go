@@ -7,8 +7,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Datagrams: a datagram socket's receive takes the loop's provided buffers
-// as a stream's does (WithBufferRing), one datagram per buffer. Each buffer
+// Datagrams: a datagram socket's receive takes provided buffers as a
+// stream's does, one datagram per buffer, but from the loop's datagram
+// buffers (WithDatagramBuffers: 68 KiB each by default, so that any UDP
+// datagram fits), not from the stream buffers (WithBufferRing), whose
+// 4 KiB suit streams and would cut a datagram longer than them. They are
+// made with the loop's first datagram receive. Each buffer
 // starts with the header and source address a multishot RECVMSG lays out
 // (ring.ParseRecvmsgOut), then the room for control messages the receive
 // reserved (none unless RecvmsgProvidedControl asked for it), so a
@@ -56,8 +60,8 @@ func (io *IO) RecvmsgProvided(fd int, flags int, c Completer) (OpID, error) {
 func (io *IO) RecvmsgProvidedControl(fd int, flags int, controlLen int, c Completer) (OpID, error) {
 	room := ControlRoom(controlLen)
 	if controlLen < 0 || io.MaxDatagram()-room <= 0 {
-		return 0, invalidArgument("recvmsg: provided buffers of %d bytes hold no datagram with %d bytes of control messages (WithBufferRing: more than %d bytes each)",
-			io.l.cfg.bufSize, max(controlLen, 0), dgramHead+room)
+		return 0, invalidArgument("recvmsg: datagram buffers of %d bytes hold no datagram with %d bytes of control messages (WithDatagramBuffers: more than %d bytes each)",
+			io.l.cfg.dgramBufSize, max(controlLen, 0), dgramHead+room)
 	}
 	o, err := io.newOp(tagRecvmsgBuf, fd, c)
 	if err != nil {
@@ -91,12 +95,12 @@ func recvControlRoom(o *op) uint32 {
 }
 
 // MaxDatagram is the longest datagram RecvmsgProvided delivers whole: the
-// provided buffers' size (WithBufferRing) less the 128 bytes each
-// datagram's header and source address take; 0 when they are too small.
-// A RecvmsgProvidedControl receive delivers ControlRoom(controlLen) bytes
-// less.
+// datagram buffers' size (WithDatagramBuffers; 69,504 bytes by default)
+// less the 128 bytes each datagram's header and source address take; 0
+// when they are too small. A RecvmsgProvidedControl receive delivers
+// ControlRoom(controlLen) bytes less.
 func (io *IO) MaxDatagram() int {
-	return max(int(io.l.cfg.bufSize)-dgramHead, 0)
+	return max(int(io.l.cfg.dgramBufSize)-dgramHead, 0)
 }
 
 // SendTo sends buf as one datagram on fd to the address to: a raw

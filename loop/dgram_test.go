@@ -61,7 +61,7 @@ func udpSocket(t *testing.T) (int, netip.AddrPort) {
 // and truncated (reported with MSG_TRUNC and the whole length).
 func TestDatagramEcho(t *testing.T) {
 	forEachDgramMode(t, func(t *testing.T, b loop.Backend, opts []loop.Option) {
-		g := newGroup(t, b, append([]loop.Option{loop.WithLoops(1), loop.WithBufferRing(16, 2048)}, opts...)...)
+		g := newGroup(t, b, append([]loop.Option{loop.WithLoops(1), loop.WithDatagramBuffers(16, 2048)}, opts...)...)
 		l := g.Loop(0)
 		srv, srvAddr := udpSocket(t)
 		defer unix.Close(srv)
@@ -197,7 +197,7 @@ func TestSendToBadAddress(t *testing.T) {
 			t.Error("SendTo accepted a 200-byte address")
 		}
 	})
-	g2 := newGroup(t, loop.BackendEpoll, loop.WithLoops(1), loop.WithBufferRing(16, 128))
+	g2 := newGroup(t, loop.BackendEpoll, loop.WithLoops(1), loop.WithDatagramBuffers(16, 128))
 	runOn(t, g2.Loop(0), func() {
 		if n := g2.Loop(0).IO().MaxDatagram(); n != 0 {
 			t.Errorf("MaxDatagram with 128-byte buffers = %d", n)
@@ -214,7 +214,7 @@ func TestSendToBadAddress(t *testing.T) {
 // SendToControl sends control messages (an IP_TOS) with a datagram.
 func TestDatagramControl(t *testing.T) {
 	forEachDgramMode(t, func(t *testing.T, b loop.Backend, opts []loop.Option) {
-		g := newGroup(t, b, append([]loop.Option{loop.WithLoops(1), loop.WithBufferRing(16, 2048)}, opts...)...)
+		g := newGroup(t, b, append([]loop.Option{loop.WithLoops(1), loop.WithDatagramBuffers(16, 2048)}, opts...)...)
 		l := g.Loop(0)
 		srv, srvAddr := udpSocket(t)
 		defer unix.Close(srv)

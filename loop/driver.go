@@ -88,6 +88,8 @@ type driverConfig struct {
 	ringEntries uint32       // SQ entries (uring); CQ is twice that
 	bufCount    uint32       // provided buffers per loop (power of two)
 	bufSize     uint32       // bytes per provided buffer
+	dgramCount  uint32       // provided buffers for datagram receives (power of two)
+	dgramSize   uint32       // bytes per datagram buffer
 	logger      *slog.Logger // never nil
 	shared      bool         // the loop goroutine is not locked to one thread and waits on the netpoller (WithSharedThread)
 	park        *parkHooks   // set by the loop; called around netpoller waits
@@ -162,6 +164,8 @@ type Features struct {
 	RecvCap        uint32  // bytes a provided-buffer completion may take at most (a bundle's 16 buffers); 0: none
 	BufCount       uint32  // provided buffers per loop, as configured (WithBufferRing)
 	BufSize        uint32  // bytes per provided buffer, as configured (WithBufferRing)
+	DgramBufCount  uint32  // provided buffers for datagram receives per loop (WithDatagramBuffers)
+	DgramBufSize   uint32  // bytes per datagram buffer (WithDatagramBuffers)
 	FallbackReason string  // why auto fell back to epoll, if it did
 	SharedThread   bool    // the loop runs as a shared-thread goroutine (WithSharedThread)
 	Kernel         string  // the kernel profile in use (RINGLOOP=kernel=), "" for the running kernel

@@ -53,6 +53,7 @@ type epollDriver struct {
 	waitLists                    // per-fd lists of waiting ops, per-op entries (driver_epoll_table.go)
 	ready      epollQueue        // completions waiting for poll
 	pool       recvPool          // receive buffers for recv-provided
+	dpool      recvPool          // receive buffers for datagrams (WithDatagramBuffers)
 	dgrams     dgramReader       // recvmmsg(2) batches of datagram receives
 	retry      []int32           // fds to serve again next poll
 	retrySpare []int32           // spare backing array for retry
@@ -157,13 +158,16 @@ func newEpollDriver(cfg driverConfig) (*epollDriver, error) {
 		wakeFd:  evfd,
 		events:  make([]unix.EpollEvent, epollMaxEvents),
 		featureSet: Features{
-			Backend:      BackendEpoll,
-			BufCount:     cfg.bufCount,
-			BufSize:      cfg.bufSize,
-			SharedThread: cfg.shared,
-			Kernel:       cfg.kernel.String(),
+			Backend:       BackendEpoll,
+			BufCount:      cfg.bufCount,
+			BufSize:       cfg.bufSize,
+			DgramBufCount: cfg.dgramCount,
+			DgramBufSize:  cfg.dgramSize,
+			SharedThread:  cfg.shared,
+			Kernel:        cfg.kernel.String(),
 		},
-		pool: recvPool{count: int(cfg.bufCount), size: int(cfg.bufSize)},
+		pool:  recvPool{count: int(cfg.bufCount), size: int(cfg.bufSize)},
+		dpool: recvPool{count: int(cfg.dgramCount), size: int(cfg.dgramSize), lazy: true},
 	}
 	if err := d.addInternal(epfd); err != nil {
 		unix.Close(tfd)
@@ -425,10 +429,24 @@ func (d *epollDriver) deliver(max int, sink completionSink) int {
 			sink.complete(c.ud, c.res, c.flags, nil)
 			continue
 		}
-		sink.complete(c.ud, c.res, c.flags, d.pool.bytes(c.buf, int(c.res)))
-		d.pool.put(c.buf)
+		p, bi := d.poolOf(c.buf)
+		sink.complete(c.ud, c.res, c.flags, p.bytes(bi, int(c.res)))
+		p.put(bi)
 	}
 	return n
+}
+
+// dgramBuf marks an epollCQE's buffer as one of the datagram pool's
+// (dpool): the index is the rest.
+const dgramBuf = 1 << 30
+
+// poolOf returns the pool of a queued completion's buffer, and the
+// buffer's index in it.
+func (d *epollDriver) poolOf(buf int32) (*recvPool, int32) {
+	if buf&dgramBuf != 0 {
+		return &d.dpool, buf &^ dgramBuf
+	}
+	return &d.pool, buf
 }
 
 // wake makes the current or next poll return. A full counter (EAGAIN)
@@ -527,6 +545,7 @@ func (d *epollDriver) close() error {
 		}
 	}
 	d.pool.release()
+	d.dpool.release()
 	d.waitLists = waitLists{}
 	return first
 }

@@ -356,8 +356,8 @@ func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 }
 
 // tryRecvmsgBuf is the multishot receive of datagrams into provided
-// buffers: each recvmmsg(2) reads up to dgramBatch of them into pool
-// buffers, laid out as io_uring's multishot RECVMSG lays them out, and
+// buffers: each recvmmsg(2) reads up to dgramBatch of them into buffers
+// of the datagram pool, laid out as io_uring's multishot RECVMSG lays them out, and
 // each becomes a completion with F_MORE and F_BUFFER. An error ends the op
 // (the Completer re-arms); an empty datagram does not. Serving an edge
 // without ERR or HUP, a batch that came back short drained the socket;
@@ -365,10 +365,10 @@ func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 // completions the op yields until poll has delivered some.
 func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 	for i := 0; i < epollBudget; i += dgramBatch {
-		n, err := d.dgrams.read(fd, &d.pool, o.arg, dgramBatch, int(recvControlRoom(o)))
+		n, err := d.dgrams.read(fd, &d.dpool, o.arg, dgramBatch, int(recvControlRoom(o)))
 		for j := range n {
 			bi := d.dgrams.bufs[j]
-			d.more(o, int32(d.dgrams.used[j]), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi)
+			d.more(o, int32(d.dgrams.used[j]), ring.CQEFBuffer|uint32(uint16(bi))<<16, bi|dgramBuf)
 		}
 		switch {
 		case n > 0:

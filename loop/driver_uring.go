@@ -53,6 +53,17 @@ var newRingFn = ring.NewFor
 // registration fail.
 var newBufRingFn = (*ring.Ring).NewBufRing
 
+// newDgramRingFn is (*ring.Ring).NewBufRingLazy, the datagram buffers';
+// tests replace it to make a registration fail.
+var newDgramRingFn = (*ring.Ring).NewBufRingLazy
+
+// Buffer groups: the stream receives' (WithBufferRing) and the datagram
+// receives' (WithDatagramBuffers).
+const (
+	streamGroup = 0
+	dgramGroup  = 1
+)
+
 // hiddenFeatures removes kernel features from what uring drivers find, as
 // a kernel without them would; tests of the fallbacks set it before making
 // a group.
@@ -67,9 +78,10 @@ type uringDriver struct {
 
 	// Loop-thread state.
 	r          *ring.Ring
-	bufRing    *ring.BufRing
-	ringFlags  uint32   // setup flags of the current ring (without R_DISABLED once enabled)
-	featureSet Features // the loop thread's copy; features() reads publishedFeatures
+	bufRing    *ring.BufRing // the stream receives' buffers
+	dgramRing  *ring.BufRing // the datagram receives', made with the first of them (nil until then)
+	ringFlags  uint32        // setup flags of the current ring (without R_DISABLED once enabled)
+	featureSet Features      // the loop thread's copy; features() reads publishedFeatures
 	started    bool
 	closed     bool
 
@@ -226,14 +238,16 @@ func newUringDriver(cfg driverConfig) (*uringDriver, error) {
 	}
 	d.ringFlags = r.Flags()
 	d.featureSet = Features{
-		Backend:      BackendUring,
-		RingFeatures: r.Features(),
-		SetupFlags:   d.ringFlags,
-		BufCount:     d.cfg.bufCount,
-		BufSize:      d.cfg.bufSize,
-		RecvBundle:   r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
-		SharedThread: cfg.shared,
-		Kernel:       cfg.kernel.String(),
+		Backend:       BackendUring,
+		RingFeatures:  r.Features(),
+		SetupFlags:    d.ringFlags,
+		BufCount:      d.cfg.bufCount,
+		BufSize:       d.cfg.bufSize,
+		DgramBufCount: d.cfg.dgramCount,
+		DgramBufSize:  d.cfg.dgramSize,
+		RecvBundle:    r.Features()&ring.FeatRecvSendBundle != 0 && !hiddenFeatures.bundle,
+		SharedThread:  cfg.shared,
+		Kernel:        cfg.kernel.String(),
 	}
 	d.publishFeatures()
 	return d, nil
@@ -422,13 +436,40 @@ func (d *uringDriver) prepareRing(r *ring.Ring) (*ring.BufRing, error) {
 	}
 	var br *ring.BufRing
 	if err == nil {
-		br, err = newBufRingFn(r, 0, d.cfg.bufCount, d.cfg.bufSize)
+		br, err = newBufRingFn(r, streamGroup, d.cfg.bufCount, d.cfg.bufSize)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("loop: uring backend: provided-buffer ring: %w", err)
 	}
 	return br, nil
 }
+
+// newDgramRing makes r's datagram buffers (WithDatagramBuffers): their
+// pages are backed only as datagrams fill them (ring.NewBufRingLazy), so
+// 64 buffers of 68 KiB cost little more than a page each while datagrams
+// are small.
+func (d *uringDriver) newDgramRing(r *ring.Ring) (*ring.BufRing, error) {
+	dr, err := newDgramRingFn(r, dgramGroup, d.cfg.dgramCount, d.cfg.dgramSize)
+	if err != nil {
+		return nil, fmt.Errorf("loop: uring backend: datagram buffers: %w", err)
+	}
+	return dr, nil
+}
+
+// bufRings are the buffer rings of one ring: a completion's buffer is in
+// the one its op selects from (forTag).
+type bufRings struct{ stream, dgram *ring.BufRing }
+
+// forTag is the buffer ring a provided receive of tag selects from.
+func (b bufRings) forTag(tag opTag) *ring.BufRing {
+	if tag == tagRecvmsgBuf {
+		return b.dgram
+	}
+	return b.stream
+}
+
+// rings returns the current ring's buffer rings.
+func (d *uringDriver) rings() bufRings { return bufRings{d.bufRing, d.dgramRing} }
 
 // getSQE returns a free SQE of the current ring, flushing a full SQ first.
 func (d *uringDriver) getSQE() (*ring.SQE, error) { return getSQE(d.r) }
@@ -466,6 +507,13 @@ func (d *uringDriver) armWake() error {
 func (d *uringDriver) submit(o *op) error {
 	if d.closed {
 		return errDriverClosed
+	}
+	if o.tag == tagRecvmsgBuf && d.dgramRing == nil {
+		dr, err := d.newDgramRing(d.r)
+		if err != nil {
+			return err
+		}
+		d.dgramRing = dr
 	}
 	sqe, err := d.getSQE()
 	if err != nil {
@@ -539,7 +587,7 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		x.msg = unix.Msghdr{Namelen: dgramNameLen}
 		x.msg.SetControllen(int(x.recvControl))
 		sqe.PrepRecvmsgMultishot(fd, &x.msg, o.arg|unix.MSG_TRUNC)
-		sqe.SetBufferGroup(d.bufRing.Group())
+		sqe.SetBufferGroup(d.dgramRing.Group())
 	case tagSend:
 		sqe.PrepSend(fd, o.buf, o.arg|unix.MSG_NOSIGNAL)
 	case tagSendmsg:
@@ -686,16 +734,16 @@ func (d *uringDriver) reap(max int, sink completionSink, res *pollResult) {
 				d.internal(c, res)
 				continue
 			}
-			d.deliver(c, d.bufRing, sink)
+			d.deliver(c, d.rings(), sink)
 			res.completions++
 		}
 	}
 }
 
 // deliver passes one completion of a table op to sink. For a receive into
-// a provided buffer (from br, the buffer ring of the ring that posted c)
-// the bytes go along and the buffer is recycled right after the call.
-func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink) {
+// a provided buffer (from rings, the buffer rings of the ring that posted
+// c) the bytes go along and the buffer is recycled right after the call.
+func (d *uringDriver) deliver(c *ring.CQE, rings bufRings, sink completionSink) {
 	if faultsEnabled {
 		d.faults.result(c, d.bufRing)
 	}
@@ -703,9 +751,15 @@ func (d *uringDriver) deliver(c *ring.CQE, br *ring.BufRing, sink completionSink
 	tag := opTag(ud >> (slotBits + genBits))
 	switch {
 	case tag == tagRecvBuf && flags&ring.CQEFBuffer != 0 && d.featureSet.RecvBundle:
-		d.deliverBundle(c, br, sink)
+		d.deliverBundle(c, rings.stream, sink)
+		return
+	case tag.providedRecv() && flags&ring.CQEFBuffer != 0 && rings.forTag(tag) == nil:
+		// No such ring: nothing the loop handed the kernel.
+		sink.complete(ud, -int32(unix.EIO), flags, nil)
+		d.bufferHeld(uint16(flags>>ring.CQEBufferShift), res)
 		return
 	case tag.providedRecv() && flags&ring.CQEFBuffer != 0:
+		br := rings.forTag(tag)
 		// The buffer id is the CQE's, also on failure (a kernel may post
 		// res < 0 with the buffer the receive selected): that buffer,
 		// and no other, goes back to the ring.
@@ -864,9 +918,15 @@ func (d *uringDriver) counters(s *Stats) {
 // setHandOff implements driver.
 func (d *uringDriver) setHandOff(on bool) { d.r.SetHandOff(on) }
 
-// quarantineBufs implements driver: the current provided-buffer ring stays
-// mapped after close.
-func (d *uringDriver) quarantineBufs() uint64 { return uint64(d.bufRing.Quarantine()) }
+// quarantineBufs implements driver: the current provided buffers, stream
+// and datagram, stay mapped after close.
+func (d *uringDriver) quarantineBufs() uint64 {
+	n := uint64(d.bufRing.Quarantine())
+	if d.dgramRing != nil {
+		n += uint64(d.dgramRing.Quarantine())
+	}
+	return n
+}
 
 // features implements driver. Safe for concurrent use.
 func (d *uringDriver) features() Features { return *d.publishedFeatures.Load() }

@@ -63,7 +63,7 @@ func (f *uringFaults) result(c *ring.CQE, br *ring.BufRing) {
 	}
 	c.Res, c.Flags = f.plans[slot].res, 0
 	f.plans[slot] = faultPlan{}
-	if tag.providedRecv() && len(f.held) > 0 {
+	if tag == tagRecvBuf && len(f.held) > 0 { // held buffers are the stream ring's
 		bid := f.held[len(f.held)-1]
 		f.held = f.held[:len(f.held)-1]
 		// Back in the kernel's hands, unpublished: it "selected" it.

@@ -45,6 +45,7 @@ type uringRebuild struct {
 	sink       completionSink
 	old        *ring.Ring
 	oldBufRing *ring.BufRing
+	oldDgram   *ring.BufRing // the old ring's datagram buffers, if it had them
 	live       map[uint64]*migration
 	order      []*migration
 	waiting    int  // live ops whose final completion the old ring has not posted
@@ -62,7 +63,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	if faultsEnabled {
 		d.rebuildTimeout = d.faults.rebuildTimeout(d.rebuildTimeout)
 	}
-	rb := &uringRebuild{d: d, sink: sink, old: d.r, oldBufRing: d.bufRing}
+	rb := &uringRebuild{d: d, sink: sink, old: d.r, oldBufRing: d.bufRing, oldDgram: d.dgramRing}
 	nr, err := d.newRing(false)
 	if err != nil {
 		return 0, fmt.Errorf("loop: uring backend: rebuild: new ring: %w", err)
@@ -73,8 +74,12 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// anything moves: the receives armed on the old ring could not be
 	// resubmitted.
 	newBR, err := d.prepareRing(nr)
+	var newDR *ring.BufRing
+	if err == nil && d.dgramRing != nil {
+		newDR, err = d.newDgramRing(nr)
+	}
 	if err != nil {
-		nr.Close()
+		nr.Close() // and the buffer rings registered with it
 		return 0, fmt.Errorf("loop: uring backend: rebuild: %w", err)
 	}
 
@@ -104,7 +109,7 @@ func (d *uringDriver) rebuild(t *opTable, sink completionSink) (int, error) {
 	// the one about to be closed. From here on the rebuild has happened:
 	// problems are logged, not returned, since the loop reads an error as
 	// "the old ring is still in use".
-	d.r, d.bufRing = nr, newBR
+	d.r, d.bufRing, d.dgramRing = nr, newBR, newDR
 	d.faults.dropHeld() // held back from the old buffer ring, which goes
 	d.featureSet.SetupFlags = d.ringFlags
 	d.featureSet.RingFeatures = nr.Features()
@@ -212,11 +217,14 @@ func (rb *uringRebuild) move() int {
 		sink.complete(ud, rebuildLostRes, 0, nil)
 	}
 	// A receive given up may still be writing into the old provided
-	// buffers: their mapping stays for the life of the process.
+	// buffers it selects from: their mapping stays for the life of the
+	// process.
 	var brBytes uint64
+	quarantined := map[*ring.BufRing]bool{}
 	for _, m := range lost {
-		if m.o.tag.providedRecv() && brBytes == 0 {
-			brBytes = uint64(rb.oldBufRing.Quarantine())
+		if br := rb.oldRings().forTag(m.o.tag); m.o.tag.providedRecv() && br != nil && !quarantined[br] {
+			quarantined[br] = true
+			brBytes += uint64(br.Quarantine())
 		}
 	}
 	// Close the old ring before failing the unknown ops: the kernel
@@ -243,6 +251,9 @@ func (rb *uringRebuild) move() int {
 	return migrated
 }
 
+// oldRings are the old ring's buffer rings.
+func (rb *uringRebuild) oldRings() bufRings { return bufRings{rb.oldBufRing, rb.oldDgram} }
+
 // cancelOld cancels every op of the old ring, the eventfd read included,
 // with one ASYNC_CANCEL_ANY.
 func (rb *uringRebuild) cancelOld() {
@@ -266,14 +277,14 @@ func (rb *uringRebuild) reapOld(c *ring.CQE) bool {
 	m := rb.live[c.UserData]
 	if m == nil || m.final {
 		// Not a live op: stale; the sink counts it.
-		d.deliver(c, rb.oldBufRing, sink)
+		d.deliver(c, rb.oldRings(), sink)
 		return false
 	}
 	more := c.Flags&ring.CQEFMore != 0
 	ours := m.o.state == opInFlight // not canceled by the loop itself
 	canceled := c.Res == -int32(unix.ECANCELED)
 	if more {
-		d.deliver(c, rb.oldBufRing, sink) // a multishot result
+		d.deliver(c, rb.oldRings(), sink) // a multishot result
 		return false
 	}
 	m.final = true
@@ -281,7 +292,7 @@ func (rb *uringRebuild) reapOld(c *ring.CQE) bool {
 		m.resubmit = true
 		return true
 	}
-	d.deliver(c, rb.oldBufRing, sink)
+	d.deliver(c, rb.oldRings(), sink)
 	return true
 }
 

@@ -63,6 +63,8 @@ func NewGroup(opts ...Option) (*Group, error) {
 			ringEntries: c.ringEntries,
 			bufCount:    c.bufCount,
 			bufSize:     c.bufSize,
+			dgramCount:  c.dgramBufCount,
+			dgramSize:   c.dgramBufSize,
 			logger:      c.logger,
 			shared:      c.sharedThread,
 			kernel:      c.profile,

@@ -195,6 +195,9 @@ func TestOptionsValidation(t *testing.T) {
 		"name/":          loop.WithName("a/b"),
 		"bufCount":       loop.WithBufferRing(3, 4096),
 		"bufSize":        loop.WithBufferRing(16, 2<<20),
+		"dgramBufCount":  loop.WithDatagramBuffers(3, 4096),
+		"dgramBufSize":   loop.WithDatagramBuffers(16, 2<<20),
+		"dgramBufTotal":  loop.WithDatagramBuffers(1024, 1<<20),
 		"drainTimeout<0": loop.WithDrainTimeout(-1),
 		"nil option":     nil,
 	}

@@ -34,6 +34,8 @@ type config struct {
 	logger           *slog.Logger
 	bufCount         uint32
 	bufSize          uint32
+	dgramBufCount    uint32
+	dgramBufSize     uint32
 	clock            sched.Clock
 	maxOps           uint32
 	drainTimeout     time.Duration
@@ -58,6 +60,15 @@ const (
 	// ring: 256 buffers of 4 KiB (1 MiB per loop).
 	DefaultBufCount = 256
 	DefaultBufSize  = 4096
+	// DefaultDatagramBufCount and DefaultDatagramBufSize size each loop's
+	// provided buffers for datagram receives: 64 buffers of 68 KiB, so
+	// that any datagram (65,535 bytes at most, with the room for control
+	// messages and the 128 bytes of header and source address) arrives
+	// whole. They are made with a loop's first datagram receive, and the
+	// memory of a buffer is resident only as far as datagrams have
+	// filled it (WithDatagramBuffers).
+	DefaultDatagramBufCount = 64
+	DefaultDatagramBufSize  = 68 << 10
 	// DefaultDrainTimeout bounds how long a terminating loop waits for the
 	// final completions of the ops it canceled.
 	DefaultDrainTimeout = 5 * time.Second
@@ -81,6 +92,8 @@ func defaultConfig() config {
 		logger:           slog.Default(),
 		bufCount:         DefaultBufCount,
 		bufSize:          DefaultBufSize,
+		dgramBufCount:    DefaultDatagramBufCount,
+		dgramBufSize:     DefaultDatagramBufSize,
 		clock:            sched.SystemClock(),
 		drainTimeout:     DefaultDrainTimeout,
 		sharedThread:     env.shared,
@@ -168,9 +181,10 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 const maxBufRingBytes = 256 << 20
 
 // WithBufferRing sizes each loop's provided-buffer ring used by
-// RecvProvided: count buffers (a power of two, at most 32768) of size bytes
-// (1..1 MiB), at most 256 MiB in all. 0 for either means its default (256
-// buffers of 4 KiB).
+// RecvProvided (stream receives): count buffers (a power of two, at most
+// 32768) of size bytes (1..1 MiB), at most 256 MiB in all. 0 for either
+// means its default (256 buffers of 4 KiB). Datagram receives have buffers
+// of their own (WithDatagramBuffers).
 func WithBufferRing(count, size uint32) Option {
 	return func(c *config) { c.bufCount, c.bufSize = count, size }
 }
@@ -190,6 +204,22 @@ func WithBufferBudget(kept, queued int) Option {
 // BufferBudget returns the loop's budget of kept and queued bytes
 // (WithBufferBudget). Safe for concurrent use.
 func (l *Loop) BufferBudget() (kept, queued int) { return l.cfg.keptBudget, l.cfg.queuedBudget }
+
+// WithDatagramBuffers sizes each loop's provided buffers for datagram
+// receives (RecvmsgProvided): count buffers (a power of two, at most
+// 32768) of size bytes (1..1 MiB), at most 256 MiB in all. 0 for either
+// means its default: 64 buffers of 68 KiB, which hold any UDP datagram
+// whole. A datagram is whole up to size less 128 bytes (IO.MaxDatagram);
+// a longer one arrives truncated. count bounds how many datagrams one
+// socket's receive takes before the loop has handled them (more wait in
+// the socket). A loop makes the buffers with its first datagram receive
+// (loops that receive none pay nothing) as address space: a buffer's
+// pages become resident as datagrams are written into them and stay so,
+// so a loop that only ever sees small datagrams holds about one page per
+// buffer, and one that sees datagrams of 64 KiB up to count × size.
+func WithDatagramBuffers(count, size uint32) Option {
+	return func(c *config) { c.dgramBufCount, c.dgramBufSize = count, size }
+}
 
 // validate checks every setting and fills zero values with defaults.
 func (c *config) validate() error {
@@ -272,6 +302,22 @@ func (c *config) validate() error {
 	}
 	if c.queuedBudget == 0 {
 		c.queuedBudget = d.queuedBudget
+	}
+	if c.dgramBufCount == 0 {
+		c.dgramBufCount = d.dgramBufCount
+	}
+	if c.dgramBufSize == 0 {
+		c.dgramBufSize = d.dgramBufSize
+	}
+	if bits.OnesCount32(c.dgramBufCount) != 1 || c.dgramBufCount > 1<<15 {
+		return invalidOption("datagram buffer count %d (expected a power of two <= 32768)", c.dgramBufCount)
+	}
+	if c.dgramBufSize > 1<<20 {
+		return invalidOption("datagram buffer size %d (expected 1..1048576)", c.dgramBufSize)
+	}
+	if total := uint64(c.dgramBufCount) * uint64(c.dgramBufSize); total > maxBufRingBytes {
+		return invalidOption("datagram buffers of %d × %d bytes = %d bytes per loop (expected at most %d)",
+			c.dgramBufCount, c.dgramBufSize, total, maxBufRingBytes)
 	}
 	if c.clock == nil {
 		c.clock = d.clock

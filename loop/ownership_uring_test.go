@@ -68,7 +68,7 @@ func TestUringDriverFailedRecvReturnsItsBuffer(t *testing.T) {
 		o := h.tab.alloc(tagRecvBuf)
 		o.fd, o.state, o.multishot = int32(a), opInFlight, true
 		c.UserData = o.userData()
-		d.deliver(&c, d.bufRing, h)
+		d.deliver(&c, d.rings(), h)
 		if cs := h.of(c.UserData); len(cs) != 1 {
 			t.Fatalf("deliver: completions %v, want 1", cs)
 		}

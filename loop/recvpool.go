@@ -13,6 +13,7 @@ import "golang.org/x/sys/unix"
 type recvPool struct {
 	mem    []byte
 	mapped bool // mem is an anonymous mapping (release unmaps it)
+	lazy   bool // never backed by huge pages: a buffer's pages are backed as far as receives write (datagram buffers)
 	size   int
 	count  int
 	free   []int32 // stack of free buffer indices
@@ -27,6 +28,10 @@ func (p *recvPool) get() (int32, []byte) {
 		mem, err := unix.Mmap(-1, 0, p.count*p.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
 			mem = make([]byte, p.count*p.size)
+		} else if p.lazy {
+			// Advice only: a kernel without transparent huge pages
+			// refuses it.
+			_ = unix.Madvise(mem, unix.MADV_NOHUGEPAGE)
 		}
 		p.mem, p.mapped = mem, err == nil
 		p.free = make([]int32, p.count)

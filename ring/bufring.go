@@ -65,6 +65,19 @@ type BufRing struct {
 // power of two in [1, 32768] and bufSize in [1, 1<<30].
 // Must be called by the goroutine that owns the ring.
 func (r *Ring) NewBufRing(bgid uint16, entries uint32, bufSize uint32) (*BufRing, error) {
+	return r.newBufRing(bgid, entries, bufSize, mmapAnon)
+}
+
+// NewBufRingLazy is NewBufRing for buffers much larger than what most
+// receives write: their pages are not populated up front (NewBufRing's
+// are) and never backed by huge pages, so a buffer's memory is resident
+// only as far as the kernel has written into it. A page is backed on the
+// first write and stays backed until Close.
+func (r *Ring) NewBufRingLazy(bgid uint16, entries uint32, bufSize uint32) (*BufRing, error) {
+	return r.newBufRing(bgid, entries, bufSize, mmapAnonLazy)
+}
+
+func (r *Ring) newBufRing(bgid uint16, entries uint32, bufSize uint32, mmap func(uintptr) (unsafe.Pointer, error)) (*BufRing, error) {
 	if r.closed {
 		return nil, ErrClosed
 	}
@@ -77,7 +90,7 @@ func (r *Ring) NewBufRing(bgid uint16, entries uint32, bufSize uint32) (*BufRing
 	page := uintptr(unix.Getpagesize())
 	ringBytes := roundUp(uintptr(entries)*unsafe.Sizeof(BufRingEntry{}), page)
 	total := roundUp(ringBytes+uintptr(entries)*uintptr(bufSize), page)
-	mem, err := mmapAnon(total)
+	mem, err := mmap(total)
 	if err != nil {
 		return nil, wrapSyscall("mmap buffer ring", err)
 	}

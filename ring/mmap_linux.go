@@ -33,7 +33,22 @@ func mmapAnon(size uintptr) (unsafe.Pointer, error) {
 	return p, nil
 }
 
-// munmap releases a mapping made by mmapRing or mmapAnon; nil is a no-op.
+// mmapAnonLazy is mmapAnon without populating the pages: each is backed
+// when it is first written, and never by a huge page, so memory the kernel
+// never writes into costs address space only.
+func mmapAnonLazy(size uintptr) (unsafe.Pointer, error) {
+	p, err := unix.MmapPtr(-1, 0, nil, size,
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	// Advice only: a kernel without transparent huge pages refuses it.
+	_ = unix.Madvise(unsafe.Slice((*byte)(p), size), unix.MADV_NOHUGEPAGE)
+	return p, nil
+}
+
+// munmap releases a mapping made by mmapRing, mmapAnon or mmapAnonLazy;
+// nil is a no-op.
 func munmap(p unsafe.Pointer, size uintptr) error {
 	if p == nil {
 		return nil

@@ -28,4 +28,6 @@ func mmapRing(fd int, offset int64, size uintptr) (unsafe.Pointer, error) { retu
 
 func mmapAnon(size uintptr) (unsafe.Pointer, error) { return nil, unix.ENOSYS }
 
+func mmapAnonLazy(size uintptr) (unsafe.Pointer, error) { return nil, unix.ENOSYS }
+
 func munmap(p unsafe.Pointer, size uintptr) error { return nil }

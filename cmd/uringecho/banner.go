@@ -27,7 +27,7 @@ func printBanner(w io.Writer, cfg config, addr net.Addr, g *loop.Group) {
 	}
 	fmt.Fprintf(w, "uringecho: listening on %s\n", addr)
 	if cfg.network == "udp" {
-		fmt.Fprintf(w, "  network:  udp (each datagram echoed to its sender; datagrams up to %d bytes)\n", udpBufSize-128)
+		fmt.Fprintf(w, "  network:  udp (each datagram echoed to its sender; datagrams up to %d bytes)\n", f.DgramBufSize-128)
 	}
 	fmt.Fprintf(w, "  backend:  %s\n", backend)
 	thread := "locked"

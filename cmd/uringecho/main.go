@@ -28,9 +28,6 @@ func main() {
 	// be the main thread, which names the process in ps, top and pgrep.
 	opts := []loop.Option{loop.WithName("uringecho"), loop.WithLoops(cfg.loops),
 		loop.WithBackend(cfg.backend), loop.WithIORatio(cfg.ioRatio)}
-	if cfg.network == "udp" {
-		opts = append(opts, loop.WithBufferRing(udpBufs, udpBufSize))
-	}
 	g, err := loop.NewGroup(opts...)
 	if err != nil {
 		fatalf("loops: %v", err)

@@ -12,14 +12,6 @@ import (
 	"github.com/ringloop/ringloop/loop"
 )
 
-// udpBufSize is the size of the loops' provided buffers for -network udp:
-// the longest datagram (65,507 bytes over IPv4) and the 128 bytes of
-// header and source address each buffer holds before it.
-const udpBufSize = 65536 + 128
-
-// udpBufs is how many such buffers each loop has.
-const udpBufs = 64
-
 // dgramEcho sends every datagram back to its sender.
 type dgramEcho struct {
 	dgrams, bytes, errs atomic.Uint64
