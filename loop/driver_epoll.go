@@ -48,19 +48,21 @@ type epollDriver struct {
 
 	stallSeam
 
-	events     []unix.EpollEvent // epoll_wait results
-	harvested  int               // events harvest left in events
-	waitLists                    // per-fd lists of waiting ops, per-op entries (driver_epoll_table.go)
-	ready      epollQueue        // completions waiting for poll
-	pool       recvPool          // receive buffers for recv-provided
-	dpool      recvPool          // receive buffers for datagrams (WithDatagramBuffers)
-	dgrams     dgramReader       // recvmmsg(2) batches of datagram receives
-	retry      []int32           // fds to serve again next poll
-	retrySpare []int32           // spare backing array for retry
-	pollFds    [1]unix.PollFd    // poll(2) argument, reused
-	counterBuf [8]byte           // eventfd read target
-	ctlEvent   unix.EpollEvent   // epoll_ctl argument, reused
-	edgeEvents uint32            // events of the edge being served, 0 outside onEvent
+	events       []unix.EpollEvent // epoll_wait results
+	harvested    int               // events harvest left in events
+	waitLists                      // per-fd lists of waiting ops, per-op entries (driver_epoll_table.go)
+	ready        epollQueue        // completions waiting for poll
+	pool         recvPool          // receive buffers for recv-provided
+	dpool        recvPool          // receive buffers for datagrams (WithDatagramBuffers)
+	dgrams       dgramReader       // recvmmsg(2) batches of datagram receives
+	retry        []int32           // fds to serve again next poll
+	retrySpare   []int32           // spare backing array for retry
+	starved      []int32           // fds whose read side found no receive buffer, oldest first
+	starvedSpare []int32           // spare backing array for starved
+	pollFds      [1]unix.PollFd    // poll(2) argument, reused
+	counterBuf   [8]byte           // eventfd read target
+	ctlEvent     unix.EpollEvent   // epoll_ctl argument, reused
+	edgeEvents   uint32            // events of the edge being served, 0 outside onEvent
 }
 
 // epollOp is the driver's state for one op, indexed by its slot.
@@ -86,6 +88,7 @@ type epollFd struct {
 	lists      [2]epollWaitList // indexed by where-1: read, write
 	registered bool             // added to the epoll instance
 	retry      bool             // on the retry list
+	starved    bool             // on the starved list
 	out        bool             // the registration includes EPOLLOUT (epollInterestOut)
 }
 
@@ -343,7 +346,7 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 		return r, nil
 	}
 
-	busy := r.completions > 0 || d.ready.n > 0 || len(d.retry) > 0
+	busy := r.completions > 0 || d.ready.n > 0 || len(d.retry) > 0 || len(d.starved) > 0
 	wait := timeout
 	if busy {
 		wait = 0
@@ -376,7 +379,7 @@ func (d *epollDriver) poll(timeout time.Duration, max int, sink completionSink) 
 				d.onEvent(int(ev.Fd), ev.Events)
 			}
 		}
-		if fdEvents == 0 || r.woken || r.interrupted || d.ready.n > 0 || len(d.retry) > 0 || wait == 0 {
+		if fdEvents == 0 || r.woken || r.interrupted || d.ready.n > 0 || len(d.retry) > 0 || len(d.starved) > 0 || wait == 0 {
 			// With no fd event, no wakeup and no signal, the wait (or
 			// the timerfd) ran its length.
 			r.timedOut = fdEvents == 0 && !r.woken && !busy && !r.interrupted && d.ready.n == 0

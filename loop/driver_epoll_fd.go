@@ -15,9 +15,10 @@ import (
 type epStep uint8
 
 const (
-	epDone  epStep = iota // the op finished and left the list: try the next one
-	epWait                // EAGAIN: the side waits for the next edge
-	epYield               // still ready after the budget (or no receive buffer): retry next poll
+	epDone   epStep = iota // the op finished and left the list: try the next one
+	epWait                 // EAGAIN: the side waits for the next edge
+	epYield                // still ready after the budget (or out of receive buffers after some): retry next poll
+	epStarve               // no receive buffer at all: wait for one, in turn (starved list)
 )
 
 // internalFd reports whether fd is one of the driver's own: ops on it are
@@ -53,11 +54,11 @@ func (d *epollDriver) register(fd int) error {
 			return nil // the same file, still registered
 		case nil:
 			// A new file under a reused number: registered now.
-			f.retry, f.out = false, false
+			f.retry, f.starved, f.out = false, false, false
 			return setNonblock(fd)
 		default:
 			f.registered = false
-			f.retry = false
+			f.retry, f.starved = false, false
 			return err
 		}
 	}
@@ -150,9 +151,48 @@ func (d *epollDriver) addRetry(fd int) {
 	}
 }
 
-// runRetries serves the fds that yielded during the previous poll. Fds that
-// yield again go on a fresh list for the next one.
+// addStarved puts fd on the starved list: its read side found no receive
+// buffer free. The list is first in line for the buffers the next poll
+// frees, oldest first.
+func (d *epollDriver) addStarved(fd int) {
+	f := d.fds.at(fd)
+	if !f.starved {
+		f.starved = true
+		d.starved = append(d.starved, int32(fd))
+	}
+}
+
+// runRetries serves first the fds starved of receive buffers, in the order
+// they ran short, then those that yielded during the previous poll. Fds
+// that starve again keep their place (those not reached because the
+// buffers ran out are not even tried); fds that yield again go on a fresh
+// list for the next poll, behind every starved one. So when many
+// connections have more bytes waiting than the pool holds, the pool goes
+// round them in turn, epollBudget buffers each at most, instead of to the
+// same few every poll (docs/loop.md, "Sharing receive buffers").
 func (d *epollDriver) runRetries() {
+	if len(d.starved) > 0 {
+		list := d.starved
+		d.starved = d.starvedSpare[:0]
+		for i, fd := range list {
+			f := d.fds.at(int(fd))
+			if !f.starved {
+				continue // closed since, or served by an edge
+			}
+			if d.pool.exhausted() {
+				for _, fd := range list[i:] {
+					if d.fds.at(int(fd)).starved {
+						d.starved = append(d.starved, fd)
+					}
+				}
+				break
+			}
+			f.starved = false
+			d.run(int(fd), epRead)
+		}
+		clear(list)
+		d.starvedSpare = list[:0]
+	}
 	if len(d.retry) == 0 {
 		return
 	}
@@ -199,9 +239,15 @@ func (d *epollDriver) wait(o *op, where uint8) {
 		d.final(o, errnoResult(err))
 		return
 	}
-	first := d.fds.at(fd).lists[where-1].head == noSlot
+	f := d.fds.at(fd)
+	first := f.lists[where-1].head == noSlot
 	d.waitLists.enlist(fd, where, o.slot)
-	if first {
+	switch {
+	case !first:
+	case where == epRead && len(d.starved) > 0 && o.tag.providedRecv():
+		// Others wait for receive buffers: this one waits behind them.
+		d.addStarved(fd)
+	default:
 		d.run(fd, where)
 	}
 }
@@ -245,6 +291,9 @@ func (d *epollDriver) run(fd int, where uint8) {
 			return
 		case epYield:
 			d.addRetry(fd)
+			return
+		case epStarve:
+			d.addStarved(fd)
 			return
 		}
 	}
@@ -331,11 +380,15 @@ func (d *epollDriver) tryRecv(fd int, o *op) epStep {
 // rebuild) it always reads until EAGAIN.
 //
 // With every buffer still held by queued completions, the op yields until
-// poll has delivered (and so freed) some.
+// poll has delivered (and so freed) some: behind the other starved fds if
+// it got none, behind those and the fds that yielded if it got some.
 func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 	for i := 0; i < epollBudget; i++ {
 		bi, b := d.pool.get()
 		if bi < 0 {
+			if i == 0 {
+				return epStarve
+			}
 			return epYield
 		}
 		n, err := epollRecv(fd, b, o.arg)
@@ -362,7 +415,8 @@ func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 // (the Completer re-arms); an empty datagram does not. Serving an edge
 // without ERR or HUP, a batch that came back short drained the socket;
 // otherwise it reads until EAGAIN. With every buffer held by queued
-// completions the op yields until poll has delivered some.
+// completions the op yields until poll has delivered some (starving in
+// turn with the others if it got none).
 func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 	for i := 0; i < epollBudget; i += dgramBatch {
 		n, err := d.dgrams.read(fd, &d.dpool, o.arg, dgramBatch, int(recvControlRoom(o)))
@@ -377,6 +431,8 @@ func (d *epollDriver) tryRecvmsgBuf(fd int, o *op) epStep {
 			}
 		case err == unix.EAGAIN:
 			return epWait
+		case err == errNoBufs && i == 0:
+			return epStarve
 		case err == errNoBufs:
 			return epYield
 		default:
@@ -536,7 +592,7 @@ func (d *epollDriver) closeFd(o *op) {
 			unix.EpollCtl(d.epollFd, unix.EPOLL_CTL_DEL, fd, &d.ctlEvent)
 			f.registered, f.out = false, false
 		}
-		f.retry = false
+		f.retry, f.starved = false, false
 	}
 	d.final(o, errnoResult(unix.Close(fd)))
 }

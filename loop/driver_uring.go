@@ -557,14 +557,15 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			case d.multishotTotal > 0:
 				sqe.SetRecvTotal(d.multishotTotal)
 			}
-		case limit && o.marks&markOneBundle != 0:
-			// A rotated receive that asks for a limit. A single shot
-			// with bundles appends what else the socket holds to its
-			// one completion, past its length, for as long as free
-			// buffers last; a multishot receive limited to four
-			// bundles in all takes no more, and ends.
+		case d.multishotTotal > 0 && d.multishotRecv && o.marks&markOneBundle != 0:
+			// A rotated receive: others wait for buffers. A single
+			// shot with bundles appends what else the socket holds to
+			// its one completion, past its length, for as long as
+			// free buffers last, and the turn's other resubmitted
+			// receives would find none; a multishot receive limited
+			// to one bundle in all takes its share, and ends.
 			sqe.PrepRecvMultishot(fd, o.arg)
-			sqe.SetRecvTotal(4 * d.bundleLen)
+			sqe.SetRecvTotal(d.bundleLen)
 		default:
 			// Single shot from the buffer group: the completion has no
 			// F_MORE and the loop re-arms, as after -ENOBUFS.
@@ -940,8 +941,9 @@ const bundleBufs = 16
 // takes a length on multishot receives (6.17), which start probes once;
 // the length is bundleBufs buffers, on single shots as well (where it bounds
 // only the first of the buffers a single shot appends while the socket
-// holds more, as long as free buffers last: a rotated receive that asks for
-// a limit is therefore a multishot one limited to four bundles in all; a
+// holds more, as long as free buffers last: a rotated receive is therefore
+// a multishot one limited to one bundle in all, where the kernel takes
+// that limit; a
 // shared thread's receives are single shots on more than one P
 // (sharedMultishot), which prep keeps to one buffer each for the same
 // reason). Features.RecvCap is that length, else 0.

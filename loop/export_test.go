@@ -108,11 +108,11 @@ func ParseEnv(v string) (shared bool, kernel string, problems []string) {
 // be called on the loop goroutine.
 func (l *Loop) ParkedOps() []OpID {
 	var ids []OpID
-	for _, o := range l.io.parked.ops[l.io.parked.head:] {
+	l.io.parked.each(func(o *op) {
 		if o.state == opParked {
 			ids = append(ids, OpID(o.userData()))
 		}
-	}
+	})
 	return ids
 }
 

@@ -78,15 +78,13 @@ type Completer interface {
 // A RecvLimiter is a provided-buffer receive's Completer that can ask for
 // its receive to take less at a time. On io_uring a multishot receive
 // takes up to 1 MiB (of the default buffers) before it ends and is
-// re-armed, and a single shot resubmitted while buffers run short appends
-// what the socket holds to its one completion, for as long as free
-// buffers last. That is what bulk transfers want, but a connection about
-// to stop reading keeps what its receive took. LimitRecv is asked each
-// time the receive goes to the kernel (armed, or resubmitted after
-// waiting for buffers); true halves the multishot total and bounds a
-// resubmitted receive to four bundles (Features.RecvCap each). Kernels
-// without a length on multishot receives (before 6.17) ignore it, as does
-// epoll, which reads what one readiness event brings.
+// re-armed (a receive resubmitted while buffers run short takes one
+// bundle, Features.RecvCap, whether it asks or not). That is what bulk
+// transfers want, but a connection about to stop reading keeps what its
+// receive took. LimitRecv is asked each time the receive is armed; true
+// halves the multishot total. Kernels without a length on multishot
+// receives (before 6.17) ignore it, as does epoll, which reads what one
+// readiness event brings.
 type RecvLimiter interface {
 	LimitRecv() bool
 }
@@ -152,6 +150,7 @@ type opMarks uint8
 const (
 	markYield     opMarks = 1 << iota // a provided-buffer receive the loop canceled to rotate it (starved.go)
 	markOneBundle                     // a rotated multishot receive: one bundle's worth, then back of the queue (starved.go)
+	markRetried                       // a parked receive resubmitted that has had no bytes since: parked again, it keeps its place (starved.go)
 )
 
 // opExt holds what only some ops hand the kernel: a sendmsg's header, a

@@ -304,6 +304,9 @@ func (io *IO) complete(ud uint64, res int32, flags uint32, data []byte) {
 	} else if o.tag == tagRecvBuf && o.multishot && o.state == opInFlight && io.parked.len() > 0 && io.parked.rotating() {
 		io.parked.yield(o)
 	}
+	if o.marks&markRetried != 0 && res > 0 {
+		o.marks &^= markRetried // it got its turn: parked again, it goes to the back
+	}
 	c, tag, room := o.completer, o.tag, recvControlRoom(o)
 	if final {
 		io.ops.release(o)

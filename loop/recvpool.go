@@ -56,6 +56,10 @@ func (p *recvPool) bytes(i int32, n int) []byte {
 
 func (p *recvPool) put(i int32) { p.free = append(p.free, i) }
 
+// exhausted reports whether every buffer is taken (a pool not yet mapped
+// has them all free).
+func (p *recvPool) exhausted() bool { return p.mem != nil && len(p.free) == 0 }
+
 // release drops the buffers (the driver is closed: no receive runs any
 // more, and no Completer holds a buffer past its call).
 func (p *recvPool) release() {

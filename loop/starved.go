@@ -7,12 +7,21 @@ import "golang.org/x/sys/unix"
 // the buffer ring empty and the others end with -ENOBUFS; re-arming them all
 // at once only repeats that, turn after turn. So such a receive is parked
 // instead of delivered (same OpID, out of the kernel), and each turn's end
-// resubmits the oldest, one per starvedPerBuffers buffers. With bundles,
+// resubmits the oldest, one per starvedPerBuffers buffers. One resubmitted
+// that finds the buffers gone again (the others took them first) keeps its
+// place at the front, ahead of the receives that just got bytes: otherwise
+// the same receive of each resubmitted batch would win every time, and the
+// others never. With bundles,
 // while any is parked the loop also rotates them, so that a multishot
 // receive still armed cannot take every recycled buffer: resubmitted ones
-// run as single shots, new ones queue behind, and an armed multishot one is
+// complete once, new ones queue behind, and an armed multishot one is
 // canceled after its next completion and parked (without bundles a rotated
-// single shot would take one buffer, too little to be worth it).
+// single shot would take one buffer, too little to be worth it). Where the
+// kernel bounds what a multishot receive takes, a rotated one is such a
+// receive limited to one bundle (starvedPerBuffers buffers), so a turn's
+// resubmitted receives share the buffers; a single shot with bundles would
+// go on taking free buffers while its socket holds bytes, leaving the
+// others none.
 
 // A parked receive is no longer in the kernel, so:
 //   - Cancel takes it out at the end of the turn, delivering -ECANCELED as
@@ -33,13 +42,23 @@ const starvedPerBuffers = 16
 // and what parks, rotates and resubmits them. Loop goroutine only.
 type parkedQueue struct {
 	io       *IO
-	ops      []*op
-	head     int
-	canceled int // entries canceled while parked (opParkedCanceled)
-	budget   int // receives resubmitted per turn: one per starvedPerBuffers buffers, at least one
+	again    opFIFO // resubmitted, then parked again before any bytes: first in line
+	ops      opFIFO // the others
+	canceled int    // entries canceled while parked (opParkedCanceled)
+	budget   int    // receives resubmitted per turn: one per starvedPerBuffers buffers, at least one
 }
 
-func (q *parkedQueue) len() int { return len(q.ops) - q.head }
+func (q *parkedQueue) len() int { return q.again.len() + q.ops.len() }
+
+// each calls f for every parked op, in the order they will be resubmitted.
+func (q *parkedQueue) each(f func(o *op)) {
+	for _, o := range q.again.ops[q.again.head:] {
+		f(o)
+	}
+	for _, o := range q.ops.ops[q.ops.head:] {
+		f(o)
+	}
+}
 
 // park keeps o, a provided-buffer receive whose final completion was
 // -ENOBUFS, for a later resubmission, and reports whether it did: not
@@ -64,6 +83,14 @@ func (q *parkedQueue) park(o *op, res int32) bool {
 	if State(q.io.l.state.Load()) >= StateShutdown {
 		return false // the drain completes it (noBufsResult)
 	}
+	if o.marks&markRetried != 0 {
+		// Resubmitted, it found no buffer: it keeps its place.
+		o.marks &^= markRetried
+		o.state = opParked
+		q.again.push(o)
+		q.io.l.stats.parked.Add(1)
+		return true
+	}
 	q.push(o)
 	return true
 }
@@ -84,7 +111,7 @@ func (q *parkedQueue) yield(o *op) {
 // push puts o at the back of the queue.
 func (q *parkedQueue) push(o *op) {
 	o.state = opParked
-	q.ops = append(q.ops, o)
+	q.ops.push(o)
 	q.io.l.stats.parked.Add(1)
 }
 
@@ -103,7 +130,8 @@ func (q *parkedQueue) cancel(o *op) {
 }
 
 // resubmit runs at the end of each turn: canceled receives get their
-// final completion, then up to the budget of the others are resubmitted.
+// final completion, then up to the budget of the others are resubmitted,
+// those parked again after a resubmission first.
 // Completers run meanwhile (those final completions, a resubmission the
 // backend refuses) and may cancel receives still queued, so each op's state
 // is read as it is taken: one canceled by then ends as canceled instead.
@@ -112,10 +140,13 @@ func (q *parkedQueue) resubmit() {
 		q.endMatching(func(o *op) bool { return o.state == opParkedCanceled })
 	}
 	single := q.rotating()
-	for n := q.budget; n > 0 && q.head < len(q.ops); {
-		o := q.ops[q.head]
-		q.ops[q.head] = nil
-		q.head++
+	for n := q.budget; n > 0 && q.len() > 0; {
+		var o *op
+		if q.again.len() > 0 {
+			o = q.again.pop()
+		} else {
+			o = q.ops.pop()
+		}
 		if o.state == opParkedCanceled {
 			q.canceled = max(q.canceled-1, 0)
 			q.end(o)
@@ -123,6 +154,7 @@ func (q *parkedQueue) resubmit() {
 		}
 		n--
 		o.state = opQueued
+		o.marks |= markRetried
 		if single && o.tag == tagRecvBuf {
 			if o.multishot {
 				// Not one armed with RecvProvidedOnce: it stays a plain
@@ -140,7 +172,8 @@ func (q *parkedQueue) resubmit() {
 		}
 		q.io.l.stats.submitted.Add(1)
 	}
-	q.compact()
+	q.again.compact()
+	q.ops.compact()
 }
 
 // end gives o, taken off the queue, its final completion: -ECANCELED.
@@ -165,18 +198,8 @@ func noBufsResult(o *op, res int32) int32 {
 // endMatching delivers -ECANCELED as the final completion of every
 // parked op that match selects (all of them when match is nil).
 func (q *parkedQueue) endMatching(match func(*op) bool) {
-	var done []*op
-	k := q.head
-	for _, o := range q.ops[q.head:] {
-		if match == nil || match(o) {
-			done = append(done, o)
-			continue
-		}
-		q.ops[k] = o
-		k++
-	}
-	clear(q.ops[k:])
-	q.ops = q.ops[:k]
+	done := q.again.remove(match, nil)
+	done = q.ops.remove(match, done)
 	if match == nil || q.canceled <= len(done) {
 		q.canceled = 0
 	} else {
@@ -187,18 +210,53 @@ func (q *parkedQueue) endMatching(match func(*op) bool) {
 	}
 }
 
-// compact drops the taken entries from the front.
-func (q *parkedQueue) compact() {
-	switch {
-	case q.head == len(q.ops):
-		clear(q.ops)
-		q.ops, q.head = q.ops[:0], 0
-		if cap(q.ops) > 1024 {
-			q.ops = nil // give the memory back after a burst
+// opFIFO is a queue of ops, oldest first.
+type opFIFO struct {
+	ops  []*op
+	head int
+}
+
+func (f *opFIFO) len() int { return len(f.ops) - f.head }
+
+func (f *opFIFO) push(o *op) { f.ops = append(f.ops, o) }
+
+// pop takes the oldest op; f must not be empty.
+func (f *opFIFO) pop() *op {
+	o := f.ops[f.head]
+	f.ops[f.head] = nil
+	f.head++
+	return o
+}
+
+// remove takes the ops that match selects (all of them when match is nil)
+// out of f, keeping the others' order, and returns them appended to done.
+func (f *opFIFO) remove(match func(*op) bool, done []*op) []*op {
+	k := f.head
+	for _, o := range f.ops[f.head:] {
+		if match == nil || match(o) {
+			done = append(done, o)
+			continue
 		}
-	case q.head > len(q.ops)/2:
-		k := copy(q.ops, q.ops[q.head:])
-		clear(q.ops[k:])
-		q.ops, q.head = q.ops[:k], 0
+		f.ops[k] = o
+		k++
+	}
+	clear(f.ops[k:])
+	f.ops = f.ops[:k]
+	return done
+}
+
+// compact drops the taken entries from the front.
+func (f *opFIFO) compact() {
+	switch {
+	case f.head == len(f.ops):
+		clear(f.ops)
+		f.ops, f.head = f.ops[:0], 0
+		if cap(f.ops) > 1024 {
+			f.ops = nil // give the memory back after a burst
+		}
+	case f.head > len(f.ops)/2:
+		k := copy(f.ops, f.ops[f.head:])
+		clear(f.ops[k:])
+		f.ops, f.head = f.ops[:k], 0
 	}
 }

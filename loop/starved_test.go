@@ -507,9 +507,9 @@ func TestParkedRecvCanceledDuringResubmit(t *testing.T) {
 // after a later selection's lets the loop recycle buffers into the ring
 // entries the earlier bundle took, and its bytes would be read from the
 // wrong buffers. While receives rotate, the ones resubmitted from the
-// parked queue (single shots, or, for receives that ask for a limit,
-// multishot ones limited to four bundles where the kernel takes that limit)
-// run beside multishot ones on the same small ring, the mix whose
+// parked queue (multishot ones limited to one bundle where the kernel
+// takes that limit, else single shots) run beside multishot ones on the
+// same small ring, the mix whose
 // completions a kernel without the flush of deferred completions before
 // multishot ones posts out of order. Rounds alternate between receives
 // that ask for no limit and ones that do. Every byte of every stream
@@ -552,10 +552,9 @@ func TestBundleRotationOrder(t *testing.T) {
 			t.Fatalf("round %d: %d completions named a buffer the loop held", round, st.BufferMisuse)
 		}
 		// Where the kernel limits a multishot receive's total, a rotated
-		// receive that asks for a limit is a multishot one limited to four
-		// bundles: the mix is then of long-lived and rotated multishot
-		// receives.
-		rotatedMulti := rigLimit && loop.LimitsMultishotTotal(r.l)
+		// receive is a multishot one limited to one bundle: the mix is
+		// then of long-lived and rotated multishot receives.
+		rotatedMulti := loop.LimitsMultishotTotal(r.l)
 		if multi == 0 || st.RecvBundles == 0 || st.ParkedRecvs == 0 || (single == 0 && !rotatedMulti) {
 			t.Fatal("rotated and armed bundle receives did not run side by side: the test exercises nothing")
 		}
