@@ -565,6 +565,12 @@ func (c *inbound) noteAnswers(in int, out uint64) {
 	if in <= 0 {
 		return
 	}
+	if out <= uint64(in) {
+		// No more out than in (an echo, a quiet handler): the common
+		// case, without a division.
+		c.gain /= 2
+		return
+	}
 	g := int64(min(out, 1<<40)) * gainOne / int64(in)
 	c.gain = max(g, c.gain/2)
 	if g <= gainOne {
@@ -709,7 +715,7 @@ func (c *inbound) resume() {
 	if c.state != stateOpen || c.pauseReasons != 0 {
 		return
 	}
-	c.feed(c.flags.has(flagReadHandler))
+	c.feed(c.flags.has(flagReadHandler) && len(c.keptBytes()) > 0)
 	if c.state != stateOpen || c.pauseReasons != 0 {
 		return
 	}
