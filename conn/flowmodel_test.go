@@ -487,46 +487,52 @@ func TestNetConnsInKeptBudget(t *testing.T) {
 		}
 		defer ln.Close()
 		const peers, each = 16, 256 << 10
-		accepted := make(chan net.Conn, peers)
+		// Readers stall until the loop has passed its budget, then read
+		// everything. Accepting may pause meanwhile (the loop passes twice
+		// its budget), so each is served as it is accepted.
+		start := make(chan struct{})
+		results := make(chan error, peers)
 		go func() {
 			for range peers {
 				c, err := ln.Accept()
 				if err != nil {
+					results <- err
 					return
 				}
-				accepted <- c
+				go func() {
+					defer c.Close()
+					<-start
+					c.SetReadDeadline(time.Now().Add(30 * time.Second))
+					n, err := io.ReadFull(c, make([]byte, each))
+					if err != nil {
+						err = fmt.Errorf("read %d of %d: %w", n, each, err)
+					}
+					results <- err
+				}()
 			}
 		}()
 		payload := bytes.Repeat([]byte("n"), each)
-		var clients []net.Conn
 		for range peers {
 			nc, err := net.Dial("tcp", ln.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer nc.Close()
-			clients = append(clients, nc)
 			go nc.Write(payload) // blocks where the server stops reading
 		}
-		var servers []net.Conn
-		for range peers {
-			select {
-			case c := <-accepted:
-				servers = append(servers, c)
-				defer c.Close()
-			case <-time.After(10 * time.Second):
-				t.Fatal("accept")
-			}
-		}
-		// The readers stall until the loop has passed its budget.
 		ctWaitFor(t, 10*time.Second, "the loop past its budget", func() bool {
 			kept, _ := conn.KeptOnLoop(g.Loop(0))
 			return kept > 256<<10
 		})
-		for i, s := range servers {
-			s.SetReadDeadline(time.Now().Add(20 * time.Second))
-			if n, err := io.ReadFull(s, make([]byte, each)); err != nil {
-				t.Fatalf("NetConn %d: read %d of %d: %v", i, n, each, err)
+		close(start)
+		for range peers {
+			select {
+			case err := <-results:
+				if err != nil {
+					t.Fatalf("a NetConn: %v", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("the NetConns' readers did not finish")
 			}
 		}
 		select {

@@ -496,7 +496,23 @@ func (c *inbound) checkInboundLimit() bool {
 func (c *inbound) callData(data []byte) {
 	before := c.queuedTotal.Load()
 	c.callDataOnly(data)
-	c.noteAnswers(len(data), c.queuedTotal.Load()-before)
+	c.afterCallback(len(data), c.queuedTotal.Load()-before)
+}
+
+// afterCallback follows a delivery callback given in fresh bytes that
+// queued out: it notes the ratio (noteAnswers) and, if it queued anything,
+// counts the queue and pauses reading if it passed its mark, so that the
+// rest of a receive is kept. Must be called on c's loop.
+func (c *inbound) afterCallback(in int, out uint64) {
+	c.noteAnswers(in, out)
+	if out == 0 || c.state != stateOpen {
+		return
+	}
+	c.mu.Lock()
+	n := c.outQueue.n
+	c.mu.Unlock()
+	c.outbound().chargeOutbound(n)
+	c.syncWritePause()
 }
 
 func (c *inbound) callDataOnly(data []byte) {
@@ -511,7 +527,7 @@ func (c *inbound) callDataOnly(data []byte) {
 func (c *inbound) callRead(data []byte, fresh int) (n int, ok bool) {
 	before := c.queuedTotal.Load()
 	n, ok = c.callReadOnly(data)
-	c.noteAnswers(fresh, c.queuedTotal.Load()-before)
+	c.afterCallback(fresh, c.queuedTotal.Load()-before)
 	return n, ok
 }
 
@@ -757,16 +773,22 @@ func isReadHandler(h Handler) bool {
 	return ok
 }
 
-// syncWritePause pauses or resumes reading with the connection's
-// writability under WithPauseReadWhenUnwritable. Must be called on c's
-// loop.
+// syncWritePause pauses reading once the connection queues more than its
+// pause mark (outbound.pauseMark), and resumes it once the queue drains to
+// the low-water mark (or half the mark, if less), unless
+// WithPauseReadWhenUnwritable(false). Must be called on c's loop after the
+// queue's size was charged (outbound.chargeOutbound).
 func (c *inbound) syncWritePause() {
 	if c.cfg.pauseUnwritable == pauseNever {
 		return
 	}
+	o := c.outbound()
+	q, mark := c.outboundCharged, o.pauseMark()
 	paused := c.pauseReasons&pausedUnwritable != 0
-	want := c.outbound().unwritable() &&
-		(paused || c.cfg.pauseUnwritable == pauseAlways || c.outbound().backlogged())
+	want := q > mark
+	if paused {
+		want = q > min(c.cfg.lowWater, mark/2)
+	}
 	if want != paused {
 		c.applyPause(pausedUnwritable, want)
 	}

@@ -396,14 +396,6 @@ func (c *outbound) callWritability(writable bool) {
 	c.h.(WritabilityHandler).OnWritabilityChanged(c.conn(), writable)
 }
 
-// backlogged reports whether bytes pile up where the default pause acts
-// (WithPauseReadWhenUnwritable): c queues more than its own pause mark, or
-// its loop's connections more than the loop's budget of queued bytes
-// (loop.WithBufferBudget). Must be called on c's loop.
-func (c *outbound) backlogged() bool {
-	return c.outboundCharged > c.ownPauseMark() || c.loopOverQueued()
-}
-
 // loopOverQueued reports whether c's loop queues more than its budget.
 // Must be called on c's loop.
 func (c *outbound) loopOverQueued() bool {
@@ -430,15 +422,28 @@ func (c *outbound) ownPauseMark() int {
 }
 
 // pauseMark returns how much c may queue before its reading pauses now:
-// the high-water mark under WithPauseReadWhenUnwritable(true) or while its
-// loop queues more than its budget, else its own pause mark. Must be
-// called on c's loop.
+// its own pause mark, or the high-water mark under
+// WithPauseReadWhenUnwritable(true); while its loop queues more than its
+// budget, at most the high-water mark, and less where the budget shared
+// among the loop's connections that queue bytes is less (but not under
+// minPauseMark), so that many peers that never read hold the budget
+// between them. Must be called on c's loop.
 func (c *outbound) pauseMark() int {
-	if c.cfg.pauseUnwritable == pauseAlways || c.loopOverQueued() {
-		return c.cfg.highWater
+	mark := c.ownPauseMark()
+	if c.cfg.pauseUnwritable == pauseAlways {
+		mark = c.cfg.highWater
 	}
-	return c.ownPauseMark()
+	r := registryFor(c.l)
+	if _, budget := c.l.BufferBudget(); r.outboundQueued > budget {
+		share := budget / max(r.queuers, 1)
+		mark = min(mark, c.cfg.highWater, max(share, minPauseMark))
+	}
+	return mark
 }
+
+// minPauseMark is the least a connection may queue before its reading
+// pauses, however many share its loop's budget (hard-coded: a few answers).
+const minPauseMark = 8 << 10
 
 // chargeOutbound brings the loop's count of queued outbound bytes in line
 // with c's queue, n bytes (c.outQueue.n, read under c.mu). Must be called
@@ -449,6 +454,12 @@ func (c *outbound) chargeOutbound(n int) {
 		return
 	}
 	r := registryFor(c.l)
+	switch {
+	case c.outboundCharged == 0:
+		r.queuers++
+	case n == 0:
+		r.queuers--
+	}
 	r.outboundQueued += n - c.outboundCharged
 	c.outboundCharged = n
 	r.checkOverload(c.l)

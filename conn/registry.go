@@ -19,6 +19,7 @@ type loopConns struct {
 	kept           int          // bytes its connections keep as input (inbound.chargeKept)
 	keepers        int          // connections keeping input
 	outboundQueued int          // bytes its connections queue for sending, as of their last outbound.chargeOutbound
+	queuers        int          // connections with bytes counted in outboundQueued
 	budgetPaused   atomic.Int32 // connections paused by the loop's budget of kept bytes (inbound.overKeptBudget); written on the loop
 	netKept        atomic.Int64 // bytes its NetConns received and no Read took yet (NetConn.took)
 	resuming       bool         // resumeUnderBudget is running
