@@ -272,6 +272,12 @@ func (c *outbound) startSend() {
 	c.mu.Lock()
 	iov, total := c.outQueue.gather(arr[:0], maxSendIov)
 	c.sendBusy = total > 0
+	if total == 0 && c.flags.has(flagCloseWhenDrained) {
+		// drained closes the connection: a Write from another
+		// goroutine must fail from here on, not be queued behind
+		// this check and dropped by the close.
+		c.shared.set(sharedWritesClosed)
+	}
 	c.mu.Unlock()
 	if total == 0 {
 		c.drained()
@@ -408,7 +414,11 @@ func (c *outbound) Complete(cp *loop.Completion) {
 	c.mu.Unlock()
 	c.chargeOutbound(n)
 	c.notifyWritability()
-	if c.state == stateOpen {
+	// The handler may have started the next send already: a Close or
+	// CloseWrite in OnWritabilityChanged sends what is queued at once.
+	// A second send of the same bytes would put them on the wire twice
+	// and consume bytes never sent.
+	if c.state == stateOpen && !c.flags.has(flagSendArmed) {
 		c.startSend()
 	}
 }
