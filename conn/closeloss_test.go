@@ -26,11 +26,15 @@ import (
 // goroutine, from a task on the loop, from OnWritabilityChanged while a
 // send completes, or by the peer's FIN once the queue drained). CloseWrite
 // from OnWritabilityChanged likewise sends every accepted record first.
+// Half the writers write one record per call, the others four per Writev
+// (64 KiB, copied outside the connection's lock); a NetConn's writers the
+// same through its Write.
 
 const (
 	clWriters = 4        // goroutines writing to one connection
 	clRecord  = 16 << 10 // bytes per record
 	clRecords = 24       // records per writer and run (at most 1.5 MiB a run)
+	clBatch   = 4        // records per call of the writers that batch: 64 KiB, spliceMin
 )
 
 // clFill fills rec as record seq of writer id: the two numbers, then a
@@ -249,24 +253,38 @@ func clRun(t *testing.T, g *loop.Group, ln net.Listener, netConn bool, how strin
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
-			rec := make([]byte, clRecord)
-			for seq := range clRecords {
-				clFill(rec, id, seq)
+			// Odd writers hand over clBatch records per call, a write
+			// large enough to be copied outside the connection's lock.
+			batch := 1
+			if id%2 == 1 {
+				batch = clBatch
+			}
+			buf := make([]byte, batch*clRecord)
+			for seq := 0; seq < clRecords; seq += batch {
+				recs := make([][]byte, batch)
+				for k := range recs {
+					recs[k] = buf[k*clRecord : (k+1)*clRecord]
+					clFill(recs[k], id, seq+k)
+				}
 				var err error
-				if netConn {
-					_, err = nc.Write(rec)
-				} else {
+				switch {
+				case netConn:
+					_, err = nc.Write(buf)
+				case batch > 1:
 					h.waitWritable(c)
-					_, err = c.Write(rec)
+					_, err = c.Writev(recs)
+				default:
+					h.waitWritable(c)
+					_, err = c.Write(buf)
 				}
 				if err != nil {
 					if !errors.Is(err, net.ErrClosed) && !(how == "writable-shut" && errors.Is(err, syscall.EPIPE)) {
-						t.Errorf("run %d: writer %d's Write %d: %v", run, id, seq, err)
+						t.Errorf("run %d: writer %d's write of records %d+%d: %v", run, id, seq, batch, err)
 					}
 					return
 				}
-				accepted[id]++
-				if total.Add(1) == threshold {
+				accepted[id] += batch
+				if n := total.Add(int64(batch)); n >= threshold && n-int64(batch) < threshold {
 					close(trigger)
 				}
 			}

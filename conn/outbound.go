@@ -401,8 +401,8 @@ func (c *outbound) Complete(cp *loop.Completion) {
 	}
 	c.traffic.writes.Add(1)
 	c.traffic.bytesOut.Add(uint64(res))
-	if c.extras != nil && c.extras.idleTimeout > 0 {
-		c.extras.lastIO = c.l.Now()
+	if c.extras != nil && (c.extras.idleTimeout > 0 || c.flags.has(flagLingering)) {
+		c.extras.lastIO = c.l.Now() // a linger counts from the last progress too
 	}
 	c.mu.Lock()
 	c.sendBusy = false
