@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -18,11 +19,12 @@ import (
 )
 
 // TestCloseInFlight: Close while a send (8 MiB to a peer that does not
-// read) and a receive are in flight: OnClose runs once with nil, the fd
-// count returns to its baseline, the loop saw no stale completion and no
-// op is left in flight, and a second Close reports net.ErrClosed. With
-// WithLinger(0) the close cancels both at once; with a short linger the
-// send stays in flight until the linger timer cancels it.
+// read) and a receive are in flight: OnClose runs once, the fd count
+// returns to its baseline, the loop saw no stale completion and no op is
+// left in flight, and a second Close reports net.ErrClosed. With
+// WithLinger(0) the close cancels both at once and OnClose reports nil (the
+// drop was asked for); with a short linger the send stays in flight until
+// the linger timer cancels it, and OnClose reports the drop as a timeout.
 func TestCloseInFlight(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		g := ctGroup(t, b, 1)
@@ -62,8 +64,12 @@ func TestCloseInFlight(t *testing.T) {
 			if err := c.Close(); !errorsIsClosed(err) {
 				t.Fatalf("second Close: %v, want net.ErrClosed", err)
 			}
-			if err := ce.wait(t); err != nil {
+			err = ce.wait(t)
+			if linger == 0 && err != nil {
 				t.Fatalf("OnClose(%v), want nil", err)
+			}
+			if linger > 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("OnClose(%v), want an error wrapping os.ErrDeadlineExceeded (queued bytes dropped)", err)
 			}
 			peer.Close()
 		}
@@ -215,7 +221,8 @@ func TestWriteThenClose(t *testing.T) {
 
 // TestCloseLingerTimeout: Close with bytes queued for a peer that never
 // reads closes once the linger time has passed (not before, and not much
-// later), with OnClose(nil) and the fd gone.
+// later), with OnClose reporting the drop (an error wrapping
+// os.ErrDeadlineExceeded), and the fd gone.
 func TestCloseLingerTimeout(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
 		clk := sched.NewManualClock(int64(time.Hour))
@@ -225,7 +232,10 @@ func TestCloseLingerTimeout(t *testing.T) {
 		const linger = 200 * time.Millisecond
 		ce := ctNewEvents(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		c, err := conn.Dial(ctx, g, "tcp", ln.Addr().String(), ce, conn.WithLinger(linger))
+		// Fixed socket buffers (no autotuning): once the peer's is full,
+		// the kernel takes no more bytes, so no send makes progress
+		// after the clock starts moving.
+		c, err := conn.Dial(ctx, g, "tcp", ln.Addr().String(), ce, conn.WithLinger(linger), conn.WithWriteBuffer(64<<10))
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -235,10 +245,13 @@ func TestCloseLingerTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer peer.Close()
+		peer.(*net.TCPConn).SetReadBuffer(64 << 10)
 		c.Write(make([]byte, 16<<20)) // far more than the socket buffers hold
 		c.Close()
+		ctWaitFor(t, 5*time.Second, "the peer's window closed", func() bool { return ctZeroWindow(t, peer) })
 		// On the loop's clock, which the test moves: open a nanosecond
-		// before the linger time, closed at it.
+		// before the linger time after the last send completion, closed
+		// at it.
 		ctTurnPasses(t, c.Loop())
 		clk.Advance(linger - 1)
 		ctTurnPasses(t, c.Loop())
@@ -249,13 +262,120 @@ func TestCloseLingerTimeout(t *testing.T) {
 		}
 		clk.Advance(1)
 		c.Loop().Execute(func() {})
-		if err := ce.wait(t); err != nil {
-			t.Fatalf("OnClose(%v), want nil", err)
+		if err := ce.wait(t); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("OnClose(%v), want an error wrapping os.ErrDeadlineExceeded", err)
 		}
 		peer.Close()
 		ctWaitFor(t, 5*time.Second, "fds back to baseline", func() bool { return testutil.FdCount() == baseline })
 		if n := g.Stats().Total.StaleCompletions; n != 0 {
 			t.Fatalf("%d stale completions", n)
+		}
+	})
+}
+
+// TestCloseLingerProgress: the linger bounds the time without progress,
+// not the whole drain. A peer that keeps reading, a little at a time, gets
+// every byte queued before Close and an orderly end, however long past
+// the linger time that takes; once it stops reading for the linger time,
+// the rest is dropped with a reset and OnClose reports it.
+func TestCloseLingerProgress(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		clk := sched.NewManualClock(int64(time.Hour))
+		g := ctGroup(t, b, 1, testknobs.Clock(clk).(loop.Option))
+		ln := testutil.Loopback(t)
+		const (
+			linger = 200 * time.Millisecond
+			size   = 4 << 20
+			step   = 256 << 10 // read between moves of the clock
+		)
+		want := make([]byte, size)
+		for i := range want {
+			want[i] = byte(i*13 + i>>12)
+		}
+		for _, stall := range []bool{false, true} {
+			ce := ctNewEvents(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			c, err := conn.Dial(ctx, g, "tcp", ln.Addr().String(), ce, conn.WithLinger(linger),
+				conn.WithWriteBuffer(32<<10), conn.WithOutboundLimit(2*size))
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			peer, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			peer.(*net.TCPConn).SetReadBuffer(32 << 10)
+			peer.SetReadDeadline(time.Now().Add(20 * time.Second))
+			if n, err := c.Write(want); n != size || err != nil {
+				t.Fatalf("Write: %d, %v", n, err)
+			}
+			c.Close()
+			ctTurnPasses(t, c.Loop())
+			// Ten linger times and more pass on the loop's clock while
+			// the peer reads the first half: the connection stays open.
+			got := make([]byte, 0, size)
+			buf := make([]byte, step)
+			for len(got) < size/2 {
+				out := c.Stats().BytesOut
+				n, err := io.ReadFull(peer, buf)
+				got = append(got, buf[:n]...)
+				if err != nil {
+					t.Fatalf("stall=%v: peer read %d bytes, then %v", stall, len(got), err)
+				}
+				// The read made room: wait for the send completion that
+				// filled it before the clock moves on.
+				ctWaitFor(t, 5*time.Second, "a send completion", func() bool { return c.Stats().BytesOut > out })
+				ctTurnPasses(t, c.Loop())
+				clk.Advance(linger / 2)
+				ctTurnPasses(t, c.Loop())
+				select {
+				case <-ce.closed:
+					t.Fatalf("stall=%v: closed after %d bytes read while the peer reads, OnClose(%v)", stall, len(got), ce.closeErr)
+				default:
+				}
+			}
+			if !stall {
+				rest, err := io.ReadAll(peer)
+				got = append(got, rest...)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("peer read %d of %d bytes (first difference at %d), then %v; want all, then EOF",
+						len(got), size, firstDiff(got, want), err)
+				}
+				if err := ce.wait(t); err != nil {
+					t.Fatalf("OnClose(%v), want nil", err)
+				}
+				peer.Close()
+				continue
+			}
+			// The peer stops reading: a linger time after the last send
+			// completion the rest is dropped, the peer sees a reset, and
+			// OnClose says why. (The kernel may take a last few bytes
+			// after the window closed, moving that completion on.)
+			ctWaitFor(t, 5*time.Second, "the peer's window closed", func() bool { return ctZeroWindow(t, peer) })
+			ctTurnPasses(t, c.Loop())
+			for range 10 {
+				clk.Advance(linger)
+				c.Loop().Execute(func() {})
+				if testutil.Eventually(time.Second, func() bool {
+					select {
+					case <-ce.closed:
+						return true
+					default:
+						return false
+					}
+				}) {
+					break
+				}
+			}
+			if err := ce.wait(t); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("OnClose(%v), want an error wrapping os.ErrDeadlineExceeded", err)
+			}
+			rest, err := io.ReadAll(peer)
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("peer read %d more bytes, then %v; want ECONNRESET", len(rest), err)
+			}
+			peer.Close()
 		}
 	})
 }

@@ -195,7 +195,7 @@ func (f *sharedFlags) clear(bit uint32) { f.bits.And(^bit) }
 // only (a dial sets it before its conn reaches the loop), but for closeErr.
 type connExtras struct {
 	readTimeout, idleTimeout time.Duration
-	lastRead, lastIO         time.Duration // loop clock readings (Loop.Now) of the last received data, and of the last receive or send
+	lastRead, lastIO         time.Duration // loop clock readings (Loop.Now) of the last received data, and of the last receive or send (while lingering: of the last send)
 	readTimer, idleTimer     *sched.Timer
 	lingerTimer              *sched.Timer
 	terminationHold          func()      // releases the loop's DelayTermination while lingering as it shuts down

@@ -57,10 +57,12 @@
 // # Closing
 //
 // Close stops receiving at once; the bytes queued by earlier Writes still
-// go to the kernel (bounded by WithLinger, default 2 s), then the fd is
-// closed and OnClose runs exactly once: with nil after a local Close,
-// io.EOF after the peer's FIN, or a *net.OpError keeping the errno
-// (errors.Is(err, syscall.ECONNRESET)).
+// go to the kernel while the peer takes them (WithLinger bounds the time
+// without progress, default 2 s), then the fd is closed and OnClose runs
+// exactly once: with nil after a local Close that dropped nothing, io.EOF
+// after the peer's FIN, or a *net.OpError keeping the errno
+// (errors.Is(err, syscall.ECONNRESET)) or saying why queued bytes were
+// dropped.
 //
 // Both backends (loop.BackendUring and loop.BackendEpoll) run the same op
 // contract, so a connection behaves identically on either. docs/conn.md,

@@ -246,13 +246,16 @@ func (c *lifecycle) onIdleTimer() {
 
 // Close closes the connection. Receiving stops at once (no OnData after
 // Close returns on the loop, none once the close task ran otherwise); the
-// bytes queued by earlier Writes still go to the kernel, so c.Write(resp);
-// c.Close() delivers resp as with a net.Conn, for at most the linger time
-// (WithLinger). Then the fd is closed and OnClose runs with nil, or with the
-// error that closed the connection before Close was called (errors while
-// lingering are not reported). It returns at once; a second call, and
-// Writes after Close, return an error wrapping net.ErrClosed. Safe for
-// concurrent use.
+// bytes queued by every Write that returned before it still go to the
+// kernel, so c.Write(resp); c.Close() delivers resp as with a net.Conn, for
+// as long as the peer takes them: the queue is dropped only once no byte
+// went out for the linger time (WithLinger). Then the fd is closed and
+// OnClose runs with nil once every queued byte went to the kernel, with the
+// error that dropped bytes otherwise (the linger ran out: one wrapping
+// os.ErrDeadlineExceeded; a failed send: its errno), or with the error that
+// closed the connection before Close was called. It returns at once; a
+// second call, and Writes after Close, return an error wrapping
+// net.ErrClosed. Safe for concurrent use.
 func (c *Conn) Close() error {
 	c.shared.set(sharedCloseCalled)
 	if c.shared.set(sharedCloseRequested) {
@@ -274,11 +277,13 @@ func (c *Conn) Close() error {
 }
 
 // closeLinger is a local Close on the loop: stop receiving, then close once
-// the outbound queue has drained (outbound.drained) or the linger timer
-// fires, whichever comes first. Must be called on c's loop.
+// the outbound queue has drained (outbound.drained) or no byte went out
+// for the linger time (onLingerTimer), whichever comes first. Must be
+// called on c's loop.
 func (c *lifecycle) closeLinger() { c.closeLingerCause(nil) }
 
-// closeLingerCause is closeLinger with the cause OnClose reports.
+// closeLingerCause is closeLinger with the cause OnClose reports once the
+// queue drained (nil for Close).
 func (c *lifecycle) closeLingerCause(cause error) {
 	if c.state != stateOpen || c.cfg.linger == 0 {
 		c.closeNow(cause)
@@ -304,10 +309,16 @@ func (c *lifecycle) closeLingerCause(cause error) {
 		// shutdown's timeout passes (then its drain cancels the send).
 		c.ensureExtras().terminationHold = c.l.DelayTermination(c.cfg.linger)
 	default:
-		c.closeNow(cause) // the loop is terminating
+		// The loop is terminating: the queue is dropped, as by the
+		// loop's shutdown.
+		if cause == nil {
+			cause = c.errLoopShutdown()
+		}
+		c.closeNow(cause)
 		return
 	}
 	c.flags.set(flagLingering)
+	c.extras.lastIO = c.l.Now() // the send completions move it on (outbound.Complete)
 	c.mu.Lock()
 	c.extras.closeErr = cause
 	c.mu.Unlock()
@@ -323,13 +334,31 @@ func (c *lifecycle) closeLingerCause(cause error) {
 	}
 }
 
-// onLingerTimer ends the linger: the send in flight is canceled and the
-// queue dropped.
+// onLingerTimer ends the linger once no byte went out for the linger time:
+// the send in flight is canceled and the queue dropped, and OnClose reports
+// it. A peer that is still taking bytes gets the time left from the last
+// send completion, as the read and idle timers do from their last event.
 func (c *lifecycle) onLingerTimer() {
-	c.extras.lingerTimer = nil
-	if c.flags.has(flagLingering) {
-		c.closeNow(nil)
+	x := c.extras
+	x.lingerTimer = nil
+	if !c.flags.has(flagLingering) {
+		return
 	}
+	if left := c.cfg.linger - (c.l.Now() - x.lastIO); left > 0 {
+		t, err := c.l.Schedule(left, c.onLingerTimer)
+		if err == nil {
+			x.lingerTimer = t
+			return
+		}
+		if errors.Is(err, loop.ErrShuttingDown) {
+			return // closeForShutdown holds the loop's termination instead
+		}
+	}
+	c.mu.Lock()
+	n := c.outQueue.n
+	c.mu.Unlock()
+	c.closeNow(c.conn().opError("close", "", fmt.Errorf("%w: no byte sent for the linger time (%v), %d queued bytes dropped",
+		errDeadline, c.cfg.linger, n)))
 }
 
 // CloseWrite shuts down the sending side (shutdown(2) with SHUT_WR) once
@@ -438,9 +467,7 @@ func (c *lifecycle) closeNow(err error) {
 	if c.state >= stateClosing {
 		return
 	}
-	if c.flags.has(flagLingering) {
-		err = c.extras.closeErr // the close that lingers came first: OnClose reports its cause
-	}
+	lingering := c.flags.has(flagLingering)
 	c.state = stateClosing
 	c.shared.set(sharedCloseRequested)
 	// Kept input is never delivered now: let it go at once, not when the
@@ -450,6 +477,12 @@ func (c *lifecycle) closeNow(err error) {
 	c.kept = nil
 	x := c.ensureExtras() // made before the lock: CloseFuture reads c.extras under it
 	c.mu.Lock()
+	if lingering && (c.outQueue.n == 0 || c.flags.has(flagClosedByShutdown)) {
+		// The close that lingers came first: OnClose reports its cause
+		// (nil for Close, or the loop's shutdown), unless bytes written
+		// before it are dropped.
+		err = x.closeErr
+	}
 	x.closeErr = err
 	c.shared.set(sharedWritesClosed)
 	c.conn().wakeRoomWaiters()

@@ -26,8 +26,9 @@ const (
 	// unwritable until it drains to the low mark (Netty's defaults).
 	DefaultLowWaterMark  = 32 << 10
 	DefaultHighWaterMark = 64 << 10
-	// DefaultLinger bounds how long Close waits for queued outbound bytes
-	// to reach the kernel before it closes the fd anyway (see WithLinger).
+	// DefaultLinger bounds how long Close waits for the kernel to take
+	// more of the queued outbound bytes before it drops them and closes
+	// the fd anyway (see WithLinger).
 	DefaultLinger = 2 * time.Second
 	// DefaultInboundLimit caps the bytes a ReadHandler leaves unconsumed
 	// (WithInboundLimit): 1 MiB, a frame as long as real protocols send
@@ -191,11 +192,15 @@ func WithReadTimeout(d time.Duration) Option { return func(c *config) { c.readTi
 // Conn.SetIdleTimeout.
 func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idleTimeout = d } }
 
-// WithLinger bounds how long Close lets the bytes queued by earlier Writes
-// go out (default 2 s): then a send still in flight is canceled and the
-// rest dropped. Unlike the other options, 0 is not the default:
-// WithLinger(0) drops whatever is still queued and closes at once.
-// Negative values are rejected. SO_LINGER is not touched.
+// WithLinger bounds how long Close waits for progress while it sends the
+// bytes queued by earlier Writes (default 2 s): once no byte has gone out
+// for d (the peer stopped reading), a send still in flight is canceled, the
+// rest dropped, and OnClose reports the drop with an error wrapping
+// os.ErrDeadlineExceeded. A peer that keeps reading gets every byte,
+// however long that takes. Unlike the other options, 0 is not the default:
+// WithLinger(0) drops whatever is still queued and closes at once (OnClose
+// reports nil: the drop was asked for). Negative values are rejected.
+// SO_LINGER is not touched.
 func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
 
 // WithLoop sets the loop a dialed connection lives on (Dial and DialAsync;

@@ -319,6 +319,12 @@ func (c *outbound) startSend() {
 	c.mu.Lock()
 	iov, total := c.outQueue.gather(arr[:0], maxSendIov)
 	c.sendBusy = total > 0
+	if total == 0 && c.flags.has(flagCloseWhenDrained) {
+		// drained closes the connection: a Write from another
+		// goroutine must fail from here on, not be queued behind
+		// this check and dropped by the close.
+		c.shared.set(sharedWritesClosed)
+	}
 	c.mu.Unlock()
 	if total == 0 {
 		c.drained()
@@ -500,8 +506,8 @@ func (c *outbound) Complete(cp *loop.Completion) {
 	}
 	c.traffic.writes.Add(1)
 	c.traffic.bytesOut.Add(uint64(res))
-	if c.extras != nil && c.extras.idleTimeout > 0 {
-		c.extras.lastIO = c.l.Now()
+	if c.extras != nil && (c.extras.idleTimeout > 0 || c.flags.has(flagLingering)) {
+		c.extras.lastIO = c.l.Now() // a linger counts from the last progress too
 	}
 	c.mu.Lock()
 	c.sendBusy = false
@@ -514,7 +520,11 @@ func (c *outbound) Complete(cp *loop.Completion) {
 	c.mu.Unlock()
 	c.chargeOutbound(n)
 	c.notifyWritability()
-	if c.state == stateOpen {
+	// The handler may have started the next send already: a Close or
+	// CloseWrite in OnWritabilityChanged sends what is queued at once.
+	// A second send of the same bytes would put them on the wire twice
+	// and consume bytes never sent.
+	if c.state == stateOpen && !c.flags.has(flagSendArmed) {
 		c.startSend()
 	}
 }
