@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -604,6 +605,57 @@ func TestOverloadStopsAccepting(t *testing.T) {
 			if err := <-closed; err != nil && !errors.Is(err, io.EOF) {
 				t.Errorf("a peer's connection closed with %v", err)
 			}
+		}
+	})
+}
+
+// TestPausedPeerGoneCloses: a connection whose reading is paused has no
+// receive armed, yet its peer's reset still closes it (the reset sweep
+// looks at paused connections), and one paused for its loop's budget
+// closes when its peer sends its FIN.
+func TestPausedPeerGoneCloses(t *testing.T) {
+	ctBackends(t, func(t *testing.T, b loop.Backend) {
+		g := ctGroup(t, b, 1)
+		h := ctNewServerHandler(t, nil)
+		srv := ctListen(t, "tcp", "127.0.0.1:0", g, h)
+		defer srv.Close()
+		nc, c, ev := ctDialAccepted(t, srv, h)
+		if err := c.PauseRead(); err != nil {
+			t.Fatal(err)
+		}
+		ctTurnPasses(t, c.Loop())
+		nc.(*net.TCPConn).SetLinger(0)
+		nc.Close() // a reset
+		if err := ev.wait(t); !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("OnClose %v, want ECONNRESET", err)
+		}
+
+		// Paused for the budget, then the peer's FIN.
+		bg := ctGroup(t, b, 1, loop.WithBufferBudget(64<<10, 0))
+		lk := &lineKeeper{closed: make(chan error, 1)}
+		bsrv := ctListen(t, "tcp", "127.0.0.1:0", bg, lk)
+		defer bsrv.Close()
+		pc, err := net.Dial("tcp", bsrv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		pc.Write(bytes.Repeat([]byte("y"), 100<<10))
+		ctWaitFor(t, 10*time.Second, "100 KiB kept", func() bool {
+			kept, _ := conn.KeptOnLoop(bg.Loop(0))
+			return kept == 100<<10
+		})
+		time.Sleep(conn.KeptStallAge)
+		pc.Write([]byte("y"))
+		ctWaitFor(t, 10*time.Second, "the keeper paused", func() bool { return conn.BudgetPausedOnLoop(bg.Loop(0)) == 1 })
+		pc.Close() // a FIN
+		select {
+		case err := <-lk.closed:
+			if err != io.EOF {
+				t.Errorf("OnClose %v, want io.EOF", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the paused connection outlived its peer's FIN")
 		}
 	})
 }
