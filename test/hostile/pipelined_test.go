@@ -154,8 +154,11 @@ func TestPipelinedAnswersPauseWithinReceive(t *testing.T) {
 					t.Errorf("the canary failed: %v", r.err)
 				}
 				// Twice package net's p99, and 200 µs of scheduling noise
-				// on a shared machine.
-				if bound := 2*ref.p99 + 200*time.Microsecond; r.p99 > bound {
+				// on a shared machine. The race detector slows the two
+				// servers' code by different factors (package net's p99
+				// grows tenfold under it): there the figures are only
+				// logged.
+				if bound := 2*ref.p99 + 200*time.Microsecond; r.p99 > bound && !raceOn {
 					t.Errorf("canary p99 %v: more than %v, twice package net's %v", r.p99, bound, ref.p99)
 				}
 			})
@@ -165,12 +168,14 @@ func TestPipelinedAnswersPauseWithinReceive(t *testing.T) {
 
 // checkAgainstNet fails t if the attack's peak RSS is more than 1.5 times
 // package net's under the same attack, and 8 MiB: the resident set moves
-// by a few MiB between identical runs.
+// by a few MiB between identical runs (three times that under the race
+// detector, whose shadow memory grows with the heap touched).
 func checkAgainstNet(t *testing.T, got, ref memFigures) {
 	t.Helper()
-	bound := ref.rss*3/2 + 8<<20
+	_, slack := raceScaled(0, 8<<20)
+	bound := ref.rss*3/2 + slack
 	t.Logf("%s against package net's %s", got, ref)
 	if got.rss > bound {
-		t.Errorf("peak RSS +%s: more than %s, 1.5 times package net's +%s (and 8 MiB)", mib(got.rss), mib(bound), mib(ref.rss))
+		t.Errorf("peak RSS +%s: more than %s, 1.5 times package net's +%s (and %s)", mib(got.rss), mib(bound), mib(ref.rss), mib(slack))
 	}
 }
