@@ -265,18 +265,33 @@ func (c *inbound) overKeptBudget() {
 // loop keeps less than three quarters of its budget (resumeUnderBudget).
 // Must be called on c's loop.
 func (c *inbound) overKeptBudgetHeld(held int, since time.Duration) {
+	if c.stallsBudget(held, since) {
+		c.shared.set(sharedBudgetPaused)
+		c.pauseForBudget()
+	}
+}
+
+// stallsBudget reports whether c, holding held bytes without progress
+// since since, must pause for its loop's budget of kept bytes
+// (overKeptBudgetHeld). Must be called on c's loop.
+func (c *inbound) stallsBudget(held int, since time.Duration) bool {
 	r := registryFor(c.l)
 	budget, _ := c.l.BufferBudget()
 	total := r.keptTotal()
 	if total <= budget || held == 0 || c.pauseReasons&pausedByBudget != 0 || c.state != stateOpen {
-		return
+		return false
 	}
 	age := c.l.Now() - since
-	if total <= 2*budget && int64(held)*int64(age) < keptStallBytes*int64(keptStallAge) {
+	return total > 2*budget || int64(held)*int64(age) >= keptStallBytes*int64(keptStallAge)
+}
+
+// pauseForBudget pauses c for its loop's budget of kept bytes; the caller
+// set sharedBudgetPaused. Must be called on c's loop.
+func (c *inbound) pauseForBudget() {
+	if c.pauseReasons&pausedByBudget != 0 || c.state != stateOpen {
 		return
 	}
-	r.budgetPaused.Add(1)
-	c.shared.set(sharedBudgetPaused)
+	registryFor(c.l).budgetPaused.Add(1)
 	c.applyPause(pausedByBudget, true)
 }
 
@@ -285,6 +300,7 @@ func (c *inbound) overKeptBudgetHeld(held int, since time.Duration) {
 // started again). Must be called on c's loop.
 func (c *inbound) progressed() {
 	if c.pauseReasons&pausedByBudget == 0 {
+		c.shared.clear(sharedBudgetPaused)
 		return
 	}
 	registryFor(c.l).budgetPaused.Add(-1)

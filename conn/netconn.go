@@ -194,12 +194,20 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 	if pause {
 		nc.paused = true
 	}
-	held, since := nc.received.n, nc.since
+	// Decided under nc.mu, as took reads the flag: a Read either ran
+	// before (and the bytes it took are not held) or sees the flag and
+	// resumes the connection.
+	budget := c.inbound().stallsBudget(nc.received.n, nc.since)
+	if budget {
+		c.shared.set(sharedBudgetPaused)
+	}
 	nc.mu.Unlock()
 	if pause {
 		_ = c.PauseRead()
 	}
-	c.inbound().overKeptBudgetHeld(held, since)
+	if budget {
+		c.inbound().pauseForBudget()
+	}
 	nc.wake(&nc.readWakeup)
 }
 
