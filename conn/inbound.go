@@ -230,18 +230,23 @@ const (
 // input and their NetConns' unread bytes.
 func (r *loopConns) keptTotal() int { return r.kept + int(r.netKept.Load()) }
 
-// checkOverload updates r.overloaded: set once the loop keeps or queues
-// more than twice its budget (pausing the connections that cost most did
-// not hold the total), cleared once both are back under the budget. While
-// every worker loop of a server is overloaded, the server stops accepting
-// (listener.overloaded). Must be called on l, after a change of a total.
+// checkOverload updates r.overloaded: set once the loop keeps more than
+// twice its budget of kept bytes (pausing the connections that hold bytes
+// without progress did not hold the total: a flood of connections each
+// keeping its first receive), cleared once it is back under the budget.
+// While every worker loop of a server is overloaded, the server stops
+// accepting (listener.overloaded). Queued bytes do not overload a loop:
+// past their budget each connection's high-water mark shrinks to its share
+// (outbound.highWaterNow), which bounds their total by the number of
+// connections, and peers that never read would otherwise hold accepting
+// off for good. Must be called on l, after a change of the total.
 func (r *loopConns) checkOverload(l *loop.Loop) {
-	kept, queued := l.BufferBudget()
-	k, q := r.keptTotal(), r.outboundQueued
+	kept, _ := l.BufferBudget()
+	k := r.keptTotal()
 	switch over := r.overloaded.Load(); {
-	case !over && (k > 2*kept || q > 2*queued):
+	case !over && k > 2*kept:
 		r.overloaded.Store(true)
-	case over && k <= kept && q <= queued:
+	case over && k <= kept:
 		r.overloaded.Store(false)
 	}
 }
@@ -490,7 +495,12 @@ func (c *inbound) keep(data []byte) bool {
 	k.buf = append(k.buf, data...)
 	k.pending += len(data)
 	c.chargeKept()
-	c.overKeptBudget()
+	if !c.cfg.netConn {
+		// A NetConn's connection keeps bytes only while its NetConn
+		// paused it, and only a Read can make progress there: its
+		// NetConn decides (NetConn.OnData, NetConn.took).
+		c.overKeptBudget()
+	}
 	return true
 }
 
@@ -564,11 +574,16 @@ func (c *inbound) callReadOnly(data []byte) (n int, ok bool) {
 // pause acts only after the call. So each connection keeps the ratio of
 // the bytes its handler's callbacks queued to the bytes they were given
 // (gain, in 1/gainOne), and the connections of one Listen or Dial share the
-// largest ratio seen lately (flowShared.gain, halved every second), so that
+// largest ratio seen lately (flowShared.gain, halved every gainHalfLife), so that
 // a new connection's first receive is cut as well. answerRoom cuts the
 // input handed to the handler at once to what its answers may take before
 // the pause.
 const gainOne = 16
+
+// gainHalfLife is how long the largest ratio the connections of one
+// Listen or Dial showed counts whole (hard-coded): it halves every
+// gainHalfLife since it was last seen.
+const gainHalfLife = 10 * time.Second
 
 // flowShared is what the connections of one Listen or Dial share for flow
 // control. Safe for concurrent use.
@@ -577,14 +592,14 @@ type flowShared struct {
 	gainAt atomic.Int64 // loop clock (Loop.Now) when gain was set
 }
 
-// sharedGain returns s's ratio, halved for every second since it was set
+// sharedGain returns s's ratio, halved for every gainHalfLife since it was set
 // (on l's clock).
 func (s *flowShared) sharedGain(l *loop.Loop) int64 {
 	g := s.gain.Load()
 	if g <= gainOne {
 		return g
 	}
-	age := (l.Now() - time.Duration(s.gainAt.Load())) / time.Second
+	age := (l.Now() - time.Duration(s.gainAt.Load())) / gainHalfLife
 	if age >= 32 {
 		return 0
 	}
@@ -803,7 +818,7 @@ func (c *inbound) syncWritePause() {
 	paused := c.pauseReasons&pausedUnwritable != 0
 	want := q > mark
 	if paused {
-		want = q > min(c.cfg.lowWater, mark/2)
+		want = q > min(c.outbound().lowWaterNow(), mark/2)
 	}
 	if want != paused {
 		c.applyPause(pausedUnwritable, want)

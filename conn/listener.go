@@ -192,11 +192,11 @@ type ServerStats struct {
 	// unexpected one (which pauses accepting as OutOfResources does).
 	AcceptErrors uint64
 	// Overloads counts the pauses of accepting because every worker
-	// loop kept or queued more than twice its buffer budget
-	// (loop.WithBufferBudget): pausing reads on the connections that cost
-	// most did not hold the totals, so new connections wait in the
-	// kernel's accept queue (10 ms to 1 s, doubling while it lasts)
-	// rather than adding to them.
+	// loop kept more than twice its budget of kept bytes
+	// (loop.WithBufferBudget): pausing reads on the connections that hold
+	// bytes without progress did not hold the total, so new connections
+	// wait in the kernel's accept queue (10 ms to 1 s, doubling while it
+	// lasts) rather than adding to it.
 	Overloads uint64
 	// Backlog is the number of connections waiting in the kernel's accept
 	// queues of the server's TCP sockets, read when Stats is called, and
@@ -484,8 +484,8 @@ func (ln *listener) Complete(cp *loop.Completion) {
 	}
 }
 
-// overloaded reports whether every loop ln hands connections to keeps or
-// queues more than twice its buffer budget (loopConns.checkOverload).
+// overloaded reports whether every loop ln hands connections to keeps
+// more than twice its budget of kept bytes (loopConns.checkOverload).
 func (ln *listener) overloaded() bool {
 	if ln.srv.cfg.reusePort {
 		return registryFor(ln.l).overloaded.Load()

@@ -263,7 +263,7 @@ func (c *outbound) afterAppend() {
 // markQueued publishes the queue's new size after an append and reports
 // whether a flush must be queued. Caller holds c.mu.
 func (c *outbound) markQueued() bool {
-	if c.outQueue.n > c.cfg.highWater && !c.unwritable() {
+	if c.outQueue.n > c.highWaterNow() && !c.unwritable() {
 		c.writabilityChanges.Add(1) // writable → unwritable
 	}
 	if c.flushQueued {
@@ -430,26 +430,59 @@ func (c *outbound) ownPauseMark() int {
 // pauseMark returns how much c may queue before its reading pauses now:
 // its own pause mark, or the high-water mark under
 // WithPauseReadWhenUnwritable(true); while its loop queues more than its
-// budget, at most the high-water mark, and less where the budget shared
-// among the loop's connections that queue bytes is less (but not under
-// minPauseMark), so that many peers that never read hold the budget
-// between them. Must be called on c's loop.
+// budget, its high-water mark of the moment (highWaterNow). Must be called
+// on c's loop.
 func (c *outbound) pauseMark() int {
 	mark := c.ownPauseMark()
 	if c.cfg.pauseUnwritable == pauseAlways {
 		mark = c.cfg.highWater
 	}
-	r := registryFor(c.l)
-	if _, budget := c.l.BufferBudget(); r.outboundQueued > budget {
-		share := budget / max(r.queuers, 1)
-		mark = min(mark, c.cfg.highWater, max(share, minPauseMark))
+	if pm := int(registryFor(c.l).pressureMark.Load()); pm > 0 {
+		mark = min(mark, c.highWaterNow())
 	}
 	return mark
 }
 
+// highWaterNow returns c's high-water mark of the moment: its own, or,
+// while its loop queues more than its budget, half the budget shared
+// among the loop's connections that queue bytes if that is less (at least
+// minPauseMark; loopConns.pressureMark), so that many peers that never
+// read hold the budget between them, whether the handler watches Writable,
+// a NetConn's Write blocks, or reading pauses. Safe for concurrent use.
+func (c *outbound) highWaterNow() int {
+	hw := c.cfg.highWater
+	if pm := int(registryFor(c.l).pressureMark.Load()); pm > 0 && pm < hw {
+		hw = pm
+	}
+	return hw
+}
+
+// lowWaterNow returns the low-water mark that goes with highWaterNow.
+// Safe for concurrent use.
+func (c *outbound) lowWaterNow() int {
+	return min(c.cfg.lowWater, c.highWaterNow()/2)
+}
+
+// setPressureMark updates r.pressureMark after a change of the loop's
+// queued bytes: 0 under the budget, else the budget shared among the
+// connections that queue bytes (at least minPauseMark). On the loop.
+func (r *loopConns) setPressureMark(l *loop.Loop) {
+	pm := 0
+	if _, budget := l.BufferBudget(); r.outboundQueued > budget {
+		// Half a share: the connections that passed their marks before
+		// the pressure keep what they queued, and the total settles
+		// under one and a half budgets, short of an overload.
+		pm = max(budget/max(2*r.queuers, 1), minPauseMark)
+	}
+	if int(r.pressureMark.Load()) != pm {
+		r.pressureMark.Store(int64(pm))
+	}
+}
+
 // minPauseMark is the least a connection may queue before its reading
-// pauses, however many share its loop's budget (hard-coded: a few answers).
-const minPauseMark = 8 << 10
+// pauses, however many share its loop's budget (hard-coded: about one
+// answer, as a goroutine blocked in a Write of it holds).
+const minPauseMark = 2 << 10
 
 // chargeOutbound brings the loop's count of queued outbound bytes in line
 // with c's queue, n bytes (c.outQueue.n, read under c.mu). Must be called
@@ -468,7 +501,7 @@ func (c *outbound) chargeOutbound(n int) {
 	}
 	r.outboundQueued += n - c.outboundCharged
 	c.outboundCharged = n
-	r.checkOverload(c.l)
+	r.setPressureMark(c.l)
 }
 
 // Complete handles the send's completions. Must be called on c's loop.
@@ -512,7 +545,7 @@ func (c *outbound) Complete(cp *loop.Completion) {
 	c.mu.Lock()
 	c.sendBusy = false
 	c.outQueue.consume(int(res))
-	if c.unwritable() && c.outQueue.n <= c.cfg.lowWater {
+	if c.unwritable() && c.outQueue.n <= c.lowWaterNow() {
 		c.writabilityChanges.Add(1) // unwritable → writable
 		c.conn().wakeRoomWaiters()
 	}

@@ -20,6 +20,7 @@ type loopConns struct {
 	keepers        int          // connections keeping input
 	outboundQueued int          // bytes its connections queue for sending, as of their last outbound.chargeOutbound
 	queuers        int          // connections with bytes counted in outboundQueued
+	pressureMark   atomic.Int64 // while outboundQueued passes the budget, the budget per queuer (outbound.highWaterNow); else 0
 	budgetPaused   atomic.Int32 // connections paused by the loop's budget of kept bytes (inbound.overKeptBudget); written on the loop
 	netKept        atomic.Int64 // bytes its NetConns received and no Read took yet (NetConn.took)
 	resuming       bool         // resumeUnderBudget is running
