@@ -179,3 +179,41 @@ func BenchmarkHandOff(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCurrent measures Current while a loop is busy running a task
+// (so the shortcut for every loop asleep does not apply): called off every
+// loop (gettid and a missed lookup) and on the loop itself (gettid, the
+// lookup and the second gettid that confirms it).
+func BenchmarkCurrent(b *testing.B) {
+	g := newGroup(b, loop.BackendEpoll, loop.WithLoops(2), loop.WithSharedThread(false))
+	b.Run("off-loop", func(b *testing.B) {
+		var stop atomic.Bool
+		busy := make(chan struct{})
+		if err := g.Loop(0).Execute(func() {
+			close(busy)
+			for !stop.Load() {
+				runtime.Gosched()
+			}
+		}); err != nil {
+			b.Fatal(err)
+		}
+		<-busy
+		defer stop.Store(true)
+		b.ResetTimer()
+		for b.Loop() {
+			if loop.Current() != nil {
+				b.Fatal("Current off every loop named a loop")
+			}
+		}
+	})
+	b.Run("on-loop", func(b *testing.B) {
+		l := g.Loop(1)
+		runOn(b, l, func() {
+			for b.Loop() {
+				if loop.Current() != l {
+					b.Fatal("Current on the loop did not name it")
+				}
+			}
+		})
+	})
+}

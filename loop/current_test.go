@@ -1,6 +1,8 @@
 package loop_test
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,6 +59,72 @@ func TestCurrent(t *testing.T) {
 					}
 				}
 			})
+		}
+	})
+}
+
+// TestCurrentOffLoopWhileLoopsStart checks that Current never names a loop
+// to a goroutine that is not that loop's while loops start and end around
+// it. A caller reads its thread id, and the Go scheduler may move it to
+// another thread before it looks the id up; a loop starting meanwhile on
+// the thread it left (the thread is free, and the goroutine that starts a
+// loop hands its own thread to the new loop goroutine as it waits for the
+// start) would answer the lookup. Probes call Current in a tight loop,
+// so the scheduler preempts them at arbitrary points, while starters start
+// and shut down single-loop groups; every answer must be nil.
+func TestCurrentOffLoopWhileLoopsStart(t *testing.T) {
+	starts := 120
+	if testing.Short() {
+		starts = 60
+	}
+	forEachBackend(t, func(t *testing.T, b loop.Backend) {
+		const starters, probes = 2, 4
+		var (
+			stop     atomic.Bool
+			wrong    atomic.Int64
+			firstBad atomic.Pointer[loop.Loop]
+			pwg, swg sync.WaitGroup
+		)
+		for range probes {
+			pwg.Add(1)
+			go func() {
+				defer pwg.Done()
+				for !stop.Load() {
+					if l := loop.Current(); l != nil {
+						wrong.Add(1)
+						firstBad.CompareAndSwap(nil, l)
+						stop.Store(true)
+					}
+				}
+			}()
+		}
+		for range starters {
+			swg.Add(1)
+			go func() {
+				defer swg.Done()
+				for i := 0; i < starts/starters && !stop.Load(); i++ {
+					g, err := loop.NewGroup(loop.WithBackend(b), loop.WithLogger(quietLogger),
+						loop.WithLoops(1), loop.WithSharedThread(false))
+					if err != nil {
+						t.Errorf("NewGroup: %v", err)
+						stop.Store(true)
+						return
+					}
+					ran := make(chan struct{})
+					if err := g.Loop(0).Execute(func() { close(ran) }); err != nil {
+						t.Errorf("Execute: %v", err)
+					} else {
+						<-ran
+					}
+					shutdown(t, g)
+				}
+			}()
+		}
+		swg.Wait()
+		stop.Store(true)
+		pwg.Wait()
+		if n := wrong.Load(); n > 0 {
+			t.Errorf("Current named a loop to a goroutine off every loop %d times (first: %v)", n, firstBad.Load())
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,13 +145,15 @@ func (l *Loop) Features() Features {
 // InLoop reports whether the caller runs on this loop's goroutine. Go has
 // no goroutine identity, but a locked loop goroutine is the only one that
 // ever runs on its OS thread, so InLoop compares gettid(2) with the id the
-// loop recorded when it started. Safe for concurrent use.
+// loop recorded when it started, and reads that id again after the
+// gettid: the loop still holding the thread then rules out a new thread
+// given the id of the loop's, which ended with it. Safe for concurrent use.
 func (l *Loop) InLoop() bool {
 	if l.cfg.sharedThread {
 		return l.thread.pinnedHere()
 	}
 	tid := l.thread.id.Load()
-	return tid != 0 && gettid() == tid
+	return tid != 0 && gettid() == tid && l.thread.id.Load() == tid
 }
 
 // HandOffNextWait makes the loop's next wait give its thread's P back to
@@ -199,20 +202,35 @@ func leaveWait() { busyLoops.Add(1) }
 // to refuse to block a loop (ErrInLoop). It costs one atomic load while
 // every loop sleeps in its wait, and a gettid(2) otherwise. Safe for
 // concurrent use.
+//
+// The caller is pinned to its thread from the gettid to the end of the
+// lookup. Unpinned, the scheduler could move it to another thread right
+// after the gettid, and a loop could start on the thread it left (the
+// goroutine that starts a loop waits for the start, which frees its thread
+// for the new loop goroutine): the stale id would then name a loop the
+// caller is not on. Pinned, the id stays the caller's, and a loop that
+// records it as its own (which a loop does only while it holds the thread,
+// locked, and so runs alone on it) is the caller's.
 func Current() *Loop {
 	if busyLoops.Load() == 0 {
 		return nil
 	}
+	runtime.LockOSThread()
+	l := currentPinned()
+	runtime.UnlockOSThread()
+	return l
+}
+
+// currentPinned is Current for a caller pinned to its thread.
+func currentPinned() *Loop {
 	tid := gettid()
 	if tid == 0 {
 		return nil
 	}
 	if v, ok := running.Load(tid); ok {
-		l := v.(*Loop)
-		switch {
-		case l.thread.id.Load() != tid:
-			// A shared-thread loop that has left this thread.
-		case !l.cfg.sharedThread || l.thread.pinnedHere():
+		// The entry may be stale: a shared-thread loop that has left
+		// this thread (and another goroutine runs here now).
+		if l := v.(*Loop); l.thread.id.Load() == tid {
 			return l
 		}
 	}
