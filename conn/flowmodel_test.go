@@ -545,14 +545,15 @@ func TestNetConnsInKeptBudget(t *testing.T) {
 }
 
 // TestOverloadStopsAccepting: when pausing does not hold a loop's kept bytes
-// under twice its budget, its server stops accepting, and the connections
+// under four times its budget, its server stops accepting, and the connections
 // that arrive meanwhile wait in the kernel's accept queue; once the total
 // drains they are accepted and served, and no connection was reset.
 func TestOverloadStopsAccepting(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
-		const budget = 64 << 10
+		const budget = 32 << 10
 		g := ctGroup(t, b, 1, loop.WithBufferBudget(budget, 0))
-		closed := make(chan error, 16)
+		const flood = 16
+		closed := make(chan error, flood)
 		srv, err := conn.ListenFunc(t.Context(), g, "tcp", "127.0.0.1:0", func(*conn.Conn) conn.Handler {
 			return &lineKeeper{closed: closed}
 		})
@@ -560,17 +561,18 @@ func TestOverloadStopsAccepting(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer srv.Close()
-		// Two peers hold 100 KiB each, without progress: past twice the
+		// A flood of peers, each keeping what it sent before it could
+		// pause (its first receive, several KiB): past four times the
 		// budget.
 		var peers []net.Conn
-		for range 2 {
+		for range flood {
 			nc, err := net.Dial("tcp", srv.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer nc.Close()
 			peers = append(peers, nc)
-			nc.Write(bytes.Repeat([]byte("y"), 100<<10))
+			go nc.Write(bytes.Repeat([]byte("y"), 64<<10))
 		}
 		ctWaitFor(t, 10*time.Second, "the loop overloaded", func() bool { return conn.OverloadedLoop(g.Loop(0)) })
 		// An accept armed before the overload may take one more
@@ -601,7 +603,7 @@ func TestOverloadStopsAccepting(t *testing.T) {
 		if n, err := late.Read(buf); err != nil || string(buf[:n]) != "ok\n" {
 			t.Fatalf("the connection that waited: read %q, %v; want its answer", buf[:n], err)
 		}
-		for range 2 {
+		for range flood {
 			if err := <-closed; err != nil && !errors.Is(err, io.EOF) {
 				t.Errorf("a peer's connection closed with %v", err)
 			}

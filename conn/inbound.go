@@ -226,17 +226,25 @@ const (
 	keptStallBytes = 64 << 10
 )
 
+// overloadFactor is how many times its budget of kept bytes a loop keeps
+// before it is overloaded and its servers stop accepting (hard-coded):
+// stopping costs new clients their service, so it is kept for floods that
+// pausing did not hold, well past the twice the budget where every
+// connection that grows without progress pauses.
+const overloadFactor = 4
+
 // keptTotal returns the bytes the connections of r's loop keep: their kept
 // input and their NetConns' unread bytes.
 func (r *loopConns) keptTotal() int { return r.kept + int(r.netKept.Load()) }
 
 // checkOverload updates r.overloaded: set once the loop keeps more than
-// twice its budget of kept bytes (pausing the connections that hold bytes
-// without progress did not hold the total: a flood of connections each
-// keeping its first receive), cleared once it is back under the budget.
-// While every worker loop of a server is overloaded, the server stops
-// accepting (listener.overloaded). Queued bytes do not overload a loop:
-// past their budget each connection's high-water mark shrinks to its share
+// overloadFactor times its budget of kept bytes (pausing the connections
+// that hold bytes without progress did not hold the total: a flood of
+// connections each keeping what it sent before it could pause), cleared
+// once it is back under twice the budget. While every worker loop of a
+// server is overloaded, the server stops accepting (listener.overloaded).
+// Queued bytes do not overload a loop: past their budget each
+// connection's high-water mark shrinks to its share
 // (outbound.highWaterNow), which bounds their total by the number of
 // connections, and peers that never read would otherwise hold accepting
 // off for good. Must be called on l, after a change of the total.
@@ -244,9 +252,9 @@ func (r *loopConns) checkOverload(l *loop.Loop) {
 	kept, _ := l.BufferBudget()
 	k := r.keptTotal()
 	switch over := r.overloaded.Load(); {
-	case !over && k > 2*kept:
+	case !over && k > overloadFactor*kept:
 		r.overloaded.Store(true)
-	case over && k <= kept:
+	case over && k <= 2*kept:
 		r.overloaded.Store(false)
 	}
 }

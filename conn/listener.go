@@ -192,7 +192,7 @@ type ServerStats struct {
 	// unexpected one (which pauses accepting as OutOfResources does).
 	AcceptErrors uint64
 	// Overloads counts the pauses of accepting because every worker
-	// loop kept more than twice its budget of kept bytes
+	// loop kept more than four times its budget of kept bytes
 	// (loop.WithBufferBudget): pausing reads on the connections that hold
 	// bytes without progress did not hold the total, so new connections
 	// wait in the kernel's accept queue (10 ms to 1 s, doubling while it
@@ -485,7 +485,7 @@ func (ln *listener) Complete(cp *loop.Completion) {
 }
 
 // overloaded reports whether every loop ln hands connections to keeps
-// more than twice its budget of kept bytes (loopConns.checkOverload).
+// more than four times its budget of kept bytes (loopConns.checkOverload).
 func (ln *listener) overloaded() bool {
 	if ln.srv.cfg.reusePort {
 		return registryFor(ln.l).overloaded.Load()

@@ -171,7 +171,7 @@ func (s Snapshot) Families() []Family {
 	server("closed_total", "Connections that went through OnClose.", Counter, func(s *Server) float64 { return u(s.Closed) })
 	server("refused_total", "Accepted connections closed unserved (shutting down).", Counter, func(s *Server) float64 { return u(s.Refused) })
 	server("out_of_resources_total", "Accepts that failed for lack of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM); each pauses accepting.", Counter, func(s *Server) float64 { return u(s.OutOfResources) })
-	server("overloads_total", "Pauses of accepting because every worker loop kept more than twice its budget of kept bytes.", Counter, func(s *Server) float64 { return u(s.Overloads) })
+	server("overloads_total", "Pauses of accepting because every worker loop kept more than four times its budget of kept bytes.", Counter, func(s *Server) float64 { return u(s.Overloads) })
 	server("accept_errors_total", "Other failed accepts.", Counter, func(s *Server) float64 { return u(s.AcceptErrors) })
 	server("backlog", "Connections waiting in the kernel's accept queues.", Gauge, func(s *Server) float64 { return float64(s.Backlog) })
 	server("backlog_max", "Size of the kernel's accept queues.", Gauge, func(s *Server) float64 { return float64(s.BacklogMax) })

@@ -206,13 +206,13 @@ func TestNeverReadLinesCheap(t *testing.T) {
 			t.Errorf("a fresh client after the attack got no answer: %v", err)
 		}
 		atkCheckCanary(t, tg, figs, "p99", res)
-		atkCheckMem(t, tg, figs, "rss", heap, rss, 16<<20)
+		atkCheckMem(t, tg, figs, "rss", heap, rss, 16<<20, false)
 		if tg.net {
 			figs.set("cpu", float64(cpu))
 		} else if ref, ok := figs.get("cpu"); ok {
 			t.Logf("CPU time %v: %.2f× package net's %v", cpu.Round(time.Millisecond), float64(cpu)/ref, time.Duration(ref).Round(time.Millisecond))
 			if float64(cpu) > ref {
-				t.Errorf("the attack cost the process %v of CPU time, more than package net's %v", cpu.Round(time.Millisecond), time.Duration(ref).Round(time.Millisecond))
+				missed(t, false, "the attack cost the process %v of CPU time, more than package net's %v", cpu.Round(time.Millisecond), time.Duration(ref).Round(time.Millisecond))
 			}
 		}
 	})

@@ -126,7 +126,7 @@ func atkUnreadRun(t *testing.T, test string, tg atkTarget, g *loop.Group, figs *
 		t.Errorf("%d fds of the server's port still open %v after the peers closed", left, atkVanishBound)
 	}
 	atkCheckCanary(t, tg, figs, "p99", res)
-	atkCheckMem(t, tg, figs, "rss", heap, rss, 0)
+	atkCheckMem(t, tg, figs, "rss", heap, rss, 0, false)
 }
 
 // atkHold is how long an attack holds once in place.
