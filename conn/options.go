@@ -176,7 +176,11 @@ func WithWriteBuffer(n int) Option { return func(c *config) { c.writeBuf = n } }
 // WithWaterMarks sets the outbound water marks in bytes (defaults 32 KiB
 // and 64 KiB). A connection becomes unwritable when more than high bytes are
 // queued and writable again at low or fewer. Both 0 means the defaults;
-// otherwise 0 <= low <= high and high > 0 are required.
+// otherwise 0 <= low <= high and high > 0 are required. While the
+// connection's loop queues more than its budget (loop.WithBufferBudget),
+// the marks in effect shrink to half the budget shared among the loop's
+// connections that queue bytes (at least 2 KiB), and the low mark to half
+// that, if less.
 func WithWaterMarks(low, high int) Option {
 	return func(c *config) { c.lowWater, c.highWater = low, high }
 }
@@ -237,7 +241,8 @@ func WithHalfClose(on bool) Option { return func(c *config) { c.halfClose = on }
 // Without the option, reading pauses the same way only where a backlog
 // builds up: while the connection is unwritable and either its loop's
 // connections queue more than their budget for sending in all
-// (loop.WithBufferBudget, 16 MiB by default), or the connection itself
+// (loop.WithBufferBudget, 4 MiB by default; past it every connection's
+// high-water mark shrinks to its share), or the connection itself
 // queues more than 2 MiB (or half its outbound limit, if less). Pipelined
 // transfers to peers that read then never pause, while a peer that never
 // reads holds at most 2 MiB and what one answer adds, and many such peers

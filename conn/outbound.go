@@ -39,7 +39,8 @@ func (c *outbound) unwritable() bool { return c.writabilityChanges.Load()&1 == 1
 
 // Writable reports whether the outbound buffer is below the high-water
 // mark: false once more than the high mark is queued, until it drains to
-// the low mark. Safe for concurrent use.
+// the low mark. The marks shrink while the loop queues more than its
+// budget (WithWaterMarks). Safe for concurrent use.
 func (c *Conn) Writable() bool { return c.writabilityChanges.Load()&1 == 0 }
 
 // Buffered returns the outbound bytes queued and not yet sent. Safe for
