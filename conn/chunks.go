@@ -48,8 +48,17 @@ const inChunkSize = 4 << 10
 
 var inChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, inChunkSize)} }}
 
-// getChunk takes an empty chunk: an inbound one, or for outbound bytes a
-// small one for a small write (n bytes) to an empty queue, else a full one.
+// midChunkSize is the size of the chunk a write of up to 8 KiB to an empty
+// queue gets, and a write of up to 4 KiB takes an inbound chunk's size:
+// many connections that each hold one answer (peers that do not read it,
+// their loop past its budget) hold about that answer, not a full chunk.
+const midChunkSize = 8 << 10
+
+var midChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, midChunkSize)} }}
+
+// getChunk takes an empty chunk: an inbound one, or for outbound bytes the
+// smallest that holds a write of n bytes to an empty queue, else a full
+// one.
 func getChunk(inbound, empty bool, n int) *chunk {
 	pool := &chunkPool
 	switch {
@@ -57,6 +66,10 @@ func getChunk(inbound, empty bool, n int) *chunk {
 		pool = &inChunkPool
 	case empty && n <= smallChunkSize:
 		pool = &smallChunkPool
+	case empty && n <= inChunkSize:
+		pool = &inChunkPool
+	case empty && n <= midChunkSize:
+		pool = &midChunkPool
 	}
 	t := pool.Get().(*chunk)
 	t.r, t.w = 0, 0
@@ -71,6 +84,8 @@ func putChunk(t *chunk) {
 		smallChunkPool.Put(t)
 	case len(t.buf) == inChunkSize:
 		inChunkPool.Put(t)
+	case len(t.buf) == midChunkSize:
+		midChunkPool.Put(t)
 	default:
 		chunkPool.Put(t)
 	}
