@@ -138,11 +138,19 @@ func (c *inbound) Complete(cp *loop.Completion) {
 // asks for receives that take less at a time, so that what it keeps when
 // it pauses stays small. That is one that paused reading once, one that
 // pauses at its high-water mark, one that is unwritable, and any while
-// its loop's connections queue half the bytes that make the default pause
-// act.
-func (c *inbound) LimitRecv() bool {
-	return c.flags.has(flagPausedOnce) || c.cfg.pauseUnwritable == pauseAlways || c.outbound().unwritable() ||
-		c.outbound().loopQueuedHalf()
+// its loop's connections queue half their budget. One whose handler's
+// answers outgrow its input takes one buffer at a time: a receive of
+// pipelined requests it may answer only a few of would otherwise be kept
+// whole (64 KiB of requests whose answers never get read).
+func (c *inbound) LimitRecv() loop.RecvLimit {
+	if !c.flags.has(flagPausedOnce) && c.cfg.pauseUnwritable != pauseAlways && !c.outbound().unwritable() &&
+		!c.outbound().loopQueuedHalf() {
+		return loop.RecvUnlimited
+	}
+	if c.gain > gainOne || c.cfg.flow.sharedGain(c.l) > gainOne {
+		return loop.RecvOneBuffer
+	}
+	return loop.RecvHalf
 }
 
 // maxIdleInbuf is the largest inbound buffer a connection keeps once it

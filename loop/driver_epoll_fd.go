@@ -383,7 +383,11 @@ func (d *epollDriver) tryRecv(fd int, o *op) epStep {
 // poll has delivered (and so freed) some: behind the other starved fds if
 // it got none, behind those and the fds that yielded if it got some.
 func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
-	for i := 0; i < epollBudget; i++ {
+	budget := epollBudget
+	if o.limit() == RecvOneBuffer {
+		budget = 1 // one buffer per readiness event (RecvLimiter)
+	}
+	for i := 0; i < budget; i++ {
 		bi, b := d.pool.get()
 		if bi < 0 {
 			if i == 0 {

@@ -547,12 +547,17 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		// does a shared-thread loop where it may change threads
 		// (multishotRecv).
 		multishot := o.multishot && d.multishotRecv
-		limit := d.multishotTotal > 0 && d.multishotRecv && o.limited()
+		limit := RecvUnlimited
+		if d.multishotTotal > 0 && d.multishotRecv {
+			limit = o.limit()
+		}
 		switch {
 		case multishot:
 			sqe.PrepRecvMultishot(fd, o.arg)
 			switch {
-			case limit:
+			case limit == RecvOneBuffer:
+				sqe.SetRecvTotal(d.cfg.bufSize)
+			case limit == RecvHalf:
 				sqe.SetRecvTotal(d.multishotTotal / 2)
 			case d.multishotTotal > 0:
 				sqe.SetRecvTotal(d.multishotTotal)

@@ -81,18 +81,33 @@ type Completer interface {
 // re-armed (a receive resubmitted while buffers run short takes one
 // bundle, Features.RecvCap, whether it asks or not). That is what bulk
 // transfers want, but a connection about to stop reading keeps what its
-// receive took. LimitRecv is asked each time the receive is armed; true
-// halves the multishot total. Kernels without a length on multishot
-// receives (before 6.17) ignore it, as does epoll, which reads what one
-// readiness event brings.
+// receive took. LimitRecv is asked each time the receive is armed:
+// RecvHalf halves the multishot total (kernels without a length on
+// multishot receives, before 6.17, ignore it, as does epoll, which reads
+// what one readiness event brings); RecvOneBuffer makes the receive take
+// one buffer and end, on io_uring where the kernel takes a length, and on
+// epoll, which then reads one buffer per readiness event.
 type RecvLimiter interface {
-	LimitRecv() bool
+	LimitRecv() RecvLimit
 }
 
-// limited reports whether o's Completer asks for a bounded receive.
-func (o *op) limited() bool {
-	l, ok := o.completer.(RecvLimiter)
-	return ok && l.LimitRecv()
+// A RecvLimit is how much a provided-buffer receive may take at a time
+// (RecvLimiter).
+type RecvLimit uint8
+
+// The limits a RecvLimiter asks for.
+const (
+	RecvUnlimited RecvLimit = iota // what the loop's receives take
+	RecvHalf                       // half a multishot receive's total
+	RecvOneBuffer                  // one provided buffer, then the receive ends
+)
+
+// limit returns the limit o's Completer asks for.
+func (o *op) limit() RecvLimit {
+	if l, ok := o.completer.(RecvLimiter); ok {
+		return l.LimitRecv()
+	}
+	return RecvUnlimited
 }
 
 // op is one record of the op table.
