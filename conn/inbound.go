@@ -604,9 +604,17 @@ const gainHalfLife = 10 * time.Second
 // flowShared is what the connections of one Listen or Dial share for flow
 // control. Safe for concurrent use.
 type flowShared struct {
-	gain   atomic.Int64 // the largest answer-to-input ratio seen lately, in 1/gainOne
-	gainAt atomic.Int64 // loop clock (Loop.Now) when gain was set
+	gain     atomic.Int64 // the largest answer-to-input ratio seen lately, in 1/gainOne
+	gainAt   atomic.Int64 // loop clock (Loop.Now) when gain was set
+	measured atomic.Bool  // a callback of these connections was given probeLen bytes or more
 }
+
+// probeLen is the most the first callbacks of a Listen or Dial are given
+// at once, until one was given that much and showed how much its handler
+// answers (hard-coded): a handler answering each byte of a receive of
+// pipelined requests with kilobytes queues at most probeLen answers
+// before its ratio is known, not one for every request of the receive.
+const probeLen = 64
 
 // sharedGain returns s's ratio, halved for every gainHalfLife since it was set
 // (on l's clock).
@@ -627,6 +635,9 @@ func (s *flowShared) sharedGain(l *loop.Loop) int64 {
 func (c *inbound) noteAnswers(in int, out uint64) {
 	if in <= 0 {
 		return
+	}
+	if in >= probeLen && !c.cfg.flow.measured.Load() {
+		c.cfg.flow.measured.Store(true)
 	}
 	if out <= uint64(in) {
 		// No more out than in (an echo, a quiet handler): the common
@@ -658,6 +669,9 @@ func (c *inbound) answerRoom(n int) int {
 	if g <= gainOne {
 		g = max(g, c.cfg.flow.sharedGain(c.l))
 		if g <= gainOne {
+			if n > probeLen && !c.cfg.flow.measured.Load() {
+				return probeLen // nothing known yet: a small first piece
+			}
 			return n
 		}
 	}
