@@ -458,11 +458,7 @@ func TestKeptAccounting(t *testing.T) {
 		if n := conn.BudgetPausedOnLoop(g.Loop(0)); n != 0 {
 			t.Errorf("%d connections paused for bytes nobody keeps", n)
 		}
-		select {
-		case err := <-lk.closed:
-			t.Errorf("the keeper closed: %v", err)
-		default:
-		}
+		ctNotClosed(t, lk.closed, "the keeper closed")
 	})
 }
 
@@ -536,11 +532,7 @@ func TestNetConnsInKeptBudget(t *testing.T) {
 				t.Fatal("the NetConns' readers did not finish")
 			}
 		}
-		select {
-		case err := <-lk.closed:
-			t.Errorf("the callback connection closed: %v", err)
-		default:
-		}
+		ctNotClosed(t, lk.closed, "the callback connection closed")
 	})
 }
 

@@ -143,11 +143,7 @@ func TestKeptBudgetPausesStalledKeepers(t *testing.T) {
 			kept, keepers := conn.KeptOnLoop(g.Loop(0))
 			t.Errorf("a long line past the budget: read %q, %v; want its answer (kept %d by %d, %d paused)", buf[:n], err, kept, keepers, conn.BudgetPausedOnLoop(g.Loop(0)))
 		}
-		select {
-		case err := <-closed:
-			t.Fatalf("a connection closed past the budget: %v", err)
-		default:
-		}
+		ctNotClosed(t, closed, "a connection closed past the budget")
 		for _, nc := range peers {
 			nc.Close()
 		}
@@ -190,10 +186,16 @@ func TestKeptBudgetCeiling(t *testing.T) {
 		if kept > peers*each/2 {
 			t.Errorf("kept %d bytes of %d sent: the budget of %d did not stop them", kept, peers*each, budget)
 		}
-		select {
-		case err := <-closed:
-			t.Fatalf("a connection closed past the budget: %v", err)
-		default:
-		}
+		ctNotClosed(t, closed, "a connection closed past the budget")
 	})
+}
+
+// ctNotClosed fails t if a close was reported on closed (what: which).
+func ctNotClosed(t *testing.T, closed <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-closed:
+		t.Errorf("%s: %v", what, err)
+	default:
+	}
 }
