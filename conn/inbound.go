@@ -141,8 +141,16 @@ func (c *inbound) Complete(cp *loop.Completion) {
 // its loop's connections queue half their budget. One whose handler's
 // answers outgrow its input takes one buffer at a time: a receive of
 // pipelined requests it may answer only a few of would otherwise be kept
-// whole (64 KiB of requests whose answers never get read).
+// whole (64 KiB of requests whose answers never get read). So does every
+// connection of a loop that keeps more than its budget of kept bytes, so
+// that each new one keeps a buffer, not a bundle, before it can pause.
 func (c *inbound) LimitRecv() loop.RecvLimit {
+	if kept, _ := c.l.BufferBudget(); registryFor(c.l).keptTotal() > kept {
+		// The loop keeps more than its budget: a connection that keeps
+		// what it receives next (a frame that never ends) must keep
+		// little before the budget pauses it.
+		return loop.RecvOneBuffer
+	}
 	if !c.flags.has(flagPausedOnce) && c.cfg.pauseUnwritable != pauseAlways && !c.outbound().unwritable() &&
 		!c.outbound().loopQueuedHalf() {
 		return loop.RecvUnlimited

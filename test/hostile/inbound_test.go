@@ -113,7 +113,7 @@ func TestInboundLinesWithoutEnd(t *testing.T) {
 		}
 		// A legit peer meanwhile, once every attacker connected (or
 		// failed to).
-		testutil.WaitFor(t, dur, "the attackers to connect", func() bool { return dialed.Load()+failed.Load() == int32(n) })
+		testutil.WaitFor(t, dur+10*time.Second, "the attackers to connect", func() bool { return dialed.Load()+failed.Load() == int32(n) })
 		lc, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
