@@ -542,9 +542,11 @@ func TestNetConnsInKeptBudget(t *testing.T) {
 // drains they are accepted and served, and no connection was reset.
 func TestOverloadStopsAccepting(t *testing.T) {
 	ctBackends(t, func(t *testing.T, b loop.Backend) {
-		const budget = 32 << 10
+		// Past its budget a loop's receives take one buffer (4 KiB): the
+		// flood keeps at least that per peer, past four times the budget.
+		const budget = 8 << 10
 		g := ctGroup(t, b, 1, loop.WithBufferBudget(budget, 0))
-		const flood = 16
+		const flood = 24
 		closed := make(chan error, flood)
 		srv, err := conn.ListenFunc(t.Context(), g, "tcp", "127.0.0.1:0", func(*conn.Conn) conn.Handler {
 			return &lineKeeper{closed: closed}
