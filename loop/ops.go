@@ -39,7 +39,13 @@ type IO struct {
 // init sets io up for l, whose backend is drv and op table ops.
 func (io *IO) init(l *Loop, drv driver, ops *opTable) {
 	*io = IO{l: l, drv: drv, ops: ops}
-	io.parked = parkedQueue{io: io, budget: max(1, int(l.cfg.bufCount)/starvedPerBuffers)}
+	budget := max(1, int(l.cfg.bufCount)/starvedPerBuffers)
+	if l.cfg.sharedThread {
+		// A shared-thread loop's receives are single shots of one
+		// buffer each: the ring feeds one per buffer.
+		budget = int(l.cfg.bufCount)
+	}
+	io.parked = parkedQueue{io: io, budget: budget}
 }
 
 // An OpID names one in-flight op of a loop: its packed user_data (slot,
