@@ -284,15 +284,8 @@ func (c *config) validate() error {
 	if c.bufSize == 0 {
 		c.bufSize = d.bufSize
 	}
-	if bits.OnesCount32(c.bufCount) != 1 || c.bufCount > 1<<15 {
-		return invalidOption("buffer count %d (expected a power of two <= 32768)", c.bufCount)
-	}
-	if c.bufSize > 1<<20 {
-		return invalidOption("buffer size %d (expected 1..1048576)", c.bufSize)
-	}
-	if total := uint64(c.bufCount) * uint64(c.bufSize); total > maxBufRingBytes {
-		return invalidOption("buffer ring of %d × %d bytes = %d bytes per loop (expected at most %d)",
-			c.bufCount, c.bufSize, total, maxBufRingBytes)
+	if err := checkBuffers("buffer", "buffer ring", c.bufCount, c.bufSize); err != nil {
+		return err
 	}
 	if c.keptBudget < 0 || c.queuedBudget < 0 {
 		return invalidOption("buffer budget kept %d, queued %d (expected >= 0; 0 means the default)", c.keptBudget, c.queuedBudget)
@@ -309,15 +302,8 @@ func (c *config) validate() error {
 	if c.dgramBufSize == 0 {
 		c.dgramBufSize = d.dgramBufSize
 	}
-	if bits.OnesCount32(c.dgramBufCount) != 1 || c.dgramBufCount > 1<<15 {
-		return invalidOption("datagram buffer count %d (expected a power of two <= 32768)", c.dgramBufCount)
-	}
-	if c.dgramBufSize > 1<<20 {
-		return invalidOption("datagram buffer size %d (expected 1..1048576)", c.dgramBufSize)
-	}
-	if total := uint64(c.dgramBufCount) * uint64(c.dgramBufSize); total > maxBufRingBytes {
-		return invalidOption("datagram buffers of %d × %d bytes = %d bytes per loop (expected at most %d)",
-			c.dgramBufCount, c.dgramBufSize, total, maxBufRingBytes)
+	if err := checkBuffers("datagram buffer", "datagram buffers", c.dgramBufCount, c.dgramBufSize); err != nil {
+		return err
 	}
 	if c.clock == nil {
 		c.clock = d.clock
@@ -327,6 +313,23 @@ func (c *config) validate() error {
 	}
 	if c.drainTimeout == 0 {
 		c.drainTimeout = d.drainTimeout
+	}
+	return nil
+}
+
+// checkBuffers validates a loop's provided buffers (WithBufferRing,
+// WithDatagramBuffers): count a power of two up to 32768, size up to 1 MiB,
+// at most maxBufRingBytes in all. name and total name them in the error.
+func checkBuffers(name, total string, count, size uint32) error {
+	if bits.OnesCount32(count) != 1 || count > 1<<15 {
+		return invalidOption("%s count %d (expected a power of two <= 32768)", name, count)
+	}
+	if size > 1<<20 {
+		return invalidOption("%s size %d (expected 1..1048576)", name, size)
+	}
+	if all := uint64(count) * uint64(size); all > maxBufRingBytes {
+		return invalidOption("%s of %d × %d bytes = %d bytes per loop (expected at most %d)",
+			total, count, size, all, maxBufRingBytes)
 	}
 	return nil
 }
