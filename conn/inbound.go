@@ -558,6 +558,11 @@ func (c *inbound) afterCallback(in int, out uint64) {
 	if out == 0 || c.state != stateOpen {
 		return
 	}
+	if !c.outbound().unwritable() && registryFor(c.l).pressureMark.Load() == 0 {
+		// At or under the high-water mark, and so under every mark where
+		// reading pauses: nothing to count before the flush does.
+		return
+	}
 	c.mu.Lock()
 	n := c.outQueue.n
 	c.mu.Unlock()

@@ -403,13 +403,6 @@ func (c *outbound) callWritability(writable bool) {
 	c.h.(WritabilityHandler).OnWritabilityChanged(c.conn(), writable)
 }
 
-// loopOverQueued reports whether c's loop queues more than its budget.
-// Must be called on c's loop.
-func (c *outbound) loopOverQueued() bool {
-	_, budget := c.l.BufferBudget()
-	return registryFor(c.l).outboundQueued > budget
-}
-
 // loopQueuedHalf reports whether c's loop queues more than half its
 // budget. Must be called on c's loop.
 func (c *outbound) loopQueuedHalf() bool {
