@@ -116,19 +116,27 @@ func TestEpollDriverEmptyEvents(t *testing.T) {
 		t.Fatalf("poll with an empty event: %+v after %v", r, el)
 	}
 
-	// Each edge comes while the poll sleeps in epoll_wait: one wakeup
-	// each, until the poll gives up and returns.
+	// Each edge comes while the poll sleeps in epoll_wait, once it went
+	// back to sleep after the edge before (a thread woken but not yet
+	// run still shows the wait, and two edges then make one wakeup): one
+	// wakeup each, until the poll gives up and returns.
 	tid := unix.Gettid() // the harness keeps to this thread
 	done, returned := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
+		slept := -1
 		for range 4 * epollRewaits {
 			asleep := testutil.Eventually(10*time.Second, func() bool {
 				select {
 				case <-returned:
 					return true
 				default:
-					return testutil.Blocked(tid)
+					n := testutil.Sleeps(tid)
+					if testutil.Blocked(tid) && (n > slept || n < 0) {
+						slept = n
+						return true
+					}
+					return false
 				}
 			})
 			select {

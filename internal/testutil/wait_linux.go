@@ -44,6 +44,29 @@ func Blocked(tid int) bool {
 	return waitSyscalls[nr]
 }
 
+// Sleeps returns how many times thread tid of this process has slept
+// (its voluntary context switches), or -1 if the kernel does not say. A
+// thread that Blocked reports asleep, and that slept more times than when
+// it was last seen so, has woken and gone back to sleep since: a thread
+// still asleep in a system call it was woken from looks the same to
+// Blocked.
+func Sleeps(tid int) int {
+	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
+
 // sleepingIn returns the number of the system call thread tid sleeps in
 // (-1 if it runs or sleeps outside one), with what the kernel said.
 func sleepingIn(tid int) (int, string) {
