@@ -143,13 +143,17 @@ func (c *inbound) Complete(cp *loop.Completion) {
 // pipelined requests it may answer only a few of would otherwise be kept
 // whole (64 KiB of requests whose answers never get read). So does every
 // connection of a loop that keeps more than its budget of kept bytes, so
-// that each new one keeps a buffer, not a bundle, before it can pause.
+// that each new one keeps a buffer, not a bundle, before it can pause. A
+// NetConn sizes its receives to what its reader takes (recvAhead).
 func (c *inbound) LimitRecv() loop.RecvLimit {
 	if kept, _ := c.l.BufferBudget(); registryFor(c.l).keptTotal() > kept {
 		// The loop keeps more than its budget: a connection that keeps
 		// what it receives next (a frame that never ends) must keep
 		// little before the budget pauses it.
 		return loop.RecvOneBuffer
+	}
+	if ra, ok := c.h.(recvAhead); ok {
+		return ra.recvAhead()
 	}
 	if !c.flags.has(flagPausedOnce) && c.cfg.pauseUnwritable != pauseAlways && !c.outbound().unwritable() &&
 		!c.outbound().loopQueuedHalf() {
@@ -158,7 +162,18 @@ func (c *inbound) LimitRecv() loop.RecvLimit {
 	if c.gain > gainOne || c.cfg.flow.sharedGain(c.l) > gainOne {
 		return loop.RecvOneBuffer
 	}
-	return loop.RecvHalf
+	return recvHalf
+}
+
+// recvHalf is the limit of a receive that may pause soon: half of what an
+// io_uring multishot receive takes by default (loop.RecvLimiter).
+const recvHalf loop.RecvLimit = 512 << 10
+
+// A recvAhead is a handler that sizes its connection's receives itself
+// (NetConn, whose receives follow its reader), unless the loop keeps more
+// than its budget.
+type recvAhead interface {
+	recvAhead() loop.RecvLimit
 }
 
 // maxIdleInbuf is the largest inbound buffer a connection keeps once it

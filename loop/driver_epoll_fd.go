@@ -384,8 +384,9 @@ func (d *epollDriver) tryRecv(fd int, o *op) epStep {
 // it got none, behind those and the fds that yielded if it got some.
 func (d *epollDriver) tryRecvBuf(fd int, o *op) epStep {
 	budget := epollBudget
-	if o.limit() == RecvOneBuffer {
-		budget = 1 // one buffer per readiness event (RecvLimiter)
+	if limit := o.limit(); limit > 0 {
+		// So many buffers per readiness event (RecvLimiter).
+		budget = min(budget, buffersFor(limit, d.pool.size))
 	}
 	for i := 0; i < budget; i++ {
 		bi, b := d.pool.get()

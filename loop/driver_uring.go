@@ -554,13 +554,12 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 		switch {
 		case multishot:
 			sqe.PrepRecvMultishot(fd, o.arg)
-			switch {
-			case limit == RecvOneBuffer:
-				sqe.SetRecvTotal(d.cfg.bufSize)
-			case limit == RecvHalf:
-				sqe.SetRecvTotal(d.multishotTotal / 2)
-			case d.multishotTotal > 0:
-				sqe.SetRecvTotal(d.multishotTotal)
+			if d.multishotTotal > 0 {
+				total := d.multishotTotal
+				if limit > 0 {
+					total = min(total, uint32(buffersFor(limit, int(d.cfg.bufSize))*int(d.cfg.bufSize)))
+				}
+				sqe.SetRecvTotal(uint32(total))
 			}
 		case d.multishotTotal > 0 && d.multishotRecv && o.marks&markOneBundle != 0:
 			// A rotated receive: others wait for buffers. A single
@@ -570,7 +569,11 @@ func (d *uringDriver) prep(sqe *ring.SQE, o *op) {
 			// receives would find none; a multishot receive limited
 			// to one bundle in all takes its share, and ends.
 			sqe.PrepRecvMultishot(fd, o.arg)
-			sqe.SetRecvTotal(d.bundleLen)
+			total := d.bundleLen
+			if limit > 0 {
+				total = min(total, uint32(buffersFor(limit, int(d.cfg.bufSize))*int(d.cfg.bufSize)))
+			}
+			sqe.SetRecvTotal(total)
 		default:
 			// Single shot from the buffer group: the completion has no
 			// F_MORE and the loop re-arms, as after -ENOBUFS.

@@ -79,28 +79,33 @@ type Completer interface {
 // its receive to take less at a time. On io_uring a multishot receive
 // takes up to 1 MiB (of the default buffers) before it ends and is
 // re-armed (a receive resubmitted while buffers run short takes one
-// bundle, Features.RecvCap, whether it asks or not). That is what bulk
-// transfers want, but a connection about to stop reading keeps what its
-// receive took. LimitRecv is asked each time the receive is armed:
-// RecvHalf halves the multishot total (kernels without a length on
-// multishot receives, before 6.17, ignore it, as does epoll, which reads
-// what one readiness event brings); RecvOneBuffer makes the receive take
-// one buffer and end, on io_uring where the kernel takes a length, and on
-// epoll, which then reads one buffer per readiness event.
+// bundle, Features.RecvCap, whether it asks or not); on epoll a receive
+// reads up to 16 buffers per readiness event. That is what bulk transfers
+// want, but a connection about to stop reading keeps what its receive
+// took. LimitRecv is asked each time the receive is armed, and on epoll
+// at each readiness event: a limit of n bytes makes the receive take at
+// most n rounded up to whole buffers, then end (on io_uring where the
+// kernel takes a length on multishot receives, 6.17; earlier kernels
+// ignore it), or, on epoll, read that many buffers per readiness event.
 type RecvLimiter interface {
 	LimitRecv() RecvLimit
 }
 
-// A RecvLimit is how much a provided-buffer receive may take at a time
-// (RecvLimiter).
-type RecvLimit uint8
+// A RecvLimit is how many bytes a provided-buffer receive may take before
+// it ends (RecvLimiter); any positive value takes at least one buffer.
+type RecvLimit int
 
-// The limits a RecvLimiter asks for.
+// The limits with names.
 const (
-	RecvUnlimited RecvLimit = iota // what the loop's receives take
-	RecvHalf                       // half a multishot receive's total
-	RecvOneBuffer                  // one provided buffer, then the receive ends
+	RecvUnlimited RecvLimit = 0 // what the loop's receives take
+	RecvOneBuffer RecvLimit = 1 // one provided buffer, then the receive ends
 )
+
+// buffersFor returns how many buffers of size bytes a receive limited to
+// limit (> 0) takes: at least one.
+func buffersFor(limit RecvLimit, size int) int {
+	return max(1, (int(limit)+size-1)/size)
+}
 
 // limit returns the limit o's Completer asks for.
 func (o *op) limit() RecvLimit {

@@ -55,7 +55,7 @@ var rigLimit bool
 // limitedCompleter is a Completer that asks for limited receives.
 type limitedCompleter struct{ loop.Completer }
 
-func (limitedCompleter) LimitRecv() loop.RecvLimit { return loop.RecvHalf }
+func (limitedCompleter) LimitRecv() loop.RecvLimit { return 512 << 10 }
 
 func newStarveRig(t *testing.T, pairs int) *starveRig {
 	return newRecvRig(t, pairs, 1, false)
