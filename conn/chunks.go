@@ -57,18 +57,18 @@ const midChunkSize = 8 << 10
 var midChunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, midChunkSize)} }}
 
 // getChunk takes an empty chunk: an inbound one, or for outbound bytes the
-// smallest that holds a write of n bytes to an empty queue, else a full
-// one.
-func getChunk(inbound, empty bool, n int) *chunk {
+// smallest that holds n bytes when sized (a write to an empty queue, or a
+// queue's next chunk), else a full one.
+func getChunk(inbound, sized bool, n int) *chunk {
 	pool := &chunkPool
 	switch {
 	case inbound:
 		pool = &inChunkPool
-	case empty && n <= smallChunkSize:
+	case sized && n <= smallChunkSize:
 		pool = &smallChunkPool
-	case empty && n <= inChunkSize:
+	case sized && n <= inChunkSize:
 		pool = &inChunkPool
-	case empty && n <= midChunkSize:
+	case sized && n <= midChunkSize:
 		pool = &midChunkPool
 	}
 	t := pool.Get().(*chunk)
@@ -151,7 +151,12 @@ func (o *chunkQueue) push(p []byte, inbound bool) {
 			t = o.q[len(o.q)-1]
 		}
 		if t == nil || t.w == len(t.buf) {
-			t = getChunk(inbound, t == nil, len(p))
+			// The smallest chunk that holds p, or the bytes queued
+			// before it if more: a queue that grows by small writes
+			// gets chunks that double, few to send, and none much
+			// bigger than what it holds (peers that read nothing,
+			// each holding a small answer, hold about that).
+			t = getChunk(inbound, true, max(len(p), o.n-len(p)))
 			o.makeRoom(1)
 			o.q = append(o.q, t)
 		}

@@ -57,6 +57,9 @@ type NetConn struct {
 	writeMu     sync.Mutex   // held through a whole Write (and a ReadFrom's chunk), so concurrent ones do not interleave
 	waiters     atomic.Int32 // goroutines blocked in Read, Write, ReadFrom or WriteTo
 	paused      bool         // receiving paused because received is full; under mu
+	mark        int          // the bound received was held to when it last grew (limitNow); under mu
+	ahead       int          // how far receives run ahead of Reads now (recvAhead); under mu
+	tookSince   int          // bytes Reads took since the receive was last sized (recvAhead); under mu
 	closed      bool         // Close was called; under mu
 	eof         bool         // the peer's FIN arrived; under mu
 	ended       bool         // the connection ended (OnClose ran) with cause; under mu
@@ -85,6 +88,42 @@ func (nc *NetConn) limit() int {
 	}
 	return DefaultNetInbound
 }
+
+// limitNow returns the NetConn's inbound bound of the moment: how far its
+// receives run ahead (recvAhead) within its own bound (limit), or, while its loop keeps more than its budget of kept bytes,
+// half the budget shared among the loop's connections if that is less (at
+// least minNetShare), so that many readers that stopped reading hold
+// about the budget between them, as package net leaves their bytes in the
+// kernel. On the connection's loop.
+func (nc *NetConn) limitNow(r *loopConns) int {
+	own := min(nc.limit(), max(nc.ahead, minNetShare))
+	if budget, _ := nc.c.l.BufferBudget(); r.keptTotal() > budget {
+		return min(own, max(budget/max(2*r.conns.n, 1), minNetShare))
+	}
+	return own
+}
+
+// recvAhead sizes the connection's next receive (loop.RecvLimiter) to what
+// the reader takes: the NetConn receives ahead of its Reads up to twice
+// what they took since the last receive was sized, or half as far as
+// before if that is more, at least minNetShare and at most its bound. A
+// reader that keeps up is soon a bound ahead, as a bulk transfer wants;
+// one that stops (a handler that never reads a request's body) leaves a
+// few KiB received, not the bound, the rest in the kernel as package net
+// leaves it. On the connection's loop.
+func (nc *NetConn) recvAhead() loop.RecvLimit {
+	nc.mu.Lock()
+	nc.ahead = min(max(2*nc.tookSince, nc.ahead/2, minNetShare), nc.limit())
+	nc.tookSince = 0
+	room := nc.ahead - nc.received.n
+	nc.mu.Unlock()
+	return loop.RecvLimit(max(room, 1))
+}
+
+// minNetShare is the least a NetConn receives ahead of its Reads while
+// its loop keeps more than its budget (hard-coded: one provided buffer's
+// worth, what a receive then takes at most).
+const minNetShare = 4 << 10
 
 // Conn returns the underlying connection: its loop (Loop), its socket
 // options (SetNoDelay, SetKeepAlive, SetReadBuffer, SetWriteBuffer), its
@@ -190,7 +229,8 @@ func (nc *NetConn) OnData(c *Conn, data []byte) {
 	r := registryFor(c.l)
 	r.netKept.Add(int64(len(data)))
 	r.checkOverload(c.l)
-	pause := nc.received.n >= nc.limit() && !nc.paused
+	nc.mark = nc.limitNow(r)
+	pause := nc.received.n >= nc.mark && !nc.paused
 	if pause {
 		nc.paused = true
 	}
@@ -220,6 +260,7 @@ func (nc *NetConn) took(n int) {
 	}
 	c := nc.c
 	nc.since = c.l.Now()
+	nc.tookSince += n
 	r := registryFor(c.l)
 	r.netKept.Add(-int64(n))
 	if c.shared.has(sharedBudgetPaused) {
@@ -298,7 +339,7 @@ func (nc *NetConn) Read(p []byte) (int, error) {
 // unlockResuming unlocks nc.mu after a read, and resumes receiving if the
 // read brought a paused NetConn's buffer down to half its bound.
 func (nc *NetConn) unlockResuming() {
-	resume := nc.paused && nc.received.n <= nc.limit()/2
+	resume := nc.paused && nc.received.n <= nc.mark/2
 	nc.paused = nc.paused && !resume
 	nc.mu.Unlock()
 	if resume {
@@ -339,7 +380,7 @@ func (nc *NetConn) Write(p []byte) (int, error) {
 		if err := nc.awaitWritable(); err != nil {
 			return total, err
 		}
-		k := min(len(p), netWriteMax)
+		k := min(len(p), nc.writePiece())
 		n, err := nc.c.outbound().sendDirect(p[:k])
 		total += n
 		if err != nil {
@@ -353,6 +394,16 @@ func (nc *NetConn) Write(p []byte) (int, error) {
 	}
 }
 
+// writePiece returns the most a Write or ReadFrom hands to the connection
+// before it waits for the connection to be writable again: netWriteMax,
+// or less while the loop queues more than its budget (the high-water mark
+// of the moment), so that a goroutine blocked in a long Write to a peer
+// that does not read holds about its share of the budget, not a piece of
+// netWriteMax.
+func (nc *NetConn) writePiece() int {
+	return min(netWriteMax, max(nc.c.outbound().highWaterNow(), minPauseMark))
+}
+
 // ReadFrom implements io.ReaderFrom: it reads r into the connection's own
 // outbound chunks until EOF, sparing io.Copy its buffer and one copy, and
 // waits while the connection is unwritable as Write does.
@@ -363,7 +414,7 @@ func (nc *NetConn) ReadFrom(r io.Reader) (int64, error) {
 			return total, err
 		}
 		t := getChunk(false, false, 0)
-		n, rerr := r.Read(t.buf)
+		n, rerr := r.Read(t.buf[:min(len(t.buf), nc.writePiece())])
 		if n > 0 {
 			t.w = n
 			// Each chunk goes in as one Write would (package net's
