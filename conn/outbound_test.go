@@ -111,11 +111,26 @@ func TestPauseReadWhenUnwritableDefault(t *testing.T) {
 			}
 			srv := ctListen(t, "tcp", "127.0.0.1:0", g, h, opts...)
 			client, _, ev := ctNoReader(t, srv, h)
-			client.SetWriteDeadline(time.Now().Add(time.Second))
 			p := make([]byte, 64<<10)
-			for {
-				if _, err := client.Write(p); err != nil {
-					break
+			if mode == "off" {
+				// Nothing stops the server reading: the client writes
+				// until the server's queue passes its limit and the
+				// reset ends the writes (bounded: a few times what the
+				// limit and the socket buffers hold).
+				for range 4 * conn.DefaultOutboundLimit / len(p) {
+					client.SetWriteDeadline(time.Now().Add(10 * time.Second))
+					if _, err := client.Write(p); err != nil {
+						break
+					}
+				}
+			} else {
+				// The server pauses: the client's writes stall, and a
+				// second without progress ends them.
+				client.SetWriteDeadline(time.Now().Add(time.Second))
+				for {
+					if _, err := client.Write(p); err != nil {
+						break
+					}
 				}
 			}
 			mu.Lock()
