@@ -166,7 +166,8 @@ func readCSV(path string) ([]row, error) {
 			P50: fl("p50_us"), P99: fl("p99_us"), P999: fl("p999_us"), Max: fl("max_us"),
 			RSSBaseKB: u("rss_base_kb"), RSSPlateauKB: u("rss_plateau_kb"), HWMKB: u("vmhwm_kb"),
 			MemPerConnKB: fl("mem_per_conn_kb"), Errors: u("errors"), Note: get("note"),
-			MBPerCPU: fl("mb_per_server_cpu_s"), ServerGSO: get("server_gso"), ClientGSO: get("client_gso")})
+			MBPerCPU: fl("mb_per_server_cpu_s"), ServerGSO: get("server_gso"), ClientGSO: get("client_gso"),
+			MinShare: fl("min_conn_share")})
 	}
 	return rows, nil
 }
@@ -215,6 +216,7 @@ var metrics = map[string]func(*row) float64{
 	"hwm":        func(r *row) float64 { return float64(r.HWMKB) },
 	"memconn":    func(r *row) float64 { return r.MemPerConnKB },
 	"clientcpu":  func(r *row) float64 { return r.ClientCPU },
+	"minshare":   func(r *row) float64 { return r.MinShare },
 	// sysfrac is the kernel's share of the server's CPU; ctxsw counts
 	// context switches per 1,000 requests.
 	"sysfrac": func(r *row) float64 {
@@ -559,7 +561,7 @@ func writeSummaryCSV(path string, s *summary) error {
 	var b bytes.Buffer
 	w := csv.NewWriter(&b)
 	hdr := []string{"server", "conns", "size", "depth", "reps_ok", "reps_failed"}
-	names := []string{"rps", "mbps", "reqpercpu", "mbpercpu", "cpupermreq", "util", "p50", "p99", "p999", "hwm", "memconn", "clientcpu", "runqwait", "sysfrac", "ctxsw"}
+	names := []string{"rps", "mbps", "reqpercpu", "mbpercpu", "cpupermreq", "util", "p50", "p99", "p999", "hwm", "memconn", "clientcpu", "runqwait", "sysfrac", "ctxsw", "minshare"}
 	for _, n := range names {
 		hdr = append(hdr, n+"_median", n+"_min", n+"_max")
 	}
@@ -869,6 +871,7 @@ func markdown(s *summary, m meta, plots []plotRef, plotPrefix, readme, kernels s
 	section("CPU contention", "runqwait", "Time the server's threads were runnable but waited for their CPU, per second of the window (from /proc/<pid>/task/*/schedstat). For the single-threaded C server this is other processes taking its CPU: near 0 % on a quiet machine, and a few percent or more means the cell is disturbed. For a Go server it also counts the server's own threads waiting for each other (the runtime's sysmon thread, `net`'s netpoller thread and goroutines), which is part of its cost.", pct)
 	section("Kernel share of server CPU", "sysfrac", "System time ÷ (user + system time) of the server in the window, from /proc/<pid>/stat. On loopback a server's kernel time includes the TCP work of both ends for what it sends (the peer's receive path runs in the sender's context), so this share bounds what any user-space design can save.", pct)
 	section("Context switches per 1,000 requests", "ctxsw", "Voluntary and involuntary context switches of the server's threads in the window (/proc/<pid>/task/*/status), per 1,000 requests: how often it went to sleep or was preempted.", f1)
+	section("Least served connection", "minshare", "Requests the least served connection completed in the window, over the mean per connection: 1 when all progressed alike, 0 when one got nothing. A server that starves some connections can post a higher rate than a fair one (its working set is smaller).", f2)
 	section("Latency p99", "p99", "p99 latency in µs (median of the repetitions' p99). p50 and p99.9 are in the CSVs.", us1)
 	section("Latency p99.9", "p999", "p99.9 latency in µs.", us1)
 	section("Peak RSS", "hwm", "VmHWM of the server in MiB at the end of the run.", mib)
@@ -945,6 +948,7 @@ func kfmt(v float64) string {
 func pct(v float64) string { return fmt.Sprintf("%.0f%%", v*100) }
 func us1(v float64) string { return fmt.Sprintf("%.0f", v) }
 func f1(v float64) string  { return fmt.Sprintf("%.1f", v) }
+func f2(v float64) string  { return fmt.Sprintf("%.2f", v) }
 func mib(v float64) string { return fmt.Sprintf("%.1f", v/1024) }
 func kib(v float64) string { return fmt.Sprintf("%.1f", v) }
 

@@ -50,6 +50,7 @@ type loadResult struct {
 	Errors     uint64  `json:"errors"`
 	FirstError string  `json:"first_error"`
 	ClientCPU  float64 `json:"client_cpu_s"`
+	MinShare   float64 `json:"min_conn_share"`
 	// The QUIC load generator's: whether quic-go sent with GSO on the
 	// server's side and on its own ("on", "off", "on k/n" connections).
 	ServerGSO string `json:"server_gso"`
@@ -78,13 +79,14 @@ type row struct {
 	MemPerConnKB            float64
 	Errors                  uint64
 	Note                    string
-	ServerGSO, ClientGSO    string // QUIC workload: GSO on the server's and the client's side
+	ServerGSO, ClientGSO    string  // QUIC workload: GSO on the server's and the client's side
+	MinShare                float64 // the least served connection's requests over the mean (loadgen.Result.MinShare)
 }
 
 var csvHeader = []string{"server", "conns", "size", "depth", "rep", "elapsed_s", "requests", "rps", "mbps",
 	"server_cpu_s", "server_util", "server_cpu_s_per_mreq", "req_per_server_cpu_s", "client_cpu_s", "server_runq_wait_s",
 	"server_sys_s", "server_ctxsw", "p50_us", "p99_us", "p999_us", "max_us", "rss_base_kb", "rss_plateau_kb", "vmhwm_kb", "mem_per_conn_kb",
-	"errors", "note", "mb_per_server_cpu_s", "server_gso", "client_gso"}
+	"errors", "note", "mb_per_server_cpu_s", "server_gso", "client_gso", "min_conn_share"}
 
 func (r *row) fields() []string {
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
@@ -93,7 +95,7 @@ func (r *row) fields() []string {
 		f(r.Elapsed, 3), u(r.Requests), f(r.RPS, 0), f(r.MBps, 2),
 		f(r.ServerCPU, 2), f(r.ServerUtil, 3), f(r.CPUPerMReq, 3), f(r.ReqPerCPU, 0), f(r.ClientCPU, 2), f(r.RunqWait, 3),
 		f(r.ServerSys, 2), u(r.Ctxsw), f(r.P50, 1), f(r.P99, 1), f(r.P999, 1), f(r.Max, 1), u(r.RSSBaseKB), u(r.RSSPlateauKB), u(r.HWMKB), f(r.MemPerConnKB, 2),
-		u(r.Errors), r.Note, f(r.MBPerCPU, 2), r.ServerGSO, r.ClientGSO}
+		u(r.Errors), r.Note, f(r.MBPerCPU, 2), r.ServerGSO, r.ClientGSO, f(r.MinShare, 3)}
 }
 
 // runOne starts the server, runs the load generator against it and stops
@@ -180,7 +182,7 @@ func runOne(ctx context.Context, spec runSpec, loadgenBin string) (row, error) {
 	}
 	r.Elapsed, r.Requests, r.RPS, r.MBps = res.Elapsed, res.Requests, res.RPS, res.MBps
 	r.P50, r.P99, r.P999, r.Max = us(res.P50), us(res.P99), us(res.P999), us(res.Max)
-	r.Errors, r.ClientCPU = res.Errors, res.ClientCPU
+	r.Errors, r.ClientCPU, r.MinShare = res.Errors, res.ClientCPU, res.MinShare
 	r.ServerGSO, r.ClientGSO = res.ServerGSO, res.ClientGSO
 	if res.FirstError != "" {
 		r.Note = res.FirstError

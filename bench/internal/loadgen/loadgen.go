@@ -97,6 +97,13 @@ type Result struct {
 	Errors     uint64  `json:"errors"`
 	FirstError string  `json:"first_error,omitempty"`
 	ClientCPU  float64 `json:"client_cpu_s"` // this process, measured window
+	// MinShare is the requests the least served connection completed in
+	// the measured window over the mean per connection: 1 when every
+	// connection progressed alike, 0 when one got nothing. A server that
+	// serves a few connections and starves the rest can post a higher
+	// rate than one that is fair (a smaller working set); this tells them
+	// apart.
+	MinShare float64 `json:"min_conn_share"`
 }
 
 type conn struct {
@@ -104,6 +111,7 @@ type conn struct {
 	base  int    // stream offset of this connection
 	tx    uint64 // stream bytes written
 	rx    uint64 // stream bytes received and verified
+	reqs  uint64 // requests completed in the measured window
 	sent  []int64
 	dead  bool
 	index int
@@ -263,6 +271,7 @@ func Run(cfg Config) (Result, error) {
 	res.P50, res.P99, res.P999 = h.Quantile(0.50), h.Quantile(0.99), h.Quantile(0.999)
 	res.Max, res.Mean = h.Max(), h.Mean()
 	res.ClientCPU = cpu1 - cpu0
+	res.MinShare = minShare(ws)
 	return res, nil
 }
 
@@ -436,6 +445,7 @@ func (w *worker) recv(c *conn, measuring bool) {
 				}
 				w.h.Record(uint64(lat))
 				w.reqs++
+				c.reqs++
 				if rs.measured.Add(1) >= w.cfg.Requests {
 					rs.stopping.Store(true)
 					return
@@ -506,4 +516,24 @@ func selfCPU() float64 {
 		return 0
 	}
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// minShare is the least measured request count of a connection over the
+// mean of all connections (Result.MinShare); 0 without requests.
+func minShare(ws []*worker) float64 {
+	var total, least uint64
+	n := 0
+	for _, w := range ws {
+		for _, c := range w.conns {
+			if n == 0 || c.reqs < least {
+				least = c.reqs
+			}
+			total += c.reqs
+			n++
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(least) * float64(n) / float64(total)
 }

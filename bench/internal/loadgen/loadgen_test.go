@@ -5,6 +5,7 @@ package loadgen
 import (
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -58,6 +59,70 @@ func TestEchoVerified(t *testing.T) {
 		if res.P50 == 0 || res.P99 < res.P50 || res.P999 < res.P99 || res.Max < res.P999 {
 			t.Fatalf("latency quantiles out of order: %+v", res)
 		}
+		if res.MinShare <= 0 || res.MinShare > 1 {
+			t.Fatalf("depth %d: least served connection's share %v, want in (0, 1] when every connection is echoed", depth, res.MinShare)
+		}
+	}
+}
+
+// TestMinShareSeesAStarvedConnection: a server that never answers one of
+// the connections posts a rate, but its least served connection's share
+// is 0.
+func TestMinShareSeesAStarvedConnection(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			if i == 0 {
+				continue // accepted, never read nor answered
+			}
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	res, err := Run(Config{Addr: ln.Addr().String(), Conns: 4, Size: 100, Depth: 2, Warmup: 50 * time.Millisecond,
+		Duration: 300 * time.Millisecond, Requests: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests == 0 {
+		t.Fatalf("no request answered on the three served connections: %+v", res)
+	}
+	if res.MinShare != 0 {
+		t.Fatalf("least served connection's share %v, want 0 with one connection never answered", res.MinShare)
 	}
 }
 

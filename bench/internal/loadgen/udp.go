@@ -95,6 +95,7 @@ func (w *worker) recvUDP(c *conn, measuring bool) {
 			lat := now - c.sent[seq%uint64(w.cfg.Depth)]
 			w.h.Record(uint64(max(lat, 0)))
 			w.reqs++
+			c.reqs++
 			if rs.measured.Add(1) >= w.cfg.Requests {
 				rs.stopping.Store(true)
 				return
