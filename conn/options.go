@@ -241,7 +241,7 @@ func WithHalfClose(on bool) Option { return func(c *config) { c.halfClose = on }
 // Without the option, reading pauses the same way only where a backlog
 // builds up: while the connection is unwritable and either its loop's
 // connections queue more than their budget for sending in all
-// (loop.WithBufferBudget, 4 MiB by default; past it every connection's
+// (loop.WithBufferBudget, 1 MiB by default; past it every connection's
 // high-water mark shrinks to its share), or the connection itself
 // queues more than 2 MiB (or half its outbound limit, if less). Pipelined
 // transfers to peers that read then never pause, while a peer that never

@@ -76,7 +76,7 @@ const (
 	// received bytes its connections keep and the bytes they queue for
 	// sending (WithBufferBudget).
 	DefaultKeptBudget   = 32 << 20
-	DefaultQueuedBudget = 4 << 20
+	DefaultQueuedBudget = 1 << 20
 )
 
 func defaultConfig() config {
@@ -192,7 +192,7 @@ func WithBufferRing(count, size uint32) Option {
 // WithBufferBudget bounds, per loop, the bytes the connections of the loop
 // keep received (input their handlers have not consumed, or read while
 // paused) and the bytes they queue for sending, each in all (defaults
-// DefaultKeptBudget, 32 MiB, and DefaultQueuedBudget, 4 MiB; 0 means the
+// DefaultKeptBudget, 32 MiB, and DefaultQueuedBudget, 1 MiB; 0 means the
 // default; negative values are rejected). The loop itself holds no such
 // bytes: package conn enforces the budget, by pausing reads on the
 // connections that cost the most for the least progress until the total

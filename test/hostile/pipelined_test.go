@@ -149,11 +149,12 @@ func TestPipelinedAnswersPauseWithinReceive(t *testing.T) {
 		t.Run(k.String(), func(t *testing.T) {
 			backends(t, func(t *testing.T, b loop.Backend) {
 				r := runPipelined(t, k, b, n, lines, peersCost)
-				// The ReadHandler meets the target in most runs, by a
-				// MiB or two (20 to 25 MiB against a bound of 24 to
-				// 25); the naive OnData handler and the adapter do
-				// not yet.
-				checkAgainstNet(t, r.mem, ref.mem, false)
+				// With the loop's queued budget of 1 MiB the callback
+				// servers stay well inside the bound (ReadHandler +12
+				// to +14 MiB, OnData +17 to +20, against package net's
+				// +10 to +12, bound 24 to 26): asserted. The adapter
+				// (+22 to +25) comes within a MiB or two of it: logged.
+				checkAgainstNet(t, r.mem, ref.mem, k != kindAdapter)
 				if r.err != nil {
 					t.Errorf("the canary failed: %v", r.err)
 				}
