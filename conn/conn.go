@@ -148,6 +148,7 @@ const (
 	flagEOFHeld        // the FIN came while kept bytes wait for a resume
 	flagPausedOnce     // reading paused once: receives ask for a limit (LimitRecv)
 	flagResumeQueued   // the resume task is queued
+	flagGainShown      // a callback given probeLen bytes or more showed the handler's own ratio (answerRoom)
 
 	// Outbound.
 	flagSendArmed // a send is in flight (sendID)

@@ -664,8 +664,11 @@ func (c *inbound) noteAnswers(in int, out uint64) {
 	if in <= 0 {
 		return
 	}
-	if in >= probeLen && !c.cfg.flow.measured.Load() {
-		c.cfg.flow.measured.Store(true)
+	if in >= probeLen {
+		c.flags.set(flagGainShown)
+		if !c.cfg.flow.measured.Load() {
+			c.cfg.flow.measured.Store(true)
+		}
 	}
 	if out <= uint64(in) {
 		// No more out than in (an echo, a quiet handler): the common
@@ -694,6 +697,7 @@ func (c *inbound) answerRoom(n int) int {
 		return n
 	}
 	g := c.gain
+	shared := false
 	if g <= gainOne {
 		g = max(g, c.cfg.flow.sharedGain(c.l))
 		if g <= gainOne {
@@ -702,9 +706,18 @@ func (c *inbound) answerRoom(n int) int {
 			}
 			return n
 		}
+		shared = !c.flags.has(flagGainShown)
 	}
 	room := int64(c.outbound().pauseMark() - c.conn().Buffered())
-	return int(min(int64(n), max(1, room*gainOne/g)))
+	n = int(min(int64(n), max(1, room*gainOne/g)))
+	if shared && n > probeLen {
+		// The ratio is other connections', measured per byte of their
+		// requests: this peer's may be shorter (a newline where the
+		// others sent a line) and answered alike, so its first pieces
+		// are probeLen until its own ratio is known.
+		n = probeLen
+	}
+	return n
 }
 
 // callHalfClose runs OnHalfClose, if the handler has it, under recover.
