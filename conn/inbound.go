@@ -697,7 +697,6 @@ func (c *inbound) answerRoom(n int) int {
 		return n
 	}
 	g := c.gain
-	shared := false
 	if g <= gainOne {
 		g = max(g, c.cfg.flow.sharedGain(c.l))
 		if g <= gainOne {
@@ -706,18 +705,17 @@ func (c *inbound) answerRoom(n int) int {
 			}
 			return n
 		}
-		shared = !c.flags.has(flagGainShown)
+		if !c.flags.has(flagGainShown) {
+			// The ratio is other connections', measured per byte of
+			// their requests: this peer's may be shorter (a newline
+			// where the others sent a line) and answered alike, so
+			// its first pieces are probeLen until its own ratio is
+			// known.
+			n = min(n, probeLen)
+		}
 	}
 	room := int64(c.outbound().pauseMark() - c.conn().Buffered())
-	n = int(min(int64(n), max(1, room*gainOne/g)))
-	if shared && n > probeLen {
-		// The ratio is other connections', measured per byte of their
-		// requests: this peer's may be shorter (a newline where the
-		// others sent a line) and answered alike, so its first pieces
-		// are probeLen until its own ratio is known.
-		n = probeLen
-	}
-	return n
+	return int(min(int64(n), max(1, room*gainOne/g)))
 }
 
 // callHalfClose runs OnHalfClose, if the handler has it, under recover.
