@@ -5,13 +5,18 @@ package loadgen
 import (
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
 // server starts an echo server that passes each chunk through f first.
 func server(t *testing.T, f func([]byte)) string {
+	return serverIgnoring(t, -1, f)
+}
+
+// serverIgnoring is server, except that the connection accepted ignore-th
+// (from 0) is held open and never read nor answered.
+func serverIgnoring(t *testing.T, ignore int, f func([]byte)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -19,10 +24,14 @@ func server(t *testing.T, f func([]byte)) string {
 	}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
-		for {
+		for i := 0; ; i++ {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if i == ignore {
+				t.Cleanup(func() { c.Close() })
+				continue
 			}
 			go func() {
 				defer c.Close()
@@ -69,51 +78,8 @@ func TestEchoVerified(t *testing.T) {
 // the connections posts a rate, but its least served connection's share
 // is 0.
 func TestMinShareSeesAStarvedConnection(t *testing.T) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for i := 0; ; i++ {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			if i == 0 {
-				continue // accepted, never read nor answered
-			}
-			go func() {
-				buf := make([]byte, 4096)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						if _, err := c.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	res, err := Run(Config{Addr: ln.Addr().String(), Conns: 4, Size: 100, Depth: 2, Warmup: 50 * time.Millisecond,
+	addr := serverIgnoring(t, 0, func([]byte) {})
+	res, err := Run(Config{Addr: addr, Conns: 4, Size: 100, Depth: 2, Warmup: 50 * time.Millisecond,
 		Duration: 300 * time.Millisecond, Requests: 1 << 40})
 	if err != nil {
 		t.Fatal(err)
